@@ -1,0 +1,1 @@
+"""Scaling experiments for in-context learning: tasks, models, training and the sweep driver."""
