@@ -1,0 +1,164 @@
+"""Typed configuration: frozen dataclasses built from plain dicts, with errors that say where.
+
+Every config in the project (task, model, training, evaluation, resources) is a frozen dataclass that
+lives next to the code that uses it. This module turns YAML-shaped dicts into those dataclasses and back:
+unknown keys are errors that list the allowed ones, values are coerced to the declared type (``inf`` is
+accepted for floats), and ``canonical`` gives the form that cell keys are hashed from (fields equal to
+their default are left out, so adding a new field with a default never changes an existing key).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message says where, what and what is allowed."""
+
+    def __init__(self, where: str, message: str):
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def _join(where: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    return f"{where}.{key}" if where else key
+
+
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    """Coerce one YAML value to the annotated type ``kind`` or raise a ConfigError at ``where``."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, where)
+            except ConfigError as err:
+                errors.append(str(err).split(": ", 1)[-1])
+        raise ConfigError(where, " or ".join(errors))
+    if origin is tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            value = [value]
+        (item,) = typing.get_args(kind)[:1] or (Any,)
+        return tuple(_coerce(v, item, _join(where, i)) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(where, f"expected a mapping, got {value!r}")
+        _, item = typing.get_args(kind)
+        return {str(k): _coerce(v, item, _join(where, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(kind):
+        return from_dict(kind, value, where)
+    if kind is Any:
+        return value
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(where, f"expected true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+            raise ConfigError(where, f"expected an integer, got {value!r}")
+        return int(value)
+    if kind is float:
+        if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity", ".inf"):
+            return math.inf
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(where, f"expected a number, got {value!r}") from None
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(where, f"expected a string, got {value!r}")
+        return value
+    raise ConfigError(where, f"unsupported type {kind!r}")
+
+
+def from_dict(cls: type, data: Any, where: str = "") -> Any:
+    """Build the dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
+    if isinstance(data, cls):
+        return data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"expected a mapping of {cls.__name__} settings, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(map(str, data)) - set(names))
+    if unknown:
+        raise ConfigError(_join(where, unknown[0]), f"unknown setting; allowed: {', '.join(names)}")
+    kwargs = {k: _coerce(v, hints[k], _join(where, k)) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        raise ConfigError(_join(where, err.where), str(err).split(": ", 1)[-1]) from None
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain, YAML-safe form of a config (dataclasses -> dicts, tuples -> lists, inf -> 'inf')."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, float) and math.isinf(obj):
+        return "inf" if obj > 0 else "-inf"
+    return obj
+
+
+def canonical(obj: Any) -> Any:
+    """The hashable form of a config: like ``to_dict`` but without fields equal to their default.
+
+    Fields declared with ``metadata={"key": False}`` (how, not what: device, checkpoint cadence) are
+    left out too, so they never change a cell's key.
+    """
+    if dataclasses.is_dataclass(obj):
+        out = {}
+        for f in dataclasses.fields(obj):
+            if not f.metadata.get("key", True):
+                continue
+            value = getattr(obj, f.name)
+            if f.default is not dataclasses.MISSING and value == f.default:
+                continue
+            if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
+                continue
+            value = canonical(value)
+            if value != {}:                  # a group holding only defaults and non-key fields
+                out[f.name] = value
+        return out
+    return to_dict(obj)
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested dict: {'task': {'d': 8}} -> {'task.d': 8}."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def check(condition: bool, field: str, message: str) -> None:
+    """Raise a ConfigError for ``field`` unless ``condition`` holds (used in ``__post_init__``)."""
+    if not condition:
+        raise ConfigError(field, message)
+
+
+def check_choice(value: str, field: str, choices: typing.Iterable[str]) -> None:
+    choices = list(choices)
+    check(value in choices, field, f"unknown value {value!r}; known: {', '.join(choices)}")

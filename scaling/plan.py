@@ -1,0 +1,344 @@
+"""Sweep files -> validated cells (pure: no Ray, no MLflow).
+
+A sweep file names an MLflow experiment and declares a lattice of cells::
+
+    name: smoke                      # the MLflow experiment
+    defaults:                        # cell settings shared by every cell (scaling.cells.Cell)
+      task: {family: linear, d: 4}
+      train: {steps: 1500, lr: 1.0e-3}
+    models:                          # the `model` axis picks these presets by name
+      gpt2: {arch: gpt2, n_layer: 2, n_head: 2, n_embd: 64, resources: {cpu: 1, gpu: 0.25}}
+      mlp: {arch: mlp, width: 256}
+    grid:                            # the product of the axes gives the cells
+      model: [gpt2, mlp]
+      T: [16, 256, inf]
+      N: [8, 16]
+      seed: [0, 1]
+      task.noise_std: [0.1, 0.5]     # any dotted cell setting can be an axis
+    resources: {cpu: 1}              # per cell, unless the model preset says otherwise
+    run: {max_failures: 2}           # how the driver runs the cells (not part of any cell)
+    profiles:                        # named variants, deep-merged over the file by --profile NAME
+      quick: {defaults: {train: {steps: 200}}}
+
+Precedence: defaults < model preset < grid axis < ``--set`` override. ``--set train.steps=200`` sets a cell
+setting (and replaces the axis of that name, if any); ``--set grid.T=[16,64]`` or ``--set name=x`` set the
+file's own keys. Every error names the file, line and key, says what is wrong and what is allowed, and
+is raised before anything runs.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .cells import Cell
+from .config import ConfigError, check, from_dict
+from .models import ModelConfig
+
+TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "profiles")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class SweepError(ValueError):
+    """A sweep file (or an override of it) is invalid; the message says where and what."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one cell's trial asks of the cluster: CPUs and a GPU fraction or whole GPUs."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+    def __post_init__(self):
+        check(self.cpu > 0, "cpu", f"must be > 0, got {self.cpu}")
+        check(self.gpu >= 0, "gpu", f"must be >= 0, got {self.gpu}")
+        check(self.gpu <= 1 or float(self.gpu).is_integer(), "gpu",
+              f"a fraction must be at most 1 (or whole GPUs: 1, 2, ...), got {self.gpu}")
+
+    def as_tune(self) -> dict[str, float]:
+        return {"cpu": self.cpu, "gpu": self.gpu}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How the driver runs a sweep; none of it changes a result."""
+
+    max_failures: int = 2          # retries of a trial that dies, from its last checkpoint
+    max_concurrent: int = 0        # 0 = as many as the resources allow
+    storage: str = ""              # Tune state and per-cell checkpoints; "" = ./scaling_runs
+
+    def __post_init__(self):
+        check(self.max_failures >= 0, "max_failures", f"must be >= 0, got {self.max_failures}")
+        check(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    cell: Cell
+    resources: Resources
+    axes: dict[str, Any] = field(default_factory=dict, compare=False)   # the grid values that made it
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str                      # the MLflow experiment
+    description: str
+    source: str                    # the sweep file
+    profile: str
+    run: RunConfig
+    cells: tuple[PlannedCell, ...]
+    document: dict = field(compare=False, default_factory=dict)   # the resolved sweep document
+
+
+# ---------------------------------------------------------------- YAML with line numbers
+
+def _node_lines(node: yaml.Node, path: tuple = (), out: dict | None = None, source: str = "") -> dict:
+    """Map every key path of a composed YAML tree to its line (1-based); duplicate keys are errors."""
+    out = {} if out is None else out
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise SweepError(f"{source}:{key_node.start_mark.line + 1}: {'.'.join(map(str, path + (key,)))}:"
+                                 f" duplicate key")
+            seen.add(key)
+            out[path + (key,)] = key_node.start_mark.line + 1
+            _node_lines(value_node, path + (key,), out, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _node_lines(item, path + (i,), out, source)
+    return out
+
+
+def read_document(path: str | Path) -> tuple[dict, dict]:
+    """The sweep document and a map key-path -> line; malformed YAML is a SweepError with its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"{path}: no such sweep file")
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise SweepError(f"{where}: malformed YAML: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(data, dict):
+        raise SweepError(f"{path}: a sweep file is a mapping with keys {', '.join(TOP_LEVEL)}")
+    return data, _node_lines(node, source=str(path)) if node is not None else {}
+
+
+# ---------------------------------------------------------------- overrides
+
+def _parse_path(dotted: str) -> list[str]:
+    return [p for p in dotted.split(".") if p]
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """Mappings merge recursively; anything else in ``over`` replaces ``base``."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = deep_merge(base.get(key), value) if key in base else copy.deepcopy(value)
+        return out
+    return copy.deepcopy(over)
+
+
+def apply_override(document: dict, assignment: str) -> dict:
+    """Apply one ``key=value`` (value in YAML syntax) to the document, as described in the module doc."""
+    if "=" not in assignment:
+        raise SweepError(f"--set {assignment}: expected key=value, e.g. train.steps=200")
+    dotted, raw = assignment.split("=", 1)
+    keys = _parse_path(dotted.strip())
+    if not keys:
+        raise SweepError(f"--set {assignment}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise SweepError(f"--set {assignment}: value is not valid YAML: {err}") from None
+    document = copy.deepcopy(document)
+    if keys[0] not in TOP_LEVEL:
+        grid = document.get("grid") or {}
+        if isinstance(grid, dict):
+            grid.pop(".".join(keys), None)
+        keys = ["defaults"] + keys
+    node = document
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = value
+    return document
+
+
+# ---------------------------------------------------------------- planning
+
+class _Locator:
+    """Turns a key path of the document into 'file:line: a.b.c'."""
+
+    def __init__(self, source: str, lines: dict):
+        self.source, self.lines = source, lines
+
+    def __call__(self, *path: Any) -> str:
+        path = tuple(p for p in path if p != "")
+        for cut in range(len(path), -1, -1):
+            if path[:cut] in self.lines:
+                line = self.lines[path[:cut]]
+                break
+        else:
+            line = None
+        dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
+        where = f"{self.source}:{line}" if line else self.source
+        return f"{where}: {dotted}" if dotted else where
+
+    def error(self, path: tuple, err: Exception) -> SweepError:
+        if isinstance(err, ConfigError) and err.where:
+            message = str(err)[len(err.where) + 2:]
+            return SweepError(f"{self(*path, *err.where.split('.'))}: {message}")
+        return SweepError(f"{self(*path)}: {err}")
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = _parse_path(dotted)
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(dotted, "is not a group of settings")
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources | None]]:
+    if models is None:
+        return {}
+    if not isinstance(models, dict):
+        raise SweepError(f"{at('models')}: expected a mapping of preset name -> model settings")
+    presets = {}
+    for name, spec in models.items():
+        spec = dict(spec or {})
+        resources = spec.pop("resources", None)
+        spec.setdefault("name", str(name))
+        try:
+            from_dict(ModelConfig, spec)
+            presets[str(name)] = (spec, None if resources is None else from_dict(Resources, resources))
+        except ConfigError as err:
+            raise at.error(("models", name), err) from None
+    return presets
+
+
+def _axes(grid: Any, presets: dict, at: _Locator) -> dict[str, list]:
+    if grid is None:
+        return {}
+    if not isinstance(grid, dict):
+        raise SweepError(f"{at('grid')}: expected a mapping of axis -> list of values")
+    axes = {}
+    for axis, values in grid.items():
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise SweepError(f"{at('grid', axis)}: an axis needs at least one value")
+        if axis == "model":
+            for i, value in enumerate(values):
+                if isinstance(value, str) and value not in presets:
+                    known = ", ".join(presets) or "(none: add a `models:` section)"
+                    raise SweepError(f"{at('grid', axis, i)}: unknown model preset {value!r}; known: {known}")
+        axes[str(axis)] = values
+    return axes
+
+
+def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[dict, Resources | None]:
+    tree = copy.deepcopy(defaults)
+    resources = None
+    for axis, value in combo.items():
+        if axis == "model":
+            if isinstance(value, str):
+                spec, resources = presets[value]
+            else:
+                spec = dict(value)
+                if "resources" in spec:
+                    resources = from_dict(Resources, spec.pop("resources"), "resources")
+            tree["model"] = deep_merge(tree.get("model") or {}, spec)
+    for axis, value in combo.items():
+        if axis != "model":
+            _set_dotted(tree, axis, value)
+    return tree, resources
+
+
+def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = None,
+                  profile: str = "") -> Plan:
+    """Validate a sweep document and expand it into its ordered cells."""
+    at = _Locator(source, lines or {})
+    unknown = [k for k in document if k not in TOP_LEVEL]
+    if unknown:
+        raise SweepError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(TOP_LEVEL)}")
+    name = document.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise SweepError(f"{at('name')}: the sweep needs a `name` (letters, digits, '.', '_', '-';"
+                         f" it names the MLflow experiment), got {name!r}")
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise SweepError(f"{at('defaults')}: expected a mapping of cell settings")
+    try:
+        Cell.from_dict(defaults)
+    except ConfigError as err:
+        raise at.error(("defaults",), err) from None
+    try:
+        default_resources = from_dict(Resources, document.get("resources"))
+    except ConfigError as err:
+        raise at.error(("resources",), err) from None
+    try:
+        run = from_dict(RunConfig, document.get("run"))
+    except ConfigError as err:
+        raise at.error(("run",), err) from None
+    presets = _model_presets(document.get("models"), at)
+    axes = _axes(document.get("grid"), presets, at)
+
+    for axis, values in axes.items():          # each value alone, so the error points at it
+        for i, value in enumerate(values):
+            try:
+                Cell.from_dict(_cell_tree(defaults, {axis: value}, presets)[0])
+            except ConfigError as err:
+                raise SweepError(f"{at('grid', axis, i)}: {err}") from None
+
+    cells, seen = [], {}
+    for combo_values in itertools.product(*axes.values()):
+        combo = dict(zip(axes, combo_values))
+        tree, resources = _cell_tree(defaults, combo, presets)
+        try:
+            cell = Cell.from_dict(tree)
+        except ConfigError as err:
+            described = ", ".join(f"{k}={v}" for k, v in combo.items())
+            raise SweepError(f"{at('grid')}: the cell ({described}) is invalid: {err}") from None
+        if cell.key in seen:
+            continue
+        seen[cell.key] = True
+        cells.append(PlannedCell(cell, resources or default_resources, combo))
+    if not cells:
+        raise SweepError(f"{at()}: the sweep has no cells")
+    return Plan(name=name, description=str(document.get("description") or ""), source=source,
+                profile=profile, run=run, cells=tuple(cells), document=document)
+
+
+def load_plan(path: str | Path, profile: str = "", overrides: list[str] | tuple[str, ...] = ()) -> Plan:
+    """Read, resolve (profile, then overrides) and validate a sweep file."""
+    document, lines = read_document(path)
+    source = str(path)
+    if profile:
+        profiles = document.get("profiles") or {}
+        if profile not in profiles:
+            known = ", ".join(profiles) or "(none defined)"
+            raise SweepError(f"{source}: unknown profile {profile!r}; known: {known}")
+        document = deep_merge(document, profiles[profile])
+        document["name"] = f"{document.get('name')}-{profile}"
+    document.pop("profiles", None)
+    for assignment in overrides:
+        document = apply_override(document, assignment)
+    return plan_document(document, source, lines, profile)
+

@@ -1,0 +1,223 @@
+"""The MLflow contract: the only module that speaks MLflow.
+
+One experiment per sweep (named by the sweep), one parent run per sweep (tag ``kind=sweep``) and one
+child run per cell (tag ``kind=cell``), found again by its ``cell_key`` tag so a resumed or retried
+cell reuses its run instead of creating another. A cell run carries:
+
+- run name: ``<model> T=<T> N=<N> seed=<seed>``; tags ``cell_key``, ``sweep``, ``kind``, ``status``
+  (``running`` -> ``complete`` only once everything below is logged; ``failed`` with ``error``);
+- params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ...);
+- metrics: ``train/loss`` (step = training step), ``eval/err`` (step = context length n) and
+  ``baseline/<name>`` (step = n);
+- artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
+  prompts) and ``model.pt`` (final weights).
+
+Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
+loses metrics; training losses are buffered and flushed at checkpoints, skipping steps already logged.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, TypeVar
+
+import pandas as pd
+import yaml
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used (unreachable, or holds something it should not)."""
+
+
+def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
+    """The tracking URI to use: the argument, else MLFLOW_TRACKING_URI, else ./mlflow.db (SQLite).
+
+    Relative SQLite paths are made absolute: Tune runs each trial in its own working directory.
+    """
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    cwd = Path(cwd or os.getcwd())
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return f"sqlite:///{(cwd / uri[len('sqlite:///'):]).resolve()}"
+    if "://" not in uri:                      # a bare path: a SQLite file
+        return f"sqlite:///{(cwd / uri).resolve()}"
+    return uri
+
+
+def artifact_root(uri: str) -> str | None:
+    """Where a local store keeps artifacts (beside the SQLite file); None lets a server decide."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: float = 0.5) -> T:
+    """Run ``call``, retrying transient failures with exponential backoff (about a minute in all)."""
+    from mlflow.exceptions import MlflowException
+
+    wait = first_wait
+    for attempt in range(attempts):
+        try:
+            return call()
+        except (MlflowException, OSError, ConnectionError) as err:
+            code = getattr(err, "error_code", "")
+            if code in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
+                raise
+            if attempt == attempts - 1:
+                raise TrackingError(f"{what} failed after {attempts} attempts: {err}") from err
+            log.warning("%s failed (%s); retrying in %.1fs", what, err, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, 15.0)
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    run_id: str
+    status: str
+    name: str
+
+
+class Tracker:
+    """Driver- and analysis-side access to a tracking store."""
+
+    def __init__(self, uri: str):
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+
+    def check_reachable(self) -> None:
+        """Fail fast, with the URI in the message, when the store cannot be reached."""
+        try:
+            retrying(lambda: self.client.search_experiments(max_results=1), "reaching the tracking store",
+                     attempts=3, first_wait=0.5)
+        except Exception as err:   # noqa: BLE001 - any failure here means unusable
+            raise TrackingError(f"cannot use the MLflow tracking store {self.uri}: {err}") from None
+
+    def experiment_id(self, name: str, create: bool = False, tags: dict[str, str] | None = None) -> str | None:
+        found = retrying(lambda: self.client.get_experiment_by_name(name), f"looking up experiment {name}")
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                raise TrackingError(f"experiment {name!r} is deleted in {self.uri}; restore it"
+                                    f" (mlflow experiments restore) or rename the sweep")
+            return found.experiment_id
+        if not create:
+            return None
+        return retrying(lambda: self.client.create_experiment(name, artifact_location=artifact_root(self.uri),
+                                                              tags=tags or {}), f"creating experiment {name}")
+
+    def experiment_tags(self, experiment_id: str) -> dict[str, str]:
+        return dict(retrying(lambda: self.client.get_experiment(experiment_id), "reading experiment").tags)
+
+    def sweep_run(self, experiment_id: str, sweep: str, document: dict) -> str:
+        """The sweep's parent run (created once), with the resolved sweep file as an artifact."""
+        runs = self._search(experiment_id, f"tags.kind = 'sweep' and tags.sweep = '{sweep}'")
+        if runs:
+            run_id = runs[0].info.run_id
+        else:
+            run = retrying(lambda: self.client.create_run(experiment_id, run_name=f"sweep {sweep}",
+                                                          tags={"kind": "sweep", "sweep": sweep}), "creating sweep run")
+            run_id = run.info.run_id
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "sweep.yaml"
+            path.write_text(yaml.safe_dump(document, sort_keys=False))
+            retrying(lambda: self.client.log_artifact(run_id, str(path)), "logging sweep.yaml")
+        return run_id
+
+    def _search(self, experiment_id: str, filter_string: str) -> list:
+        runs, token = [], None
+        while True:
+            page = retrying(lambda: self.client.search_runs([experiment_id], filter_string, max_results=1000,
+                                                            page_token=token), "searching runs")
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
+        """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
+        records: dict[str, CellRecord] = {}
+        runs = sorted(self._search(experiment_id, "tags.kind = 'cell'"), key=lambda r: r.info.start_time or 0)
+        for run in runs:
+            key, status = run.data.tags.get("cell_key"), run.data.tags.get("status", "")
+            if key and (key not in records or (status == STATUS_COMPLETE and records[key].status != STATUS_COMPLETE)):
+                records[key] = CellRecord(run.info.run_id, status, run.info.run_name)
+        return records
+
+
+class CellLog:
+    """Trial-side logging of one cell into its (reused) run."""
+
+    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int):
+        self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
+        self.last_loss_step = last_loss_step
+
+    @classmethod
+    def open(cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None) -> "CellLog":
+        """Reuse the run tagged with the cell's key, or create it; mark it running."""
+        tracker = Tracker(uri)
+        found = tracker._search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
+        if found:
+            run_id = sorted(found, key=lambda r: r.info.start_time or 0)[0].info.run_id
+            history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
+            last = max((m.step for m in history), default=0)
+            retrying(lambda: tracker.client.update_run(run_id, status="RUNNING"), "reopening run")
+        else:
+            tags = {"cell_key": cell.key, "sweep": sweep, "kind": "cell", "status": STATUS_RUNNING,
+                    "model": cell.model.label}
+            if parent_run_id:
+                tags["mlflow.parentRunId"] = parent_run_id
+            run = retrying(lambda: tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags),
+                           "creating cell run")
+            run_id, last = run.info.run_id, 0
+            params = sorted(cell.params().items())
+            from mlflow.entities import Param
+            for start in range(0, len(params), 100):
+                chunk = [Param(k, v) for k, v in params[start:start + 100]]
+                retrying(lambda: tracker.client.log_batch(run_id, params=chunk), "logging params")
+        retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
+        return cls(tracker, run_id, last)
+
+    def log_metrics(self, key: str, points: Iterable[tuple[int, float]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, float(v), now, int(s)) for s, v in points]
+        for start in range(0, len(metrics), 1000):
+            chunk = metrics[start:start + 1000]
+            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), f"logging {key}")
+
+    def log_losses(self, points: list[tuple[int, float]]) -> None:
+        """Log buffered training losses, skipping steps this run already holds (after a resume)."""
+        fresh = [(s, v) for s, v in points if s > self.last_loss_step]
+        if fresh:
+            self.log_metrics("train/loss", fresh)
+            self.last_loss_step = fresh[-1][0]
+
+    def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path) -> None:
+        """Log the curves, artifacts and, last, status=complete."""
+        for predictor, group in curves.groupby("predictor", sort=False):
+            key = "eval/err" if predictor == "model" else f"baseline/{predictor}"
+            self.log_metrics(key, zip(group["n"], group["err"]))
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
+            curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
+            for name in ("cell.yaml", "curves.parquet"):
+                retrying(lambda: self.client.log_artifact(self.run_id, str(Path(tmp) / name)), f"logging {name}")
+        retrying(lambda: self.client.log_artifact(self.run_id, str(weights_path)), "logging weights")
+        retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_COMPLETE), "tagging complete")
+        retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
+
+    def fail(self, error: str) -> None:
+        retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_FAILED), "tagging failed")
+        retrying(lambda: self.client.set_tag(self.run_id, "error", error[-4000:]), "tagging error")
+        retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run")

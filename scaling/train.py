@@ -1,0 +1,189 @@
+"""Train and evaluate one cell (no Ray, no MLflow): seed 001 App. A, Garg et al.'s training recipe.
+
+The loss is the mean over prompts and over prefix lengths n = 1..N of the squared error predicting
+y_{n+1} from the first n pairs (App. A, "Problem formulation"). Adam with a constant learning rate.
+Everything a resumed run needs (model, optimiser, step) is in ``state_dict``; the batch of step s is a
+pure function of (seed, s), so a run resumed from a checkpoint ends with the same numbers as one that
+never stopped.
+
+Evaluation scores the model and every baseline on the same fresh prompts at every context length n of
+the evaluation grid (n <= N), normalised by the task's E[y^2], with a bootstrap interval over prompts.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from .baselines import Predictor, build_baselines
+from .config import check, check_choice
+from .models import build_model
+from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, generator, make_family
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-4
+    # steps between checkpoints (and metric flushes); not part of the cell key
+    checkpoint_every: int = field(default=200, metadata={"key": False})
+    log_every: int = field(default=10, metadata={"key": False})   # steps between train/loss points
+    precision: str = "float32"    # float32 | bfloat16 (autocast)
+    device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
+
+    def __post_init__(self):
+        for field in ("steps", "batch_size", "checkpoint_every", "log_every"):
+            check(getattr(self, field) >= 1, field, f"must be >= 1, got {getattr(self, field)}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check_choice(self.precision, "precision", ("float32", "bfloat16"))
+        check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
+              f"must be auto, cpu, cuda or cuda:K, got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    prompts: int = 1280                       # fresh test prompts (Garg et al.: 1280)
+    n: tuple[int, ...] = ()                   # context lengths to score; empty = every n in 1..N
+    baselines: tuple[str, ...] = ("zero", "least_squares", "ridge")
+    bootstrap: int = 1000                     # resamples of prompts for the interval
+    ci: float = 0.9                           # interval coverage
+    batch_size: int = field(default=256, metadata={"key": False})  # prompts per forward pass
+
+    def __post_init__(self):
+        check(self.prompts >= 2, "prompts", f"must be >= 2, got {self.prompts}")
+        check(all(n >= 1 for n in self.n), "n", f"context lengths must be >= 1, got {list(self.n)}")
+        check(0 < self.ci < 1, "ci", f"must be in (0, 1), got {self.ci}")
+        check(self.bootstrap >= 1, "bootstrap", f"must be >= 1, got {self.bootstrap}")
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when one is visible, else cpu; resolved once per run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over prompts and prefix lengths n = 1..N (column 0 has no context)."""
+    return (pred[:, 1:] - ys[:, 1:]).pow(2).mean()
+
+
+class CellTrainer:
+    """The training state of one cell: pool, model, optimiser and step, checkpointable at any step."""
+
+    def __init__(self, cell, device: torch.device | str = "cpu"):
+        self.cell, self.device = cell, torch.device(device)
+        self.family = make_family(cell.task)
+        self.points = cell.N + 1
+        self.pool = TaskPool(self.family, cell.T, cell.seed, self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(cell.seed, "init"))
+            self.model = build_model(cell.model, cell.task.d, self.points).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cell.train.lr)
+        self.step = 0
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+
+    def _autocast(self):
+        if self.cell.train.precision == "bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def train_step(self) -> float:
+        train = self.cell.train
+        batch = self.pool.batch(self.step, train.batch_size, self.points)
+        self.model.train()
+        with self._autocast():
+            pred = self.model(batch.xs, batch.ys)
+        loss = prefix_loss(pred.float(), batch.ys)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        return float(loss.detach())
+
+    def train_until(self, stop: int, on_loss: Callable[[int, float], None] | None = None) -> None:
+        """Train up to step ``stop`` (exclusive of nothing: afterwards self.step == stop)."""
+        stop = min(stop, self.cell.train.steps)
+        while self.step < stop:
+            loss = self.train_step()
+            if on_loss and (self.step % self.cell.train.log_every == 0 or self.step == self.cell.train.steps):
+                on_loss(self.step, loss)
+
+    @property
+    def done_training(self) -> bool:
+        return self.step >= self.cell.train.steps
+
+    def model_predictor(self) -> Predictor:
+        model = self.model
+
+        @torch.no_grad()
+        def predict(prompts: Prompts) -> torch.Tensor:
+            model.eval()
+            return model(prompts.xs, prompts.ys).float()
+        return predict
+
+    def evaluate(self) -> pd.DataFrame:
+        """Curves of the model and every baseline on the cell's evaluation prompts."""
+        predictors = {"model": self.model_predictor()}
+        predictors.update(build_baselines(self.cell.eval.baselines, self.cell.task))
+        prompts = fresh_prompts(self.family, self.cell.eval.prompts, self.points, self.cell.seed,
+                                device=self.device)
+        return evaluate(predictors, prompts, self.family.y_second_moment(), self.cell.eval, self.cell.N,
+                        self.cell.seed)
+
+
+def squared_errors(predictor: Predictor, prompts: Prompts, batch_size: int) -> torch.Tensor:
+    """Squared error of ``predictor`` at every position: (B, N+1), computed in chunks of prompts."""
+    chunks = []
+    for start in range(0, len(prompts), batch_size):
+        part = prompts.slice(start, start + batch_size)
+        chunks.append((predictor(part).double() - part.ys.double()).pow(2).cpu())
+    return torch.cat(chunks)
+
+
+def context_grid(config: EvalConfig, N: int) -> list[int]:
+    """The context lengths to score: the configured grid up to N, or every n in 1..N."""
+    grid = sorted({n for n in config.n if n <= N}) if config.n else list(range(1, N + 1))
+    return grid or [N]
+
+
+def bootstrap_interval(errors: torch.Tensor, resamples: int, ci: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Percentile interval of the mean over prompts, per column: errors (P, K) -> (K,), (K,)."""
+    gen = generator(seed, "bootstrap")
+    idx = torch.randint(errors.shape[0], (resamples, errors.shape[0]), generator=gen)
+    means = errors[idx].mean(dim=1)                                           # (R, K)
+    tail = (1 - ci) / 2
+    q = torch.tensor([tail, 1 - tail], dtype=means.dtype)
+    lo, hi = torch.quantile(means, q, dim=0)
+    return lo, hi
+
+
+def evaluate(predictors: dict[str, Predictor], prompts: Prompts, norm: float, config: EvalConfig, N: int,
+             seed: int) -> pd.DataFrame:
+    """One row per (predictor, n): mean normalised error, bootstrap interval, number of prompts."""
+    grid = context_grid(config, N)
+    rows = []
+    for name, predictor in predictors.items():
+        errors = squared_errors(predictor, prompts, config.batch_size)[:, grid] / norm   # (P, K)
+        lo, hi = bootstrap_interval(errors, config.bootstrap, config.ci, seed)
+        mean = errors.mean(dim=0)
+        for k, n in enumerate(grid):
+            rows.append({"predictor": name, "n": n, "err": float(mean[k]), "err_lo": float(lo[k]),
+                         "err_hi": float(hi[k]), "prompts": errors.shape[0]})
+    frame = pd.DataFrame(rows)
+    if frame["err"].isna().any():
+        bad = frame.loc[frame["err"].isna(), "predictor"].unique().tolist()
+        raise FloatingPointError(f"NaN errors from {bad}: the model or a baseline diverged")
+    return frame

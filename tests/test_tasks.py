@@ -1,0 +1,54 @@
+"""Task pools: deterministic, nested, sampled with replacement, normalised."""
+import math
+
+import torch
+
+from scaling.tasks import LinearRegression, TaskConfig, TaskPool, fresh_prompts
+
+
+def family(d=4, sigma=0.0):
+    return LinearRegression(TaskConfig(d=d, noise_std=sigma))
+
+
+def test_pool_is_deterministic_across_a_restart():
+    first = TaskPool(family(), 32, seed=3).batch(step=17, batch_size=8, points=5)
+    again = TaskPool(family(), 32, seed=3).batch(step=17, batch_size=8, points=5)
+    assert torch.equal(first.xs, again.xs) and torch.equal(first.ys, again.ys)
+
+
+def test_batches_differ_by_step_and_seed():
+    pool = TaskPool(family(), 32, seed=3)
+    assert not torch.equal(pool.batch(1, 8, 5).xs, pool.batch(2, 8, 5).xs)
+    assert not torch.equal(pool.batch(1, 8, 5).xs, TaskPool(family(), 32, seed=4).batch(1, 8, 5).xs)
+
+
+def test_T_smaller_than_batch_samples_with_replacement():
+    pool = TaskPool(family(d=3), 2, seed=0)
+    batch = pool.batch(0, 64, 10)
+    betas = torch.linalg.lstsq(batch.xs, batch.ys.unsqueeze(-1)).solution.squeeze(-1)   # noiseless: exact
+    distinct = torch.unique(betas.round(decimals=4), dim=0)
+    assert batch.xs.shape == (64, 10, 3)
+    assert len(distinct) == 2
+    assert torch.allclose(torch.sort(distinct, dim=0).values,
+                          torch.sort(pool.tasks(torch.arange(2))["beta"], dim=0).values, atol=1e-3)
+
+
+def test_pools_are_nested_and_large_pools_regenerate_identically():
+    small = TaskPool(family(), 10, seed=1).tasks(torch.arange(10))["beta"]
+    big = TaskPool(family(), 10_000, seed=1, max_resident=0)       # forced lazy
+    assert big._resident is None
+    assert torch.equal(big.tasks(torch.arange(10))["beta"], small)
+
+
+def test_infinite_pool_draws_fresh_tasks():
+    batch = TaskPool(family(d=3), math.inf, seed=0).batch(0, 64, 10)
+    betas = torch.linalg.lstsq(batch.xs, batch.ys.unsqueeze(-1)).solution.squeeze(-1)
+    assert len(torch.unique(betas.round(decimals=4), dim=0)) == 64
+
+
+def test_second_moment_normalises_the_zero_predictor_to_one():
+    fam = family(d=8, sigma=0.5)
+    prompts = fresh_prompts(fam, 20000, 4, seed=0)
+    assert fam.y_second_moment() == 1.25
+    assert abs(prompts.ys.pow(2).mean().item() / fam.y_second_moment() - 1) < 0.03
+    assert prompts.meta["noise_std"].unique().tolist() == [0.5]
