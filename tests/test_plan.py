@@ -1,0 +1,110 @@
+"""The planner: expansion, precedence, profiles, overrides and errors that say where."""
+import math
+import textwrap
+
+import pytest
+import yaml
+
+from scaling.plan import SweepError, apply_override, load_plan, plan_document
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_grid_product_in_order(tiny_sweep):
+    tiny_sweep["grid"] = {"model": ["mlp", "gpt2"], "T": [4, "inf"], "N": [3, 5], "seed": [0, 1]}
+    plan = plan_document(tiny_sweep)
+    assert len(plan.cells) == 16
+    first, last = plan.cells[0].cell, plan.cells[-1].cell
+    assert (first.model.label, first.T, first.N, first.seed) == ("mlp", 4, 3, 0)
+    assert (last.model.label, math.isinf(last.T), last.N, last.seed) == ("gpt2", True, 5, 1)
+    assert len({p.cell.key for p in plan.cells}) == 16
+
+
+def test_precedence_defaults_preset_axis(tiny_sweep):
+    tiny_sweep["defaults"]["model"] = {"width": 8}
+    tiny_sweep["models"]["mlp"]["width"] = 24
+    tiny_sweep["grid"]["model.width"] = [40]
+    plan = plan_document(tiny_sweep)
+    assert {p.cell.model.width for p in plan.cells} == {40}
+    del tiny_sweep["grid"]["model.width"]
+    assert {p.cell.model.width for p in plan_document(tiny_sweep).cells} == {24}
+
+
+def test_resources_from_preset_or_default(tiny_sweep):
+    tiny_sweep["models"]["gpt2"]["resources"] = {"cpu": 1, "gpu": 0.25}
+    tiny_sweep["resources"] = {"cpu": 2}
+    del tiny_sweep["models"]["mlp"]["resources"]
+    tiny_sweep["grid"]["model"] = ["mlp", "gpt2"]
+    by_model = {p.cell.model.label: p.resources for p in plan_document(tiny_sweep).cells}
+    assert (by_model["mlp"].cpu, by_model["mlp"].gpu) == (2, 0)
+    assert (by_model["gpt2"].cpu, by_model["gpt2"].gpu) == (1, 0.25)
+
+
+def test_dotted_axis_and_duplicates_collapse(tiny_sweep):
+    tiny_sweep["grid"]["task.noise_std"] = [0.0, 0.5, 0.5]
+    plan = plan_document(tiny_sweep)
+    assert sorted({p.cell.task.noise_std for p in plan.cells}) == [0.0, 0.5]
+    assert len(plan.cells) == 4
+
+
+def test_override_sets_defaults_and_replaces_an_axis(tiny_sweep):
+    doc = apply_override(tiny_sweep, "train.steps=7")
+    doc = apply_override(doc, "T=32")
+    doc = apply_override(doc, "grid.seed=[0, 1, 2]")
+    plan = plan_document(doc)
+    assert {p.cell.train.steps for p in plan.cells} == {7}
+    assert {p.cell.T for p in plan.cells} == {32}
+    assert len(plan.cells) == 3
+
+
+def test_profile_merges_and_renames_the_experiment(tmp_path, tiny_sweep):
+    tiny_sweep["profiles"] = {"quick": {"defaults": {"train": {"steps": 3}}, "grid": {"T": [4]}}}
+    path = write(tmp_path, yaml.safe_dump(tiny_sweep))
+    plan = load_plan(path, profile="quick")
+    assert plan.name == "tiny-quick"
+    assert [p.cell.train.steps for p in plan.cells] == [3]
+    assert plan.cells[0].cell.train.lr == 1e-3          # the rest of defaults survives the merge
+    with pytest.raises(SweepError, match="unknown profile 'full'; known: quick"):
+        load_plan(path, profile="full")
+
+
+def test_smoke_sweep_is_the_documented_lattice():
+    plan = load_plan("sweeps/smoke.yaml")
+    models = {p.cell.model.label for p in plan.cells}
+    assert models == {"gpt2", "mlp"} and len(plan.cells) >= 12
+    assert len({p.cell.T for p in plan.cells}) >= 3 and len({p.cell.N for p in plan.cells}) >= 2
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name: x\ngrid: {T: [1, 2]\n", "sweep.yaml:3: malformed YAML"),
+    ("name: x\nname: y\n", "sweep.yaml:2: name: duplicate key"),
+    ("grid: {T: [1]}\n", "the sweep needs a `name`"),
+    ("name: x\ngird: {T: [1]}\n", "sweep.yaml:2: gird: unknown key; allowed: name,"),
+    ("name: x\ngrid:\n  T: [4, 0]\n", "sweep.yaml:3: grid.T[1]: T: must be a whole number >= 1 or inf"),
+    ("name: x\ngrid:\n  model: [gpt3]\n", "grid.model[0]: unknown model preset 'gpt3'"),
+    ("name: x\ndefaults:\n  task: {family: tabular}\n", "sweep.yaml:3: defaults.task.family: unknown value 'tabular'; known: linear"),
+    ("name: x\ndefaults:\n  train: {stepz: 3}\n", "defaults.train.stepz: unknown setting; allowed: steps,"),
+    ("name: x\nresources: {gpu: 1.5}\n", "sweep.yaml:2: resources.gpu: a fraction must be at most 1"),
+    ("name: x\nmodels:\n  big: {arch: gpt2, n_embd: 10, n_head: 4}\ngrid: {model: [big]}\n",
+     "sweep.yaml:3: models.big.n_embd: width 10 must be divisible by n_head 4"),
+    ("name: x\ngrid:\n  T: []\n", "grid.T: an axis needs at least one value"),
+    ("name: bad name!\n", "the sweep needs a `name`"),
+])
+def test_invalid_files_fail_with_file_line_and_key(tmp_path, text, message):
+    with pytest.raises(SweepError) as err:
+        load_plan(write(tmp_path, text))
+    assert message in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SweepError, match="no such sweep file"):
+        load_plan(tmp_path / "nope.yaml")
+
+
+def test_bad_override_value():
+    with pytest.raises(SweepError, match="expected key=value"):
+        apply_override({"name": "x"}, "train.steps")
