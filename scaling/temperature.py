@@ -121,10 +121,10 @@ class ScoreMomentRecorder:
         offdiag_allowed = allowed & ~diag & real_query  # (B, 1, Q, K)
         heads = scores.shape[1]
         sums = self.layers.setdefault(layer, _LayerSums())
-        s = scores.double()
-        sums.sq_offdiag += float((s.square() * offdiag_allowed).sum())
+        zero = scores.new_zeros(())
+        sums.sq_offdiag += float(torch.where(offdiag_allowed, scores.square(), zero).sum(dtype=torch.float64))
         sums.n_offdiag += int(offdiag_allowed.sum()) * heads
-        sums.diag += float((s * diag_allowed).sum())
+        sums.diag += float(torch.where(diag_allowed, scores, zero).sum(dtype=torch.float64))
         sums.n_diag += int(diag_allowed.sum()) * heads
 
     def moments(self) -> ScoreMoments:
@@ -173,7 +173,11 @@ def _pretrained_models(model: nn.Module) -> list[PreTrainedModel]:
 
 @contextmanager
 def recording_score_moments(model: nn.Module) -> Iterator[ScoreMomentRecorder]:
-    """Inside the block, forward passes of `model` record the App. J score moments."""
+    """Inside the block, forward passes of `model` record the App. J score moments.
+
+    Scores use each layer's current `scaling`, so measure outside `attention_temperature` (tau = 1).
+    Attention itself runs through SDPA with the eager additive mask; outputs match the model's own.
+    """
     _check_transformers_version()
     _register_recording_attention()
     recorder = ScoreMomentRecorder()

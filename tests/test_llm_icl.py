@@ -259,3 +259,11 @@ def test_prompt_score_moments_on_prompts(tiny_lm, train, test_items):
     assert moments.n_diag == sum(lengths) * 4 * 2  # tokens x heads x layers, padding excluded
     assert math.isfinite(moments.heuristic_tau)
     assert tokenizer.padding_side == "right"
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("datasets") is not None, reason="datasets installed")
+def test_hub_loader_explains_missing_datasets():
+    from scaling.llm_icl import load_sciq_from_hub
+
+    with pytest.raises(ImportError, match="load_sciq"):
+        load_sciq_from_hub("test")
