@@ -157,8 +157,8 @@ class AttentionParams:
     def full_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(V, M), both (d+1, d+1), with the blocks marked * in eq. 7 set to zero."""
         d = self.M11.shape[0]
-        V = torch.zeros(d + 1, d + 1, dtype=self.M11.dtype)
-        M = torch.zeros(d + 1, d + 1, dtype=self.M11.dtype)
+        V = self.M11.new_zeros(d + 1, d + 1)
+        M = self.M11.new_zeros(d + 1, d + 1)
         V[d, :d], V[d, d] = self.v21, self.v22
         M[:d, :d], M[d, :d] = self.M11, self.m21
         return V, M
@@ -201,22 +201,43 @@ def attention_weights(scores: torch.Tensor, tau: float, kind: str) -> torch.Tens
     return ATTENTION_WEIGHTS[kind](scores, tau)
 
 
-def query_scores(xs: torch.Tensor, ys: torch.Tensor, params: AttentionParams) -> torch.Tensor:
-    """Pre-softmax scores of the query column, (K Z)^T (Q z_l) = Z^T M z_l; (B, l)."""
+def query_scores(xs: torch.Tensor, ys: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """Pre-softmax scores of the query column, (K Z)^T (Q z_l) = Z^T M z_l for M (d+1, d+1); (B, l)."""
     z = _query_tokens(xs, ys)  # (B, l, d+1)
-    _, M = params.full_matrices()
     return torch.einsum("bje,ef,bf->bj", z, M, z[:, -1])
+
+
+def attention_prediction_full(
+    xs: torch.Tensor, ys: torch.Tensor, V: torch.Tensor, M: torch.Tensor, tau: float = 1.0,
+    kind: str = "linearized_softmax",
+) -> torch.Tensor:
+    """Query prediction from full V, M (d+1, d+1): S_{d+1,l} (eq. 4), E_{d+1,l} (eq. 5) or eq. 6; (B,)."""
+    z = _query_tokens(xs, ys)  # (B, l, d+1)
+    values = z @ V[-1]  # (B, l): row d+1 of V Z
+    weights = attention_weights(query_scores(xs, ys, M), tau, kind)  # (B, l)
+    return (values * weights).sum(dim=-1)  # the residual Z_{d+1,l} = 0 adds nothing
 
 
 def attention_prediction(
     xs: torch.Tensor, ys: torch.Tensor, params: AttentionParams, tau: float = 1.0, kind: str = "linearized_softmax"
 ) -> torch.Tensor:
-    """Query prediction S_{d+1,l} (eq. 4), E_{d+1,l} (eq. 5) or eq. 6, computed from Z directly; (B,)."""
-    z = _query_tokens(xs, ys)  # (B, l, d+1)
-    V, _ = params.full_matrices()
-    values = z @ V[-1]  # (B, l): row d+1 of V Z
-    weights = attention_weights(query_scores(xs, ys, params), tau, kind)  # (B, l)
-    return (values * weights).sum(dim=-1)  # Z_{d+1,l} = 0 adds nothing
+    """`attention_prediction_full` with the V, M of `params` (blocks * of eq. 7 zero); (B,)."""
+    V, M = params.full_matrices()
+    return attention_prediction_full(xs, ys, V, M, tau, kind)
+
+
+def attention_predictor(
+    params_for_l: Callable[[int], AttentionParams], tau: float = 1.0, kind: str = "linearized_softmax"
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Project predictor `predict(xs (B, N+1, d), ys (B, N+1)) -> (B, N+1)`: column n is the model on
+    the prompt of l = n + 1 columns (pairs 0..n-1, query x_n) with parameters params_for_l(l)."""
+
+    def predict(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        cols = [attention_prediction(xs[:, : n + 1], ys[:, : n + 1], params_for_l(n + 1), tau, kind)
+                for n in range(xs.shape[1])]
+        return torch.stack(cols, dim=1)
+
+    return predict
 
 
 def linearized_prediction_parts(
@@ -290,7 +311,7 @@ def sample_pretrained_parameters(
 ) -> AttentionParams:
     """Eq. 11 estimated from m fresh pretraining prompts of l columns (one task each), in chunks."""
     d = train.d
-    total, gram, count = torch.zeros(d, dtype=train.mu_x.dtype), torch.zeros(d, d, dtype=train.mu_x.dtype), 0
+    total, gram, count = train.mu_x.new_zeros(d), train.mu_x.new_zeros(d, d), 0
     for start in range(0, m, chunk):
         xs, _, _ = sample_prompts(train, min(chunk, m - start), l, generator)
         flat = xs.reshape(-1, d)
@@ -306,7 +327,7 @@ def theory_coefficients(params: AttentionParams, test: PromptDistribution, l: in
     """(a, b, c) with Thm 4.6's error a / tau^2 - b / tau + c (eqs. 12-14, App. I eq. 114)."""
     A, B = test.input_second_moment(), test.task_second_moment()
     S, mu_w, v21, v22, M = test.Sigma_x, test.mu_w, params.v21, params.v22, params.M11
-    eye = torch.eye(test.d, dtype=S.dtype)
+    eye = torch.eye(test.d, dtype=S.dtype, device=S.device)
     B_hat = v22 * (torch.outer(mu_w, v21) + torch.outer(v21, mu_w)) + v22**2 * B  # eq. 14
     F1 = (S @ B_hat + (v22**2 * test.sigma**2 + torch.trace(B_hat @ S)) / l * eye) @ S  # eq. 13
     F2 = (torch.outer(mu_w, v21) + v22 * B) @ S  # eq. 13
@@ -358,11 +379,12 @@ def simulated_temperature_curve(
 ) -> pd.DataFrame:
     """Monte Carlo error of eq. 5 at each tau on one common set of prompts: columns tau, err_raw, err_se, err."""
     p, r = _prediction_parts_mc(params, test, l, n_prompts, generator, chunk)
-    tau = torch.as_tensor(np.asarray(taus, dtype=float), dtype=p.dtype)
+    tau = torch.as_tensor(np.asarray(taus, dtype=float), dtype=p.dtype, device=p.device)
     sq = (r.unsqueeze(0) - p.unsqueeze(0) / tau.unsqueeze(1)) ** 2  # (T, n)
     err, se = sq.mean(1), sq.std(1) / math.sqrt(n_prompts)
     norm = test.label_second_moment()
-    return pd.DataFrame({"tau": tau.numpy(), "err_raw": err.numpy(), "err_se": se.numpy(), "err": err.numpy() / norm})
+    err, se = err.cpu().numpy(), se.cpu().numpy()
+    return pd.DataFrame({"tau": np.asarray(taus, dtype=float), "err_raw": err, "err_se": se, "err": err / norm})
 
 
 def simulated_optimal_temperature(
