@@ -120,8 +120,8 @@ def figure2_curves(
     m: int = 5000, n_prompts: int = 2000, seed: int = 0, params_source: str = "sampled",
 ) -> pd.DataFrame:
     """Fig. 2 noise shift: (a) error vs l/d at sigma_test; (b) error vs sigma_test at l/d = 1;
-    (c) tau_opt vs sigma_test, Thm 4.7 (theory) and the Monte Carlo minimiser (simulation, with
-    its standard error in tau_se), each row's err taken at that tau."""
+    (c) tau_opt vs sigma_test: Thm 4.7 (theory, err = Thm 4.6 at that tau) and the Monte Carlo
+    minimiser of eq. 5's error (simulation, standard error in tau_se, err left NaN)."""
     train = isotropic_distribution(d, sigma_train)
     generator = torch.Generator(device=train.mu_x.device).manual_seed(seed)
     panel_a = error_vs_context_curves(train, shifted_distribution(train, "noise", sigma=sigma_test),

@@ -6,12 +6,14 @@ under Distribution Shift":
 - data (eq. 2): x ~ N(mu_x, Sigma_x), w ~ N(mu_w, Sigma_w), y = w^T x + eps, eps ~ N(0, sigma^2);
   a prompt holds l columns, l - 1 labelled pairs and one query (`PromptDistribution`, `sample_prompts`);
 - attention read-outs of the query column: softmax (eq. 4), linearized softmax (eq. 5, App. B) and
-  linear attention (eq. 6), with temperature tau (`attention_prediction`, `attention_weights`);
+  linear attention (eq. 6), with temperature tau (`attention_prediction`, `attention_prediction_full`,
+  `attention_weights`; `attention_predictor` wraps them in the project's (B, N+1) predictor interface);
 - the reduced form of eq. 5 (eqs. 10, 43-47): y_hat = p / tau + q (`linearized_prediction_parts`);
 - Bayes-optimal ridge (eq. 9, App. A) (`bayes_ridge_weights`);
 - Lemma 4.1 (eq. 11, App. F) pretrained parameters, population and m-prompt estimate;
 - Thm 4.6 (eqs. 12-14, App. G) generalization error and Thm 4.7 (eq. 15, App. I) optimal tau;
-- Monte Carlo error over a tau grid and the curves of Figs. 1, 2, 4, 5 as tidy DataFrames.
+- Monte Carlo error over a tau grid and its minimiser (`simulated_temperature_curve`,
+  `simulated_optimal_temperature`); the figure curves built on them live in temperature_curves.py.
 
 Conventions and choices where the paper is loose (each checked by Monte Carlo in the tests):
 - A prompt is `xs` (B, l, d), `ys` (B, l); ys[:, -1] is the query's true label and is never fed to
