@@ -235,6 +235,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
     except KeyboardInterrupt:
         outcome.interrupted = True
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
+        tracker.end_sweep_run(parent, False)
         return outcome
     for result in results:
         key = result.config["cell_config"]["key"]
@@ -253,6 +254,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
         outcome.interrupted = True
         out.write(f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
                   f" to resume them from their checkpoints.\n")
+    tracker.end_sweep_run(parent, outcome.ok)
     return outcome
 
 
