@@ -59,30 +59,32 @@ def nn_student_predictions(prompts: Prompts, hidden: int = 100, lr: float = 5e-3
     out = torch.zeros(prompts.ys.shape, dtype=torch.float64)
     for start in range(0, len(prompts), chunk):
         part = prompts.slice(start, start + chunk)
-        out[start:start + len(part)] = train_students(part.xs.detach().cpu().float(), part.ys.detach().cpu().float(),
-                                                      hidden, lr, batch, steps, generator(seed, "nn-student", start))
+        gen = generator(seed, "nn-student", start, part.xs.device)
+        out[start:start + len(part)] = train_students(part.xs.detach().float(), part.ys.detach().float(),
+                                                      hidden, lr, batch, steps, gen).cpu()
     return out.to(device=prompts.ys.device, dtype=prompts.ys.dtype)
 
 
 def train_students(xs: torch.Tensor, ys: torch.Tensor, hidden: int, lr: float, batch: int, steps: int,
                    gen: torch.Generator) -> torch.Tensor:
     B, P, d = xs.shape
+    device = xs.device
     M = B * (P - 1)                                                          # one net per (prompt, n >= 1)
-    n = torch.arange(1, P).repeat(B)                                         # (M,) prefix length per net
+    n = torch.arange(1, P, device=device).repeat(B)                                         # (M,) prefix length per net
     data_x = xs.repeat_interleave(P - 1, dim=0)                              # (M, P, d)
     data_y = ys.repeat_interleave(P - 1, dim=0)                              # (M, P)
     bound0, bound1 = 1 / math.sqrt(d), 1 / math.sqrt(hidden)
-    params = [(torch.rand(M, d, hidden, generator=gen) * 2 - 1) * bound0,
-              (torch.rand(M, 1, hidden, generator=gen) * 2 - 1) * bound0,
-              (torch.rand(M, hidden, 1, generator=gen) * 2 - 1) * bound1,
-              (torch.rand(M, 1, 1, generator=gen) * 2 - 1) * bound1]
+    params = [(torch.rand(M, d, hidden, generator=gen, device=device) * 2 - 1) * bound0,
+              (torch.rand(M, 1, hidden, generator=gen, device=device) * 2 - 1) * bound0,
+              (torch.rand(M, hidden, 1, generator=gen, device=device) * 2 - 1) * bound1,
+              (torch.rand(M, 1, 1, generator=gen, device=device) * 2 - 1) * bound1]
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.Adam(params, lr=lr)
-    positions = torch.arange(P).expand(M, P)
+    positions = torch.arange(P, device=device).expand(M, P)
     in_prefix = positions < n.unsqueeze(1)                                   # (M, P)
     for _ in range(steps):
-        scores = torch.rand(M, P, generator=gen).masked_fill(~in_prefix, 2.0)
+        scores = torch.rand(M, P, generator=gen, device=device).masked_fill(~in_prefix, 2.0)
         ranks = scores.argsort(dim=1).argsort(dim=1)
         chosen = (ranks < batch) & in_prefix                                 # min(batch, n) random pairs
         pred = forward(params, data_x)                                       # (M, P)
@@ -92,7 +94,7 @@ def train_students(xs: torch.Tensor, ys: torch.Tensor, hidden: int, lr: float, b
         optimizer.step()
     with torch.no_grad():
         query = forward(params, data_x).gather(1, n.unsqueeze(1)).squeeze(1)   # (M,) prediction at x_n
-    return torch.cat([torch.zeros(B, 1), query.reshape(B, P - 1)], dim=1).double()
+    return torch.cat([torch.zeros(B, 1, device=device), query.reshape(B, P - 1)], dim=1).double()
 
 
 def forward(params: list[torch.Tensor], xs: torch.Tensor) -> torch.Tensor:

@@ -76,6 +76,16 @@ def ridge_weights(xs: torch.Tensor, ys: torch.Tensor, lam: float | torch.Tensor)
     return torch.linalg.solve(regularised, rhs)
 
 
+def ridge_path(xs: torch.Tensor, ys: torch.Tensor, lambdas: tuple[float, ...]) -> torch.Tensor:
+    """Ridge weights of every prefix for every lambda (> 0), (K, B, P, d), from one eigendecomposition
+    G_n = V diag(e) V^T: w = V diag(1 / (e + lambda)) V^T b_n."""
+    grams, rhs = prefix_grams(xs, ys)
+    e, V = torch.linalg.eigh(grams)                                          # (B, P, d), (B, P, d, d)
+    proj = torch.einsum("bpij,bpi->bpj", V, rhs)                             # V^T b: (B, P, d)
+    lam = torch.tensor(lambdas, dtype=torch.float64, device=xs.device).reshape(-1, 1, 1, 1)
+    return torch.einsum("bpij,kbpj->kbpi", V, proj / (e.clamp(min=0) + lam))
+
+
 def ridge_predictions(prompts: Prompts, lam: float | torch.Tensor) -> torch.Tensor:
     weights = ridge_weights(prompts.xs, prompts.ys, lam)                     # (B, P, d)
     return (weights * prompts.xs.double()).sum(-1).to(prompts.ys.dtype)      # (B, P)
@@ -145,7 +155,13 @@ def ridge_per_level(task: TaskConfig, options: dict) -> Predictor:
 
 def ridge_errors(prompts: Prompts, lambdas: tuple[float, ...]) -> torch.Tensor:
     """Squared error of ridge at every lambda and position: (K, B, P)."""
-    return torch.stack([(ridge_predictions(prompts, lam).double() - prompts.ys.double()) ** 2 for lam in lambdas])
+    return (ridge_path_predictions(prompts, lambdas) - prompts.ys.double()) ** 2
+
+
+def ridge_path_predictions(prompts: Prompts, lambdas: tuple[float, ...]) -> torch.Tensor:
+    """Ridge predictions at every lambda (> 0) and position, float64: (K, B, P)."""
+    weights = ridge_path(prompts.xs, prompts.ys, lambdas)                    # (K, B, P, d)
+    return (weights * prompts.xs.double()).sum(-1)
 
 
 def ridge_tuned(task: TaskConfig, options: dict) -> Predictor:
@@ -162,12 +178,10 @@ def ridge_tuned(task: TaskConfig, options: dict) -> Predictor:
         return chosen[points]
 
     def predict(prompts: Prompts) -> torch.Tensor:
-        index = best(prompts.xs.shape[1])
-        out = torch.zeros_like(prompts.ys)
-        for k in index.unique().tolist():
-            columns = (index == k).to(prompts.ys.device)
-            out[:, columns] = ridge_predictions(prompts, lambdas[k])[:, columns]
-        return out
+        index = best(prompts.xs.shape[1]).to(prompts.ys.device)                   # (P,)
+        preds = ridge_path_predictions(prompts, lambdas)                          # (K, B, P)
+        chosen = index.reshape(1, 1, -1).expand(1, *preds.shape[1:])
+        return preds.gather(0, chosen).squeeze(0).to(prompts.ys.dtype)
     return predict
 
 
@@ -208,8 +222,7 @@ def ridge_validation(task: TaskConfig, options: dict) -> Predictor:
         j = torch.arange(P, device=device)
         in_val = (j.unsqueeze(0) >= t.unsqueeze(1)) & (j.unsqueeze(0) < n.unsqueeze(1))   # (P_n, P_j)
         val_errors, preds = [], []
-        for lam in lambdas:
-            w = ridge_weights(xs, ys, lam)                                   # (B, P, d)
+        for w in ridge_path(xs, ys, lambdas):                                # (B, P, d) per lambda
             fitted = torch.einsum("bmd,bjd->bmj", w[:, t], xs)               # (B, P_n, P_j): w_{t(n)} . x_j
             sq = (fitted - ys.unsqueeze(1)) ** 2 * in_val
             val_errors.append(sq.sum(-1) / in_val.sum(-1).clamp(min=1))      # (B, P)
