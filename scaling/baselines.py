@@ -290,7 +290,7 @@ def averaging(task: TaskConfig, options: dict) -> Predictor:
 def causal_distances(xs: torch.Tensor) -> torch.Tensor:
     """Squared distances ||x_n - x_j||^2, (B, P, P) in float64, with j >= n set to +inf."""
     xs = xs.double()
-    sq = (xs.unsqueeze(2) - xs.unsqueeze(1)).pow(2).sum(-1)                  # (B, P_n, P_j)
+    sq = torch.cdist(xs, xs, compute_mode="donot_use_mm_for_euclid_dist").pow(2)   # (B, P_n, P_j), exact zeros
     future = torch.ones(xs.shape[1], xs.shape[1], dtype=torch.bool, device=xs.device).triu()
     return sq.masked_fill(future, math.inf)
 

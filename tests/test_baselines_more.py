@@ -240,6 +240,7 @@ def test_split_rows_per_noise_level():
     assert set(plain["predictor"]) == {"zero", "ridge_per_level"}             # no family, no split_by
 
 
+@pytest.mark.slow
 def test_process_pool_gives_the_same_predictions_as_one_process():
     prompts = small_prompts(TaskConfig(d=3), count=4, points=7)
     one = build_baselines(("decision_tree(n_jobs=1)",), TaskConfig(d=3))["decision_tree(n_jobs=1)"](prompts)

@@ -58,8 +58,9 @@ def test_mixed_noise_draws_each_level_with_probability_one_half():
     levels = prompts.meta["noise_std"]
     assert levels.unique().tolist() == pytest.approx([0.1, 0.5])
     assert (levels == levels.max()).float().mean().item() == pytest.approx(0.5, abs=0.03)   # 4 sigma
-    residual = prompts.ys - torch.einsum("bpd,bd->bp", prompts.xs, torch.linalg.lstsq(
-        prompts.xs, prompts.ys.unsqueeze(-1)).solution.squeeze(-1))
+    xs, ys = prompts.xs.double(), prompts.ys.double()
+    beta = torch.linalg.solve(xs.transpose(1, 2) @ xs, (xs.transpose(1, 2) @ ys.unsqueeze(-1))).squeeze(-1)
+    residual = ys - torch.einsum("bpd,bd->bp", xs, beta)
     high = residual[levels > 0.3].pow(2).mean() * 64 / 60                # dof-corrected noise variance
     assert high.item() == pytest.approx(0.25, rel=0.05)
 
