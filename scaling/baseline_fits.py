@@ -84,9 +84,7 @@ def train_students(xs: torch.Tensor, ys: torch.Tensor, hidden: int, lr: float, b
     positions = torch.arange(P, device=device).expand(M, P)
     in_prefix = positions < n.unsqueeze(1)                                   # (M, P)
     for _ in range(steps):
-        scores = torch.rand(M, P, generator=gen, device=device).masked_fill(~in_prefix, 2.0)
-        ranks = scores.argsort(dim=1).argsort(dim=1)
-        chosen = (ranks < batch) & in_prefix                                 # min(batch, n) random pairs
+        chosen = in_prefix if P - 1 <= batch else random_subset(in_prefix, batch, gen)
         pred = forward(params, data_x)                                       # (M, P)
         per_net = ((pred - data_y) ** 2 * chosen).sum(1) / chosen.sum(1)
         optimizer.zero_grad(set_to_none=True)
@@ -95,6 +93,13 @@ def train_students(xs: torch.Tensor, ys: torch.Tensor, hidden: int, lr: float, b
     with torch.no_grad():
         query = forward(params, data_x).gather(1, n.unsqueeze(1)).squeeze(1)   # (M,) prediction at x_n
     return torch.cat([torch.zeros(B, 1, device=device), query.reshape(B, P - 1)], dim=1).double()
+
+
+def random_subset(in_prefix: torch.Tensor, batch: int, gen: torch.Generator) -> torch.Tensor:
+    """A uniform random subset of min(batch, n) of each row's prefix positions: (M, P) bool."""
+    scores = torch.rand(in_prefix.shape, generator=gen, device=in_prefix.device).masked_fill(~in_prefix, 2.0)
+    ranks = scores.argsort(dim=1).argsort(dim=1)
+    return (ranks < batch) & in_prefix
 
 
 def forward(params: list[torch.Tensor], xs: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,8 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from .baselines import Predictor, build_baselines
-from .config import check, check_choice
+from .baselines import Predictor, build_baselines, parse_baseline
+from .config import ConfigError, check, check_choice
 from .models import build_model
 from .tasks import Prompts, ShiftConfig, TaskFamily, TaskPool, derive_seed, fresh_prompts, generator, make_family
 
@@ -66,6 +66,11 @@ class EvalConfig:
         check(0 < self.ci < 1, "ci", f"must be in (0, 1), got {self.ci}")
         check(self.bootstrap >= 1, "bootstrap", f"must be >= 1, got {self.bootstrap}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        for i, name in enumerate(self.baselines):
+            try:
+                parse_baseline(name)
+            except (KeyError, ValueError) as err:
+                raise ConfigError(f"baselines[{i}]", str(err).strip("'\"")) from None
 
 
 def resolve_device(name: str) -> torch.device:

@@ -157,7 +157,7 @@ def test_ridge_validation_selects_per_prompt_from_its_own_pairs():
 
 FAST = ["zero", "least_squares", "ridge", "ridge_per_level", "ridge_tuned", "ridge_validation", "bayes_discrete",
         "averaging", "knn", "hilbert", "lasso", "xgboost", "decision_tree", "decision_tree(max_depth=none)",
-        "nn_student(steps=5)"]
+        "nn_student(steps=5)", "nn_student(steps=5, batch=3)"]
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -249,3 +249,18 @@ def test_process_pool_gives_the_same_predictions_as_one_process():
     from scaling.baseline_cache import map_prompts
     from scaling.baseline_fits import prefix_fits
     assert torch.equal(map_prompts(prefix_fits, prompts, 2, kind="tree", options={}), one)
+
+
+def test_eval_config_rejects_unknown_baselines_at_plan_time():
+    from scaling.config import ConfigError, from_dict
+    with pytest.raises(ConfigError, match=r"baselines\[1\]: unknown baseline 'lass'; known: zero"):
+        from_dict(EvalConfig, {"baselines": ["zero", "lass(alpha=0.1)"]})
+    assert from_dict(EvalConfig, {"baselines": ["lasso(alpha=0.1)"], "split_by": "noise_std"}).split_by == ("noise_std",)
+
+
+def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
+    from scaling.baseline_fits import random_subset
+    from scaling.tasks import generator
+    in_prefix = torch.arange(10).expand(9, 10) < torch.arange(1, 10).unsqueeze(1)       # n = 1..9
+    chosen = random_subset(in_prefix, 4, generator(0, "s"))
+    assert chosen.sum(1).tolist() == [1, 2, 3, 4, 4, 4, 4, 4, 4] and not (chosen & ~in_prefix).any()
