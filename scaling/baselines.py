@@ -36,7 +36,7 @@ import yaml
 from .baseline_cache import CachedPredictor, default_jobs, map_prompts
 from .baseline_fits import nn_student_predictions, prefix_fits
 from .config import canonical
-from .tasks import Prompts, ShiftConfig, TaskConfig, derive_seed, fresh_prompts, make_family
+from .tasks import Prompts, ShiftConfig, TaskConfig, fresh_prompts, make_family
 
 
 class Predictor(Protocol):

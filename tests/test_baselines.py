@@ -4,7 +4,7 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.baselines import BASELINES, build_baselines, ridge_predictions
+from scaling.baselines import build_baselines, ridge_predictions
 from scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 

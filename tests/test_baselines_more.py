@@ -87,6 +87,24 @@ def test_discrete_mmse_matches_a_direct_posterior():
             assert pred[b, n] == pytest.approx(post @ (betas @ xs[b, n]), abs=1e-7)
 
 
+def test_discrete_mmse_mixes_noise_levels_like_a_direct_posterior():
+    pool = TaskPool(make_family(MIXED), 6, seed=1)
+    prompts = pool.batch(0, 3, 8)
+    betas = pool.tasks(torch.arange(6))["beta"]
+    pred = discrete_mmse(betas, (0.1, 0.5), chunk=4)(prompts).double().numpy()   # chunks split the pool
+    betas, xs, ys = betas.double().numpy(), prompts.xs.double().numpy(), prompts.ys.double().numpy()
+    for b in range(3):
+        for n in range(8):
+            logs, means = [], []
+            for s in (0.1, 0.5):
+                for beta in betas:
+                    rss = np.sum((ys[b, :n] - xs[b, :n] @ beta) ** 2)
+                    logs.append(-rss / (2 * s * s) - n * np.log(s))
+                    means.append(beta @ xs[b, n])
+            w = np.exp(np.array(logs) - max(logs))
+            assert pred[b, n] == pytest.approx(w @ np.array(means) / w.sum(), abs=1e-6)
+
+
 def test_discrete_mmse_needs_a_finite_pool_and_a_linear_task():
     with pytest.raises(BaselineNotApplicable, match="finite task pool"):
         build_baselines(("bayes_discrete",), LIN)
