@@ -25,6 +25,7 @@ interval is given (NaN and a note).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -179,29 +180,17 @@ class Problem:
 
 
 def starting_grid(problem: Problem) -> np.ndarray:
-    """(G, n_free) starting points spread around the data's scale: E below the smallest error,
-    each term's coefficient set so the term matches the largest error at the smallest x."""
-    y_min, y_max = problem.logy.min(), problem.logy.max()
-    e_grid = [y_min + math.log(f) for f in (0.1, 0.5, 0.9)] if problem.fixed_e is None else [None]
-    per_term = []
-    for k in range(problem.logx.shape[1]):
-        x0 = problem.logx[:, k].min()
-        per_term.append(
-            [(y_max + s * x0 + shift, s) for s in (0.1, 0.5, 1.0, 2.0) for shift in (-1.0, 0.0)]
-        )
-    grid = []
-    for e in e_grid:
-        for combo in _product(per_term):
-            theta = [c for pair in combo for c in pair]
-            grid.append(theta if e is None else [e, *theta])
-    return np.clip(np.array(grid), *zip(*problem.bounds()))
-
-
-def _product(lists: list[list]) -> list[tuple]:
-    out: list[tuple] = [()]
-    for options in lists:
-        out = [prev + (o,) for prev in out for o in options]
-    return out
+    """(G, n_free) starting points around the data's scale: E a fraction of the smallest error,
+    each term's exponent from a spread of values and its coefficient (the term's log value at the
+    centre of log x) at the median log error."""
+    y_min, y_mid = problem.logy.min(), float(np.median(problem.logy))
+    e_grid = [y_min + math.log(f) for f in (0.1, 0.5, 0.9)] if problem.fixed_e is None else []
+    exponents = (0.2, 0.6, 1.5)
+    per_term = [[(y_mid, s) for s in exponents]] * problem.logx.shape[1]
+    combos = [[v for pair in combo for v in pair] for combo in itertools.product(*per_term)]
+    grid = [[e, *c] for e in e_grid for c in combos] if e_grid else combos
+    low, high = zip(*problem.bounds())
+    return np.clip(np.array(grid), low, high)
 
 
 def minimise(
@@ -294,6 +283,8 @@ def fit_points(
     with threadpool_limits(1, "blas"):
         theta, loss, ok, message = best_fit(problem, np.ones(len(points)), maxiter)
         out.update(named_params(problem, theta, spec), converged=ok, message=message, loss=loss)
+        if fixed_E is not None:
+            out["E"] = float(fixed_E)
         if not ok:
             out["note"] = "optimiser did not converge; parameters unreliable, no interval"
             return out
