@@ -20,7 +20,8 @@ floor (e.g. the noise level's normalised error); E = 0 drops the constant term.
 Intervals come from a cluster bootstrap over seeds: the set of seeds is resampled with replacement
 and each draw keeps all rows of the drawn seeds (rows drawn twice count twice). Each resample is refit
 from the full fit's optimum; intervals are percentiles of the converged refits. With one seed no
-interval is given (NaN and a note).
+interval is given (NaN and a note). With few seeds percentile intervals run narrow (a 95% interval
+covered the true exponent in 95% of synthetic repetitions with 8 seeds, about 90% with 4-5 seeds).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
-from scipy.special import logsumexp
 from threadpoolctl import threadpool_limits
 
 
@@ -151,10 +151,6 @@ class Problem:
         z[:, 1:] = cs[:, 0] - cs[:, 1] * self.logx  # (P, K)
         return z
 
-    def log_pred(self, theta: np.ndarray) -> np.ndarray:
-        """(P,) log err_hat."""
-        return logsumexp(self.terms(theta), axis=1)
-
     def loss_and_grad(self, theta: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray]:
         """Weighted summed Huber loss of log residuals and its gradient in theta."""
         z = self.terms(theta)  # (P, 1+K)
@@ -252,11 +248,14 @@ def fit_points(
     rng = np.random.default_rng(rng)
     if fixed_E is not None and not fixed_E >= 0:
         raise ValueError(f"fixed_E must be >= 0, got {fixed_E}")
-    logx = np.log(points[list(spec.axes)].to_numpy(float))  # (P, K)
+    x, err = points[list(spec.axes)].to_numpy(float), points["err"].to_numpy(float)  # (P, K), (P,)
+    if not (np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(err) & (err > 0))):
+        raise ValueError("fit_points needs finite positive err and axis values")
+    logx = np.log(x)
     problem = Problem(
         logx=logx - logx.mean(axis=0),
         centre=logx.mean(axis=0),
-        logy=np.log(points["err"].to_numpy(float)),
+        logy=np.log(err),
         fixed_e=None if fixed_E is None else (math.log(fixed_E) if fixed_E > 0 else -math.inf),
         delta=delta,
     )
@@ -275,8 +274,10 @@ def fit_points(
         "note": "",
     }
     distinct = len(np.unique(problem.logx, axis=0))
-    if distinct < problem.n_free:
-        out["message"] = f"not fitted: {distinct} distinct points for {problem.n_free} parameters"
+    per_axis = min(len(np.unique(col)) for col in problem.logx.T)
+    if distinct < problem.n_free or per_axis < 2:
+        out["message"] = (f"not fitted: {distinct} distinct points ({per_axis} on the sparsest "
+                          f"axis) for {problem.n_free} parameters")
         out["note"] = out["message"]
         return out
     # L-BFGS-B calls BLAS on tiny matrices; BLAS threads only add contention (10x slower here)
@@ -285,15 +286,39 @@ def fit_points(
         out.update(named_params(problem, theta, spec), converged=ok, message=message, loss=loss)
         if fixed_E is not None:
             out["E"] = float(fixed_E)
+        out["note"] = _bound_note(out, spec)
         if not ok:
-            out["note"] = "optimiser did not converge; parameters unreliable, no interval"
+            _add_note(out, "optimiser did not converge; parameters unreliable, no interval")
             return out
         if out["n_seeds"] < 2:
-            out["note"] = "single seed: no bootstrap interval"
+            _add_note(out, "single seed: no bootstrap interval")
             return out
-        out.update(_bootstrap_bounds(problem, spec, theta, seeds, n_boot, level, rng, maxiter))
+        boot = _bootstrap_bounds(problem, spec, theta, seeds, n_boot, level, rng, maxiter)
+        _add_note(out, boot.pop("note", ""))
+        out.update(boot)
     if fixed_E is not None:
         out["E_lo"] = out["E_hi"] = float(fixed_E)
+    return out
+
+
+def _add_note(out: dict, text: str) -> None:
+    out["note"] = "; ".join(t for t in (out["note"], text) if t)
+
+
+def _bound_note(params: dict, form: Form) -> str:
+    """A note naming exponents that ended on a bound of EXPONENT_BOUNDS (e.g. a flat curve)."""
+    hit = [f"{e} at bound {params[e]:g}" for e in form.exponents if params[e] in EXPONENT_BOUNDS]
+    return "; ".join(hit)
+
+
+def predicted_err(fit: dict | pd.Series, n: np.ndarray | float = math.inf,
+                  T: np.ndarray | float = math.inf) -> np.ndarray:
+    """E + A n^-alpha + B T^-beta from a row of fit results (terms the form lacks are left out;
+    T = inf drops the task term), for drawing fitted curves."""
+    out = np.full(np.broadcast(n, T).shape, float(fit["E"]))
+    for coef, expo, x in (("A", "alpha", n), ("B", "beta", T)):
+        if not math.isnan(fit[coef]):
+            out = out + fit[coef] * np.asarray(x, float) ** -fit[expo]
     return out
 
 
@@ -309,13 +334,16 @@ def _bootstrap_bounds(
 ) -> dict:
     """Percentile interval bounds of each parameter over seed-cluster resamples, each refit from
     the full fit's optimum. A resample becomes integer weights on the rows; resamples drawing the
-    same multiset of seeds (frequent with few seeds) share one refit."""
+    same multiset of seeds (frequent with few seeds) share one refit; a refit that fails to
+    converge is retried from the starting grid and left out of the interval if it fails again."""
     fits, n_ok, cache = [], 0, {}
     for idx in cluster_resample_indices(seeds, n_boot, rng):
         weights = np.bincount(idx, minlength=len(seeds)).astype(float)
         key = weights.tobytes()
         if key not in cache:
             t, _, ok, _ = minimise(problem, theta, weights, maxiter)
+            if not ok:  # rare: fall back on the full starting grid
+                t, _, ok, _ = best_fit(problem, weights, maxiter)
             cache[key] = named_params(problem, t, form) if ok else None
         if cache[key] is not None:
             n_ok += 1

@@ -18,6 +18,7 @@ from analysis.fit import (
     fit_task_scaling,
     form_named,
     huber,
+    predicted_err,
     scaling_points,
 )
 from synthetic_tables import saturating_law, synthetic_table
@@ -206,3 +207,27 @@ def test_fit_all_stacks_forms_and_unknown_form_lists_known():
     assert fits.form.value_counts().to_dict() == {"context": 3, "task": 3, "joint": 1}
     with pytest.raises(ValueError, match="joint"):
         form_named("chinchilla")
+
+
+def test_predicted_err_evaluates_the_fitted_law():
+    law = saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    fit = dict(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    n, T = np.array([5.0, 40.0]), np.array([1e3, INF])
+    np.testing.assert_allclose(predicted_err(fit, n, T), [law(5, 1e3), law(40, INF)])
+    context_only = dict(fit, B=math.nan, beta=math.nan)
+    np.testing.assert_allclose(predicted_err(context_only, n), 0.05 + n**-0.8)
+
+
+def test_flat_curve_fit_notes_exponent_on_bound_or_vanishing_term():
+    tab = context_table(np.random.default_rng(0), seeds=range(3),
+                        law=saturating_law(E=0.3), noise=0.01)
+    fit = fit_context_scaling(tab, n_boot=50).iloc[0]
+    assert fit.converged
+    np.testing.assert_allclose(predicted_err(fit, np.array(NS)), 0.3, rtol=0.03)
+    assert "alpha at bound" in fit.note or fit.A * 5**-fit.alpha < 0.01
+
+
+def test_non_positive_errors_are_rejected_by_fit_points():
+    points = pd.DataFrame({"seed": [0, 0, 0], "n": [5, 10, 20], "err": [0.5, 0.0, 0.2]})
+    with pytest.raises(ValueError, match="positive"):
+        fit_points(points, "context")
