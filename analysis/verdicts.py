@@ -179,7 +179,8 @@ def _value(x: float) -> str:
 
 def verdict_summary(verdicts: pd.DataFrame, question: str) -> dict[str, list[str]]:
     """Label -> the units (model, prefixed by sweep when there are several sweeps) given it. A unit
-    whose groups disagree is listed under each label with the fixed axis value, e.g. "mlp [T=1e+06]"."""
+    whose groups disagree is listed under each label with the fixed axis value, e.g.
+    "mlp [T=1e+06]"."""
     q = question_named(question)
     labels = {q.yes: [], q.no: [], INCONCLUSIVE: []}
     if verdicts.empty:
@@ -217,7 +218,8 @@ def format_verdicts(
     lines = [answer_line(*pick)]
     cols = ["model", "predictor", "x_min", "x_max", "n_seeds", "drop", "drop_lo", "drop_hi",
             "trend_p", "verdict", "note"]
-    for title, verdicts, fixed in (("Context scaling", pick[0], "T"), ("Task scaling", pick[1], "n")):
+    sections = (("Context scaling", pick[0], "T"), ("Task scaling", pick[1], "n"))
+    for title, verdicts, fixed in sections:
         lines.append(f"\n{title}:")
         if verdicts.empty:
             lines.append("  (no groups)")
