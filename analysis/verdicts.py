@@ -177,19 +177,26 @@ def _value(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:g}"
 
 
+def unit_names(verdicts: pd.DataFrame) -> pd.Series:
+    """The name a verdict row's unit goes by in the answer: the model, prefixed by the sweep when
+    there are several sweeps and followed by the task.* settings that vary."""
+    name = verdicts["model"].astype(str)
+    if "sweep" in verdicts and verdicts["sweep"].nunique() > 1:
+        name = verdicts["sweep"].astype(str) + "/" + name
+    varying = [c for c in verdicts if c.startswith("task.") and verdicts[c].nunique() > 1]
+    for c in varying:
+        name = name + f" {c[len('task.'):]}=" + verdicts[c].astype(str)
+    return name
+
+
 def verdict_summary(verdicts: pd.DataFrame, question: str) -> dict[str, list[str]]:
-    """Label -> the units (model, prefixed by sweep when there are several sweeps) given it. A unit
-    whose groups disagree is listed under each label with the fixed axis value, e.g.
-    "mlp [T=1e+06]"."""
+    """Label -> the units (unit_names) given it. A unit whose groups disagree is listed under each
+    label with the fixed axis value, e.g. "mlp [T=1e+06]"."""
     q = question_named(question)
     labels = {q.yes: [], q.no: [], INCONCLUSIVE: []}
     if verdicts.empty:
         return labels
-    multi = "sweep" in verdicts and verdicts["sweep"].nunique() > 1
-    unit = verdicts["model"].astype(str)
-    if multi:
-        unit = verdicts["sweep"].astype(str) + "/" + unit
-    for name, group in verdicts.groupby(unit, sort=True):
+    for name, group in verdicts.groupby(unit_names(verdicts), sort=True):
         if group["verdict"].nunique() == 1:
             labels[group["verdict"].iloc[0]].append(name)
             continue
@@ -224,6 +231,7 @@ def format_verdicts(
         if verdicts.empty:
             lines.append("  (no groups)")
             continue
-        shown = [c for c in ["sweep", fixed, *cols] if c in verdicts]
+        tasks = sorted(c for c in verdicts if c.startswith("task."))
+        shown = [c for c in ["sweep", *tasks, fixed, *cols] if c in verdicts]
         lines.append(verdicts[shown].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     return "\n".join(lines)

@@ -116,6 +116,16 @@ def test_answer_names_models_and_splits_mixed_ones():
     assert text.splitlines()[0] == line and "Task scaling:" in text
 
 
+def test_units_carry_the_task_settings_that_vary():
+    law = saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    linear = table(law, "sgpt").assign(**{"task.name": "linear"})
+    relu = table(saturating_law(E=0.4), "sgpt", seed=1).assign(**{"task.name": "relu"})
+    context = context_verdicts(pd.concat([linear, relu]), n_boot=200)
+    assert len(context) == 2 * len(TS)
+    line = answer_line(context, task_verdicts(pd.concat([linear, relu]), n_boot=200))
+    assert line.startswith("context-scale: sgpt name=linear (not: sgpt name=relu;")
+
+
 def test_baselines_are_left_out_of_the_answer_by_default():
     gpt2 = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2")
     ridge = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2", seed=3).assign(
