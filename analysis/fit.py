@@ -19,9 +19,10 @@ floor (e.g. the noise level's normalised error); E = 0 drops the constant term.
 
 Intervals come from a cluster bootstrap over seeds: the set of seeds is resampled with replacement
 and each draw keeps all rows of the drawn seeds (rows drawn twice count twice). Each resample is
-refit from the full fit's optimum; intervals are percentiles of the converged refits. With one seed no
-interval is given (NaN and a note). With few seeds percentile intervals run narrow (a 95% interval
-covered the true exponent in 95% of synthetic repetitions with 8 seeds, about 90% with 4-5 seeds).
+refit from the full fit's optimum; intervals are percentiles of the converged refits. With one
+seed no interval is given (NaN and a note). With few seeds percentile intervals run narrow (a 95%
+interval covered the true exponent in 95% of synthetic repetitions with 8 seeds, about 90% with
+4-5 seeds).
 """
 
 from __future__ import annotations
