@@ -18,8 +18,9 @@ from synthetic_tables import lattice_table, write_store
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 
 
-@pytest.fixture
-def store(tmp_path):
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("store")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     table = lattice_table(rng=np.random.default_rng(0), Ts=(100, 1e5, math.inf), Ns=(5, 10, 20), seeds=(0, 1, 2),
                           sweep="fig1-quick")
@@ -88,7 +89,7 @@ def test_compare_two_sweeps_in_one_report(store, tmp_path, capsys):
     uri, first = store
     second = lattice_table(rng=np.random.default_rng(5), Ts=(1e5, math.inf), Ns=(5, 10, 20, 40), seeds=(0, 1),
                            sweep="fig1")
-    write_store(uri, second, tmp_path / "b")
+    write_store(uri, second, tmp_path / "b")        # a second experiment in the same store
     out = tmp_path / "cmp"
     assert main(["--experiment", "fig1-quick", "--experiment", "fig1", "--tracking-uri", uri, "--out", str(out),
                  "--bootstrap", "20"]) == 0
@@ -105,8 +106,9 @@ def test_compare_two_sweeps_in_one_report(store, tmp_path, capsys):
     assert {"alpha_A", "alpha_B", "alpha_lo_A", "alpha_hi_B"} <= set(side.columns) and len(side)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("fig1-quick").experiment_id
-    runs = client.search_runs([exp], "tags.kind = 'analysis'")
-    assert [r.data.tags["compare_with"] for r in runs] == ["fig1"]
+    runs = client.search_runs([exp], "tags.kind = 'analysis' and tags.compare_with = 'fig1'")
+    assert len(runs) == 1 and not client.search_runs([client.get_experiment_by_name("fig1").experiment_id],
+                                                     "tags.kind = 'analysis'")
     assert "A: fig1-quick" in capsys.readouterr().out
 
 
