@@ -92,7 +92,8 @@ def context_panels(table: pd.DataFrame, name: str, diagonal: bool, by_level: boo
     fig, axes = plots.grid(1, len(panels))
     for ax, (task, part, level) in zip(axes[0], panels):
         title = level or task or "all prompts"
-        plots.draw_context(ax, part, colors, diagonal=diagonal, level=level, title=f"error vs {'N' if diagonal else 'n'}: {title}")
+        axis = "N" if diagonal else "n"
+        plots.draw_context(ax, part, colors, diagonal=diagonal, level=level, title=f"error vs {axis}: {title}")
     drawn.figures[name] = plots.legend_below(fig, f"{name}: context scaling")
     return drawn
 

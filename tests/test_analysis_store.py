@@ -82,7 +82,8 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     run = client.get_run(result.run_id)
     parent = client.search_runs([run.info.experiment_id], "tags.kind = 'sweep'")[0]
     assert run.data.tags["kind"] == "analysis" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
-    assert {"report.html", "fig1.png", "table.parquet", "fits.csv"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"report.html", "fig1.png", "table.parquet", "fits.csv"} <= artifacts
 
 
 def test_compare_two_sweeps_in_one_report(store, tmp_path, capsys):

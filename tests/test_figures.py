@@ -47,7 +47,8 @@ def full_table(layout: str):
         return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(math.inf,), Ns=(20,),
                              baselines=("zero", "ridge_per_level"), levels=("noise_std=0.1", "noise_std=0.5"))
     if layout == "fig4":
-        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(2e6,), Ns=(20,), families=("decision_tree", "relu_net", "sparse_linear"),
+        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(2e6,), Ns=(20,),
+                             families=("decision_tree", "relu_net", "sparse_linear"),
                              baselines=("zero", "least_squares", "lasso", "xgboost", "nn_student"))
     if layout == "fig5":
         return lattice_table(rng=rng, models=("sgpt1", "onelayer"), Ts=(math.inf,), Ns=(10, 20, 30),
