@@ -63,29 +63,50 @@ class AnalysisResult:
         return "\n".join(lines)
 
 
-def resolve_experiment(sweep: str | None, experiment: str | None, profile: str) -> tuple[str, dict]:
-    """The experiment to read, and the sweep document (for the report) when a sweep file is given."""
+def resolve_experiment(sweep: str | None, experiment: str | None,
+                       profile: str) -> tuple[str, dict, dict[str, str] | None]:
+    """The experiment to read, the sweep document (for the report) and, for a sweep file, its planned
+    cells (key -> run name); with only an experiment name every cell run in it counts."""
     if experiment:
-        return experiment, {}
+        return experiment, {}, None
     from scaling.plan import SweepError, load_plan
 
     try:
         plan = load_plan(sweep, profile)
     except SweepError as err:
         raise AnalysisError(str(err)) from None
-    return plan.name, plan.document
+    return plan.name, plan.document, {p.cell.key: p.cell.name for p in plan.cells}
 
 
-def read(name: str, document: dict, uri: str, out: Path) -> AnalysisResult:
+def restrict_to_plan(table: pd.DataFrame, missing: pd.DataFrame,
+                     planned: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Only the sweep file's cells: runs of cells since removed from the file are left out (with a note),
+    and planned cells that never started are listed as missing."""
+    stale = set(table["cell_key"]) - set(planned)
+    table = table[table["cell_key"].isin(planned)].reset_index(drop=True)
+    missing = missing[missing["cell_key"].isin(planned)] if len(missing) else missing
+    seen = set(table["cell_key"]) | set(missing["cell_key"] if len(missing) else [])
+    never = pd.DataFrame([{"cell_key": k, "run_id": "", "name": n, "status": "not started", "error": ""}
+                          for k, n in planned.items() if k not in seen])
+    notes = [f"{len(stale)} complete cells in the experiment are not in the sweep file and were left out"] if stale else []
+    return table, pd.concat([missing, never], ignore_index=True), notes
+
+
+def read(name: str, document: dict, uri: str, out: Path, planned: dict[str, str] | None = None) -> AnalysisResult:
     """The loaded (not yet analysed) result of one experiment; fails when nothing is complete."""
     try:
         table, missing = load_table(uri, name)
     except LookupError as err:
         raise AnalysisError(str(err)) from None
+    notes: list[str] = []
+    if planned is not None:
+        table, missing, notes = restrict_to_plan(table, missing, planned)
     if table.empty:
-        raise AnalysisError(f"experiment {name!r} has no complete cells yet")
+        raise AnalysisError(f"experiment {name!r} has no complete cells of this sweep yet")
     out.mkdir(parents=True, exist_ok=True)
-    return AnalysisResult(name, out, table, missing, tracking_uri=uri, document=document)
+    result = AnalysisResult(name, out, table, missing, tracking_uri=uri, document=document)
+    result.notes += notes
+    return result
 
 
 def analyse(sweep: str | None, experiment: str | None = None, profile: str = "", tracking_uri: str | None = None,
@@ -93,9 +114,9 @@ def analyse(sweep: str | None, experiment: str | None = None, profile: str = "",
             layout: str | None = None) -> AnalysisResult:
     from scaling.tracking import resolve_tracking_uri
 
-    name, document = resolve_experiment(sweep, experiment, profile)
+    name, document, planned = resolve_experiment(sweep, experiment, profile)
     uri = resolve_tracking_uri(tracking_uri)
-    result = read(name, document, uri, (out or Path("analysis_out") / name).resolve())
+    result = read(name, document, uri, (out or Path("analysis_out") / name).resolve(), planned)
     fit_and_write(result, bootstrap)
     drawn = figures.draw(result.table, name, layout)
     result.notes += drawn.notes
@@ -140,11 +161,13 @@ def compare(first: tuple[str | None, str | None], second: tuple[str | None, str 
     from scaling.tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    (name_a, doc_a), (name_b, doc_b) = (resolve_experiment(*first, profile), resolve_experiment(*second, profile))
+    (name_a, doc_a, plan_a), (name_b, doc_b, plan_b) = (resolve_experiment(*first, profile),
+                                                        resolve_experiment(*second, profile))
     if name_a == name_b:
         raise AnalysisError(f"both sweeps are the experiment {name_a!r}; compare two different experiments")
     out = (out or Path("analysis_out") / f"{name_a}-vs-{name_b}").resolve()
-    results = [read(name, doc, uri, out / name) for name, doc in ((name_a, doc_a), (name_b, doc_b))]
+    results = [read(name, doc, uri, out / name, planned)
+               for name, doc, planned in ((name_a, doc_a, plan_a), (name_b, doc_b, plan_b))]
     for result in results:
         fit_and_write(result, bootstrap)
     a, b = results
