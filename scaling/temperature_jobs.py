@@ -58,6 +58,7 @@ class TemperatureConfig:
     n_positions: int = 202               # the checkpoint's GPT-2 positions (Garg et al.: 202)
     from_sweep: str = ""                 # an MLflow experiment whose complete cell run gives model.pt
     from_params: dict[str, str] = field(default_factory=dict)      # params that pick that run
+    train_model: bool = False            # train the cell's model (task, train, T, N) inside the job
     # llm_scan
     llm: str = ""                        # a local Hugging Face model directory (e.g. Llama-2-7b-hf)
     sciq_train: str = ""                 # local SciQ train split (JSON list or JSON Lines)
@@ -114,6 +115,10 @@ def check_job(cell) -> None:
         check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
     if cell.job == "gpt2_scan":
         check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
+        sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
+        check(sum(sources) == 1, "temperature.checkpoint",
+              "gpt2_scan needs exactly one model source: checkpoint (a Garg et al. state.pt, e.g. --set"
+              " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true")
     if cell.job in ("theory_context", "theory_noise") and t.shift == "input_mean":
         raise ConfigError("temperature.shift", "use the theory_mean_shift job (Fig. 4) for an input-mean shift")
 
@@ -241,7 +246,7 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, fl
         model = build_model(from_dict(ModelConfig, source["model"]), d, int(source["N"]) + 1)
         model.load_state_dict(state)
         return model.to(device).eval(), 1.0 / d, None
-    from .train import CellTrainer
+    from .train import CellTrainer      # train_model: the cell's own model, as the train job would
 
     trainer = CellTrainer(cell, device)
     every = max(1, cell.train.steps // 10)
