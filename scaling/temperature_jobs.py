@@ -144,7 +144,7 @@ class JobResult:
 
 
 def best_tau(curves: pd.DataFrame) -> float:
-    """The tau whose ``tau=<value>`` curve has the least mean error over its points."""
+    """The tau whose ``tau=<value>`` curve has the least mean error over its points (ties: the smallest)."""
     scans = curves[curves["predictor"].str.startswith("tau=")]
     means = scans.groupby("tau")["err"].mean()
     return float(means.idxmin())
