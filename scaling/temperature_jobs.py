@@ -114,6 +114,8 @@ def check_job(cell) -> None:
             check(bool(getattr(t, name)), f"temperature.{name}", f"the llm_scan job needs a local path here")
         check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
     if cell.job == "gpt2_scan":
+        check(t.shift == "none", "temperature.shift", "gpt2_scan shifts its test prompts by eval.shift"
+              " (x_mean, x_scale, task_mean, task_scale, noise_std), not temperature.shift")
         check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
         sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
         check(sum(sources) == 1, "temperature.checkpoint",
@@ -130,7 +132,7 @@ def job_label(cell) -> str:
         x = f"demos={','.join(map(str, t.n_demos))} ratio={','.join(f'{r:g}' for r in t.noisy_ratios)}"
         return f"llm_scan {Path(t.llm).name} {x} seed={cell.seed}"
     if cell.job == "gpt2_scan":
-        return f"gpt2_scan {cell.model.label} {t.shift_label()} N={cell.N} seed={cell.seed}"
+        return f"gpt2_scan {cell.model.label} shift={shift_label(cell.eval.shift)} N={cell.N} seed={cell.seed}"
     if cell.job == "attention_histograms":
         return f"attention_histograms l={t.hist_l} seed={cell.seed}"
     return f"{cell.job} {t.shift_label()} d={cell.task.d} seed={cell.seed}"
@@ -145,7 +147,7 @@ class JobResult:
 
 def best_tau(curves: pd.DataFrame) -> float:
     """The tau whose ``tau=<value>`` curve has the least mean error over its points (ties: the smallest)."""
-    scans = curves[curves["predictor"].str.startswith("tau=")]
+    scans = curves[curves["predictor"].str.startswith("tau=") & ~curves["predictor"].str.contains("|", regex=False)]
     means = scans.groupby("tau")["err"].mean()
     return float(means.idxmin())
 
@@ -224,8 +226,8 @@ def attention_histograms(cell, device, report=None, tracking_uri=None) -> JobRes
 
 # ----------------------------------------------------------------------------- GPT-2 scan (Fig. 6)
 
-def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, float, dict | None]:
-    """The model to scan, the variance of its pretraining task weights, and weights to log (if trained here)."""
+def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, dict | None]:
+    """The model to scan and, when it was trained here, its weights to log."""
     t = cell.temperature
     d = cell.task.d
     if t.checkpoint:
@@ -233,7 +235,7 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, fl
 
         model = load_garg_gpt2(t.checkpoint, n_dims=d, n_positions=t.n_positions, n_embd=cell.model.n_embd,
                                n_layer=cell.model.n_layer, n_head=cell.model.n_head, device=device)
-        return model, 1.0, None                    # Garg et al.: w ~ N(0, I_d)
+        return model, None
     if t.from_sweep:
         from .config import from_dict
         from .models import ModelConfig, build_model
@@ -245,7 +247,7 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, fl
                              f" this scan needs d={d} and N <= {source['N']}")
         model = build_model(from_dict(ModelConfig, source["model"]), d, int(source["N"]) + 1)
         model.load_state_dict(state)
-        return model.to(device).eval(), 1.0 / d, None
+        return model.to(device).eval(), None
     from .train import CellTrainer      # train_model: the cell's own model, as the train job would
 
     trainer = CellTrainer(cell, device)
@@ -254,46 +256,49 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, fl
         trainer.train_until(trainer.step + every)
         if report:
             report({"step": trainer.step, "progress": 0.9 * trainer.step / cell.train.steps})
-    return trainer.model.eval(), 1.0 / d, trainer.model.state_dict()   # the project's beta ~ N(0, I/d)
+    return trainer.model.eval(), trainer.model.state_dict()
+
+
+def shift_label(shift) -> str:
+    """The fields of an eval.shift (scaling.tasks.ShiftConfig) that differ from no shift, e.g. 'x_scale=1.73'."""
+    from dataclasses import fields
+
+    moved = [f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default]
+    return ",".join(moved) or "none"
 
 
 def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
-    """Fig. 6: the GPT-2 at every tau of ``taus`` (all layers' softmax at scores / (tau sqrt(d_k))) on
-    fresh prompts of the shifted test distribution (default for the sweep: Sigma_x test = 3 I),
-    scored at every context length n of cell.eval with the baselines of cell.eval.
-    Columns: predictor ("tau=<tau>" or a baseline), n = step, err (normalised by the test E[y^2]),
-    err_lo, err_hi, prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
+    """Fig. 6: the GPT-2 at every tau of ``taus`` (all layers' softmax at scores / (tau sqrt(d_k))) on the
+    cell's evaluation prompts: task ``cell.task`` under the test-time shift ``cell.eval.shift`` (Sigma_x
+    test = 3 I is x_scale = sqrt(3); a Garg et al. checkpoint, trained on w ~ N(0, I), needs task_scale =
+    sqrt(d) on the project's beta ~ N(0, I/d)), scored as a training cell's evaluation is, with the
+    baselines of cell.eval. Columns: predictor ("tau=<tau>" or a baseline; split rows add
+    "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
+    prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
     from .baselines import build_baselines
-    from .tasks import Prompts
+    from .tasks import fresh_prompts, make_family
     from .temperature import attention_temperature, score_moments
-    from .temperature_theory import PromptDistribution, sample_prompts, shifted_distribution
     from .train import evaluate
 
     t = cell.temperature
-    model, w_var, weights = _gpt2_model(cell, device, report, tracking_uri)
-    d = cell.task.d
-    eye = torch.eye(d, dtype=torch.float64)
-    train = PromptDistribution(torch.zeros(d, dtype=torch.float64), eye, torch.zeros(d, dtype=torch.float64),
-                               w_var * eye, cell.task.noise_std)
-    test = shifted_distribution(train, t.shift, **t.shift_kwargs)
-    generator = torch.Generator().manual_seed(cell.seed)
-    xs, ys, _ = sample_prompts(test, cell.eval.prompts, cell.N + 1, generator)     # (P, N+1, d), (P, N+1)
-    prompts = Prompts(xs.float().to(device), ys.float().to(device), {})
+    model, weights = _gpt2_model(cell, device, report, tracking_uri)
+    family = make_family(cell.task, cell.eval.shift)
+    prompts = fresh_prompts(family, cell.eval.prompts, cell.N + 1, cell.seed, device=device)
 
     def at_temperature(tau: float):
         @torch.no_grad()
-        def predict(batch: Prompts) -> torch.Tensor:
+        def predict(batch) -> torch.Tensor:
             with attention_temperature(model, tau):
                 return model(batch.xs, batch.ys).float()
         return predict
 
-    predictors = {f"tau={tau:g}": at_temperature(tau) for tau in t.taus}
-    predictors.update(build_baselines(cell.eval.baselines, replace(cell.task, d=d)))
-    curves = evaluate(predictors, prompts, test.label_second_moment(), cell.eval, cell.N, cell.seed)
-    taus = {f"tau={tau:g}": tau for tau in t.taus}
-    curves = curves.assign(tau=curves["predictor"].map(taus), x=curves["n"], step=curves["n"],
-                           curve=curves["predictor"], panel=t.shift_label())
+    taus = {f"tau={tau:g}": float(tau) for tau in t.taus}
+    predictors = {name: at_temperature(tau) for name, tau in taus.items()}
+    predictors.update(build_baselines(cell.eval.baselines, cell.task))
+    curves = evaluate(predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family=family)
+    curves = curves.assign(tau=curves["predictor"].str.split("|").str[0].map(taus), x=curves["n"],
+                           step=curves["n"], curve=curves["predictor"], panel=shift_label(cell.eval.shift))
     first = prompts.slice(0, min(len(prompts), cell.eval.batch_size))
     moments = score_moments(model, [{"xs": first.xs, "ys": first.ys}])
     summary = {"tau_best": best_tau(curves), "tau_heuristic": moments.heuristic_tau}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -238,13 +239,18 @@ class CellLog:
 
 
 def curve_metric_key(predictor: str) -> str:
-    """``model`` -> eval/err; temperature curves (``tau=<tau>``, ``<a>/<b>``) -> temperature/<name> with
-    ``=`` as ``_``; any other predictor (a baseline) -> baseline/<name>."""
-    if predictor == "model":
-        return "eval/err"
-    if predictor.startswith("tau=") or "/" in predictor:
-        return "temperature/" + predictor.replace("=", "_")
-    return f"baseline/{predictor}"
+    """The MLflow metric of a curve: ``model`` -> eval/err; temperature curves (``tau=<tau>``, ``<a>/<b>``)
+    -> temperature/<name>; any other predictor (a baseline) -> baseline/<name>. Rows split by a prompt
+    meta (``<predictor>|<meta>=<value>``) add ``/<meta>=<value>``. Characters MLflow names do not allow
+    (``=``, ``|``, brackets, ...) are written ``_``: ``tau=1.5`` -> temperature/tau_1.5."""
+    base, _, split = predictor.partition("|")
+    if base == "model":
+        key = "eval/err"
+    elif base.startswith("tau=") or "/" in base:
+        key = f"temperature/{base}"
+    else:
+        key = f"baseline/{base}"
+    return re.sub(r"[^/\w.\- :]", "_", f"{key}/{split}" if split else key)
 
 
 def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:

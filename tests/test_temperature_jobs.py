@@ -88,7 +88,9 @@ def test_metric_keys_are_valid_mlflow_names_and_training_keys_unchanged():
     assert curve_metric_key("model") == "eval/err" and curve_metric_key("ridge") == "baseline/ridge"
     assert curve_metric_key("tau=1.5") == "temperature/tau_1.5"
     assert curve_metric_key("simulation/tau=1") == "temperature/simulation/tau_1"
-    for name in ("tau=0.25", "b/theory/tau_opt", "softmax/tau=10", "simulation/bayes_ridge"):
+    assert curve_metric_key("model|noise_std=0.5") == "eval/err/noise_std_0.5"
+    assert curve_metric_key("tau=2|noise_std=0.5") == "temperature/tau_2/noise_std_0.5"
+    for name in ("tau=0.25", "b/theory/tau_opt", "softmax/tau=10", "simulation/bayes_ridge", "ridge|noise_std=0.1"):
         _validate_metric_name(curve_metric_key(name))     # raises on an invalid name
 
 
@@ -142,31 +144,37 @@ def garg_checkpoint(tmp_path):
 
 
 def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_checkpoint):
-    from scaling.temperature_theory import input_covariance_shift, isotropic_distribution, sample_prompts
+    from scaling.tasks import ShiftConfig, fresh_prompts, make_family
 
     original, run_dir = garg_checkpoint
+    shift = {"x_scale": math.sqrt(3), "task_scale": math.sqrt(3)}      # Sigma_x = 3 I; beta ~ N(0, I_3) as Garg's
     cell = Cell.from_dict({"job": "gpt2_scan", "task": {"d": 3, "noise_std": 0.0}, "N": 5,
                            "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16},
-                           "eval": {"prompts": 64, "bootstrap": 20, "baselines": ["zero"]},
-                           "temperature": {"checkpoint": str(run_dir), "n_positions": 16, "taus": [0.5, 1, 2],
-                                           "shift": "input_covariance", "shift_kwargs": {"scale": 3}}})
+                           "eval": {"prompts": 64, "bootstrap": 20, "baselines": ["zero"], "shift": shift},
+                           "temperature": {"checkpoint": str(run_dir), "n_positions": 16, "taus": [0.5, 1, 2]}})
     result = run_job(cell, CPU)
     curves = result.curves
     assert CONTRACT | {"tau", "x", "panel", "step"} <= set(curves.columns)
     assert set(curves["predictor"]) == {"tau=0.5", "tau=1", "tau=2", "zero"} and unique_steps(curves)
-    # Independent: the same prompts (seeded as the job seeds them), the model itself, Garg's w ~ N(0, I_3).
-    test = input_covariance_shift(isotropic_distribution(3, 0.0), 3.0)
-    xs, ys, _ = sample_prompts(test, 64, 6, torch.Generator().manual_seed(0))
+    assert curves["panel"].iloc[0] == "x_scale=1.73205,task_scale=1.73205"
+    # The cell's evaluation prompts scored by the model itself, normalised by E[y^2] = Tr(3 I) = 9.
+    prompts = fresh_prompts(make_family(cell.task, ShiftConfig(**shift)), 64, 6, 0)
+    assert prompts.xs.var().item() == pytest.approx(3.0, rel=0.15)
     with torch.no_grad():
-        sq = (original(xs.float(), ys.float()).double() - ys.float().double()) ** 2   # (64, 6)
-    expected = (sq.mean(0) / (3 * 3.0))[1:].numpy()                                     # E[y^2] = Tr(3 I) = 9
+        sq = (original(prompts.xs, prompts.ys).double() - prompts.ys.double()) ** 2       # (64, 6)
     got = curves[curves["predictor"] == "tau=1"].sort_values("n")["err"].to_numpy()
-    assert np.allclose(got, expected, rtol=1e-5)
+    assert np.allclose(got, (sq.mean(0) / 9.0)[1:].numpy(), rtol=1e-5)
     zero = curves[curves["predictor"] == "zero"]["err"].to_numpy()
-    assert np.allclose(zero, (ys[:, 1:] ** 2).mean(0).numpy() / 9.0, rtol=1e-5)
+    assert np.allclose(zero, (prompts.ys[:, 1:].double() ** 2).mean(0).numpy() / 9.0, rtol=1e-5)
     means = curves[curves["predictor"].str.startswith("tau=")].groupby("tau")["err"].mean()
     assert result.summary["tau_best"] == means.idxmin() == best_tau(curves)
     assert math.isfinite(result.summary["tau_heuristic"]) and result.weights is None
+
+
+def test_gpt2_scan_takes_no_theory_shift():
+    with pytest.raises(ConfigError, match="temperature.shift: gpt2_scan shifts its test prompts by eval.shift"):
+        Cell.from_dict({"job": "gpt2_scan", "model": {"arch": "gpt2"},
+                        "temperature": {"train_model": True, "shift": "input_covariance"}})
 
 
 def test_gpt2_scan_trains_its_own_model_when_asked():

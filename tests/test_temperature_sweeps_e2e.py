@@ -42,7 +42,7 @@ def test_gpt2_scan_quick_profile(store):
     outcome = run_sweep(str(SWEEPS / "temp_gpt2_scan.yaml"), "quick", overrides, tracking_uri=uri, storage=storage)
     assert outcome.ok and len(outcome.completed) == 1
     client, run = only_cell_run(uri, "temp-gpt2-scan-quick")
-    assert run.data.tags["status"] == "complete" and run.info.run_name.startswith("gpt2_scan gpt2 input_covariance(scale=3)")
+    assert run.data.tags["status"] == "complete" and run.info.run_name.startswith("gpt2_scan gpt2 shift=x_scale=1.73205 N=4")
     assert run.data.params["job"] == "gpt2_scan" and run.data.params["temperature.train_model"] == "True"
     for tau in ("0.5", "1", "2"):
         assert [m.step for m in client.get_metric_history(run.info.run_id, f"temperature/tau_{tau}")] == [1, 2, 3, 4]
