@@ -65,7 +65,8 @@ def test_gpt2_N_beyond_the_position_cap_is_refused(tmp_path, tiny_sweep, capsys)
     tiny_sweep["grid"] = {"model": ["gpt2"], "N": [4, too_long]}
     assert run_cli(tmp_path, tiny_sweep) == 2
     err = capsys.readouterr().err
-    assert f"grid.N[1]: N: N={too_long} makes GPT-2 prompts of 2(N+1)={2 * too_long + 2} tokens" in err
+    assert f"grid: the cell (model=gpt2, N={too_long}) is invalid: N: N={too_long} makes GPT-2 prompts of" \
+           f" 2(N+1)={2 * too_long + 2} tokens, more than the {GPT2_MAX_POSITIONS} positions" in err
     assert_nothing_written(tmp_path)
 
 
