@@ -20,7 +20,7 @@ from scaling.trial import CheckpointStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-STEPS, EVERY = 3000, 50
+STEPS, EVERY = 1200, 40
 
 
 def free_port() -> int:
