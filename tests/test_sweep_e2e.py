@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2,
+             log_to_driver=False)
     yield
     ray.shutdown()
 
