@@ -22,7 +22,7 @@ one temperature; ``tau_best`` is the tau whose curve has the least mean error ov
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -111,7 +111,7 @@ def check_job(cell) -> None:
     t = cell.temperature
     if cell.job == "llm_scan":
         for name in ("llm", "sciq_train", "sciq_test"):
-            check(bool(getattr(t, name)), f"temperature.{name}", f"the llm_scan job needs a local path here")
+            check(bool(getattr(t, name)), f"temperature.{name}", "the llm_scan job needs a local path here")
         check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
     if cell.job == "gpt2_scan":
         check(t.shift == "none", "temperature.shift", "gpt2_scan shifts its test prompts by eval.shift"

@@ -311,7 +311,7 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
     experiment_id = tracker.experiment_id(experiment)
     if experiment_id is None:
         raise TrackingError(f"no MLflow experiment {experiment!r} in {tracker.uri}; run that sweep first")
-    clauses = [f"tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
+    clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
     clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
     runs = sorted(tracker._search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)
     if not runs:

@@ -4,23 +4,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import ray
 import yaml
 from mlflow.tracking import MlflowClient
 
 from scaling.sweep import run_sweep
 from scaling.tiny_llm import save_tiny_llama
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).parent.parent / "sweeps"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture
