@@ -10,6 +10,8 @@ import pandas as pd
 import yaml
 
 from . import plots
+from .fit import fit_all
+from .verdicts import answer_line, context_verdicts, format_verdicts, task_verdicts
 from .load import load_table
 from .report import write_report
 
@@ -34,7 +36,8 @@ class AnalysisResult:
         lines = [f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
                  f"wrote {len(self.files)} files to {self.out}"]
         if self.verdicts is not None and len(self.verdicts):
-            lines.append(self.verdicts.to_string(index=False))
+            v = self.verdicts
+            lines.append(format_verdicts(v[v["question"] == "context"], v[v["question"] == "task"]))
         if self.run_id:
             lines.append(f"logged to MLflow as run {self.run_id}")
         return "\n".join(lines)
@@ -84,11 +87,12 @@ def analyse(sweep: str | None, experiment: str | None = None, profile: str = "",
     return result
 
 
-def fits_and_verdicts(table: pd.DataFrame, bootstrap: int) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    from .fit import fit_table
-    from .verdicts import verdict_table
-
-    return fit_table(table, bootstrap=bootstrap), verdict_table(table)
+def fits_and_verdicts(table: pd.DataFrame, bootstrap: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Scaling-law fits of every form and the context/task verdicts of every model, stacked."""
+    fits = fit_all(table, n_boot=bootstrap)
+    verdicts = pd.concat([context_verdicts(table, n_boot=bootstrap).assign(question="context"),
+                          task_verdicts(table, n_boot=bootstrap).assign(question="task")], ignore_index=True)
+    return fits, verdicts
 
 
 def log_analysis(uri: str, experiment: str, result: AnalysisResult) -> str:

@@ -70,38 +70,18 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
 
 
 class Progress:
-    """A Tune callback printing one line whenever the sweep's state changes (or every 15 s)."""
+    """Sweep progress, printed as one line whenever the state changes (or every 15 s while training)."""
 
     def __init__(self, name: str, total: int, skipped: int, out: TextIO, every: float = 15.0):
-        from ray.tune import Callback
-
-        outer = self
-
-        class _Callback(Callback):
-            def on_trial_start(self, iteration, trials, trial, **info):
-                outer.running[trial.trial_id] = 0.0
-                outer.show()
-
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                outer.running[trial.trial_id] = float(result.get("progress", 0.0))
-                outer.maybe_show()
-
-            def on_trial_complete(self, iteration, trials, trial, **info):
-                outer.running.pop(trial.trial_id, None)
-                outer.done += 1
-                outer.show()
-
-            def on_trial_error(self, iteration, trials, trial, **info):
-                outer.running.pop(trial.trial_id, None)
-                outer.failed += 1
-                outer.show()
-
-        self.callback = _Callback()
         self.name, self.total, self.skipped, self.out, self.every = name, total, skipped, out, every
         self.done = self.failed = 0
         self.running: dict[str, float] = {}
         self.start = time.monotonic()
         self.last = 0.0
+
+    def __getstate__(self):
+        # Tune pickles callbacks into its experiment state; the stream stays behind.
+        return {**self.__dict__, "out": None}
 
     def line(self) -> str:
         todo = self.total - self.skipped
@@ -116,12 +96,40 @@ class Progress:
 
     def show(self) -> None:
         self.last = time.monotonic()
-        self.out.write(self.line() + "\n")
-        self.out.flush()
+        out = self.out or sys.stdout
+        out.write(self.line() + "\n")
+        out.flush()
 
     def maybe_show(self) -> None:
         if time.monotonic() - self.last >= self.every:
             self.show()
+
+    def callback(self):
+        """The Ray Tune callback that feeds this progress."""
+        from ray.tune import Callback
+
+        progress = self
+
+        class ProgressCallback(Callback):
+            def on_trial_start(self, iteration, trials, trial, **info):
+                progress.running[trial.trial_id] = 0.0
+                progress.show()
+
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                progress.running[trial.trial_id] = float(result.get("progress", 0.0))
+                progress.maybe_show()
+
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                progress.running.pop(trial.trial_id, None)
+                progress.done += 1
+                progress.show()
+
+            def on_trial_error(self, iteration, trials, trial, **info):
+                progress.running.pop(trial.trial_id, None)
+                progress.failed += 1
+                progress.show()
+
+        return ProgressCallback()
 
 
 def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
@@ -157,8 +165,9 @@ def check_feasible(plan_cells, autoscaling: bool) -> None:
 def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry_run: bool = False,
               address: str | None = None, tracking_uri: str | None = None, storage: str | None = None,
               num_cpus: int | None = None, num_gpus: int | None = None, autoscaling: bool = False,
-              out: TextIO = sys.stdout) -> SweepOutcome:
+              out: TextIO | None = None) -> SweepOutcome:
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring."""
+    out = out or sys.stdout
     plan = load_plan(path, profile, overrides)
     uri = resolve_tracking_uri(tracking_uri)
     store_uri = storage_uri(plan, storage)
@@ -219,13 +228,14 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=f"{store_uri}/tune",
             failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
-            callbacks=[progress.callback], verbose=0),
+            callbacks=[progress.callback()], verbose=0),
     )
     try:
         results = tuner.fit()
     except KeyboardInterrupt:
         outcome.interrupted = True
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
+        tracker.end_sweep_run(parent, False)
         return outcome
     for result in results:
         key = result.config["cell_config"]["key"]
@@ -244,6 +254,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
         outcome.interrupted = True
         out.write(f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
                   f" to resume them from their checkpoints.\n")
+    tracker.end_sweep_run(parent, outcome.ok)
     return outcome
 
 

@@ -9,6 +9,12 @@ All randomness flows from explicit ``torch.Generator``s derived from (seed, purp
 ``generator``: the batch at step s of a cell is the same batch after a restart, and the pool of T
 tasks is the same pool. Pools are *nested*: task i is the same for every T > i, so a task-scaling
 lattice uses common random numbers.
+
+Families (registry FAMILIES; seed 001 Sec. 4, Garg et al. 2022): ``linear``, ``linear_mixed_noise``
+(per-prompt noise level, Bai et al. 2023), ``sparse_linear``, ``relu_net``, ``decision_tree``. Each states
+E[y^2] (analytic, or a deterministic Monte Carlo) so that errors are normalised with the zero predictor at
+1. ``ShiftConfig`` is an evaluation-time distribution shift (seed 004); a family built without one is the
+training distribution, so training never sees a shift.
 """
 from __future__ import annotations
 
@@ -41,12 +47,59 @@ class TaskConfig:
 
     family: str = "linear"
     d: int = 8                   # input dimension
-    noise_std: float = 0.0       # sigma of the label noise
+    noise_std: float = 0.0       # sigma of the label noise (every family but linear_mixed_noise)
+    noise_stds: tuple[float, ...] = ()   # linear_mixed_noise: the levels, each with equal probability
+    sparsity: int = 3            # sparse_linear: coordinates of beta kept
+    hidden: int = 100            # relu_net: width r of the teacher
+    depth: int = 4               # decision_tree: depth of the trees
 
     def __post_init__(self):
         check_choice(self.family, "family", FAMILIES)
         check(self.d >= 1, "d", f"must be >= 1, got {self.d}")
         check(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
+        check(all(s >= 0 for s in self.noise_stds), "noise_stds", f"must all be >= 0, got {list(self.noise_stds)}")
+        check(self.family != "linear_mixed_noise" or len(self.noise_stds) >= 1, "noise_stds",
+              "linear_mixed_noise needs at least one level, e.g. [0.1, 0.5]")
+        check(self.sparsity >= 1, "sparsity", f"must be >= 1, got {self.sparsity}")
+        check(self.family != "sparse_linear" or self.sparsity <= self.d, "sparsity",
+              f"must be <= d = {self.d}, got {self.sparsity}")
+        check(self.hidden >= 1, "hidden", f"must be >= 1, got {self.hidden}")
+        check(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
+
+
+@dataclass(frozen=True)
+class ShiftConfig:
+    """A distribution shift applied at evaluation only (seed 004 Sec. 4; Garg et al. Sec. 4).
+
+    Test inputs are x = x_mean * 1 + x_scale * z with z ~ N(0, I_d), so Sigma_x = x_scale^2 I.
+    Every Gaussian task parameter theta (beta, the ReLU teacher's weights, the tree's leaves) becomes
+    task_mean + task_scale * theta; discrete parts (sparse supports, split coordinates) are unchanged.
+    ``noise_std`` replaces the label noise level of every prompt (None keeps the task's). The defaults
+    are no shift. Because the shift is an affine map of the same random draws, a shifted evaluation set
+    uses the same random numbers as the unshifted one.
+    """
+
+    x_mean: float = 0.0
+    x_scale: float = 1.0
+    task_mean: float = 0.0
+    task_scale: float = 1.0
+    noise_std: float | None = None
+
+    def __post_init__(self):
+        check(self.x_scale > 0, "x_scale", f"must be > 0, got {self.x_scale}")
+        check(self.task_scale >= 0, "task_scale", f"must be >= 0, got {self.task_scale}")
+        check(self.noise_std is None or self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
+
+    @property
+    def moves_inputs(self) -> bool:
+        return self.x_mean != 0.0 or self.x_scale != 1.0
+
+    @property
+    def moves_tasks(self) -> bool:
+        return self.task_mean != 0.0 or self.task_scale != 1.0
+
+
+NO_SHIFT = ShiftConfig()
 
 
 @dataclass
@@ -64,64 +117,231 @@ class Prompts:
         return Prompts(self.xs[start:stop], self.ys[start:stop],
                        {k: v[start:stop] for k, v in self.meta.items()})
 
+    def select(self, mask: torch.Tensor) -> "Prompts":
+        """The prompts where ``mask`` (B,) is true."""
+        return Prompts(self.xs[mask], self.ys[mask], {k: v[mask] for k, v in self.meta.items()})
+
     def to(self, device: torch.device | str) -> "Prompts":
         return Prompts(self.xs.to(device), self.ys.to(device), {k: v.to(device) for k, v in self.meta.items()})
 
 
 class TaskFamily:
-    """Base class: draw task parameters, sample inputs, label them. Subclasses set the maths."""
+    """Base class: draw task parameters, sample inputs, label them. Subclasses set the maths.
 
-    def __init__(self, config: TaskConfig):
+    Subclasses implement ``draw_tasks`` (unshifted parameters), ``signal`` (the noiseless label f(x))
+    and name in ``GAUSSIAN`` the parameters a task shift moves. Labels are y = f(x) + sigma * eps with
+    sigma per prompt from ``noise_levels``; E[y^2] = E[f(x)^2] + E[sigma^2] (noise independent of f).
+    """
+
+    GAUSSIAN: tuple[str, ...] = ()
+    default_split: tuple[str, ...] = ()     # meta names evaluation splits by when EvalConfig.split_by is empty
+
+    def __init__(self, config: TaskConfig, shift: ShiftConfig | None = None):
         self.config = config
+        self.shift = shift or NO_SHIFT
 
-    def draw(self, count: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
-        """Parameters of ``count`` tasks, each tensor with leading dimension ``count``."""
+    def draw_tasks(self, count: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def signal(self, params: dict[str, torch.Tensor], xs: torch.Tensor) -> torch.Tensor:
+        """Noiseless labels f(x): params with leading dim B, xs (B, P, d) -> (B, P)."""
+        raise NotImplementedError
+
+    def draw(self, count: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        """Parameters of ``count`` tasks, each tensor with leading dimension ``count`` (shift applied)."""
+        params = self.draw_tasks(count, gen)
+        if self.shift.moves_tasks:
+            for key in self.GAUSSIAN:
+                params[key] = self.shift.task_mean + self.shift.task_scale * params[key]
+        return params
+
     def inputs(self, count: int, points: int, gen: torch.Generator) -> torch.Tensor:
-        """Inputs x ~ N(0, I_d): (count, points, d)."""
-        return torch.randn(count, points, self.config.d, generator=gen, device=gen.device)
+        """Inputs x ~ N(x_mean, x_scale^2 I_d) (N(0, I_d) unshifted): (count, points, d)."""
+        z = torch.randn(count, points, self.config.d, generator=gen, device=gen.device)
+        if self.shift.moves_inputs:
+            return self.shift.x_mean + self.shift.x_scale * z
+        return z
+
+    def levels(self) -> tuple[float, ...]:
+        """The noise levels a prompt's sigma is drawn from, uniformly."""
+        if self.shift.noise_std is not None:
+            return (self.shift.noise_std,)
+        return (self.config.noise_std,)
+
+    def noise_levels(self, count: int, gen: torch.Generator) -> torch.Tensor:
+        """Per-prompt sigma: (count,)."""
+        levels = torch.tensor(self.levels(), device=gen.device)
+        if len(levels) == 1:
+            return levels.expand(count).clone()
+        return levels[torch.randint(len(levels), (count,), generator=gen, device=gen.device)]
 
     def label(self, params: dict[str, torch.Tensor], xs: torch.Tensor, gen: torch.Generator) -> Prompts:
         """Labels for inputs ``xs`` (B, P, d) under the tasks ``params`` (leading dim B)."""
-        raise NotImplementedError
+        sigma = self.noise_levels(xs.shape[0], gen)                          # (B,)
+        ys = self.signal(params, xs)                                          # (B, P)
+        noise = torch.randn(ys.shape, generator=gen, device=gen.device)
+        return Prompts(xs, ys + sigma.unsqueeze(1) * noise, {"noise_std": sigma})
 
     def params_per_task(self) -> int:
         """How many numbers one task's parameters hold (sets how a large pool is stored)."""
         probe = self.draw(1, generator(0, "probe"))
         return sum(v.numel() for v in probe.values())
 
-    def y_second_moment(self) -> float:
-        """E[y^2] under the task distribution: the zero predictor's error, used to normalise errors."""
+    def signal_second_moment(self) -> float:
+        """E[f(x)^2] under the (possibly shifted) task and input distributions."""
+        return self.monte_carlo_signal_moment()
+
+    def monte_carlo_signal_moment(self, tasks: int = 1 << 14, points: int = 16, chunk: int = 1024) -> float:
+        """Deterministic Monte Carlo E[f(x)^2]: a fixed generator, ``tasks`` x ``points`` samples."""
         gen = generator(0, "second-moment")
-        params = self.draw(4096, gen)
-        return float(self.label(params, self.inputs(4096, 8, gen), gen).ys.pow(2).mean())
+        total = 0.0
+        for _ in range(tasks // chunk):
+            params = self.draw(chunk, gen)
+            total += float(self.signal(params, self.inputs(chunk, points, gen)).double().pow(2).mean())
+        return total / (tasks // chunk)
+
+    def y_second_moment(self) -> float:
+        """E[y^2] of the (test) distribution: the zero predictor's error, used to normalise errors."""
+        levels = self.levels()
+        return self.signal_second_moment() + sum(s ** 2 for s in levels) / len(levels)
+
+    def group_second_moment(self, name: str, value: float) -> float:
+        """E[y^2] over the prompts whose meta ``name`` equals ``value`` (normalises split rows)."""
+        if name == "noise_std":
+            return self.signal_second_moment() + value ** 2
+        return self.y_second_moment()
+
+    def input_moments(self) -> tuple[float, float]:
+        """(E[x_i^2], E[x_i x_j]) for i != j under the input distribution."""
+        m, s = self.shift.x_mean, self.shift.x_scale
+        return m * m + s * s, m * m
 
 
 class LinearRegression(TaskFamily):
-    """y = beta^T x + sigma * eps, beta ~ N(0, I_d / d) (seed 001 Sec. 3; E[y^2] = 1 + sigma^2)."""
+    """y = beta^T x + sigma * eps, beta ~ N(0, I_d / d) (seed 001 Sec. 3; E[y^2] = 1 + sigma^2).
 
-    def draw(self, count, gen):
+    Under a shift, beta ~ N(mu 1, t^2 I/d) and x ~ N(m 1, s^2 I) give
+    E[(beta^T x)^2] = s^2 (t^2 + d mu^2) + m^2 (t^2 + d^2 mu^2).
+    """
+
+    GAUSSIAN = ("beta",)
+
+    def draw_tasks(self, count, gen):
         d = self.config.d
         return {"beta": torch.randn(count, d, generator=gen, device=gen.device) / math.sqrt(d)}
 
-    def label(self, params, xs, gen):
-        ys = torch.einsum("bpd,bd->bp", xs, params["beta"])            # (B, P)
-        noise = torch.randn(ys.shape, generator=gen, device=gen.device)
-        sigma = torch.full((xs.shape[0],), self.config.noise_std, device=xs.device)
-        return Prompts(xs, ys + self.config.noise_std * noise, {"noise_std": sigma})
+    def signal(self, params, xs):
+        return torch.einsum("bpd,bd->bp", xs, params["beta"])               # (B, P)
 
-    def y_second_moment(self):
-        return 1.0 + self.config.noise_std ** 2
+    def signal_second_moment(self):
+        d, mu, t = self.config.d, self.shift.task_mean, self.shift.task_scale
+        m, s = self.shift.x_mean, self.shift.x_scale
+        return s * s * (t * t + d * mu * mu) + m * m * (t * t + d * d * mu * mu)
 
 
-FAMILIES: dict[str, Callable[[TaskConfig], TaskFamily]] = {
+class LinearMixedNoise(LinearRegression):
+    """Linear regression whose noise level is drawn per prompt from ``noise_stds`` with equal probability
+    (seed 001 Sec. 4 "multiple noise levels"; Bai et al. 2023). The level is in meta["noise_std"], and
+    evaluation splits by it by default. E[y^2] = 1 + mean(sigma_l^2); given the level, 1 + sigma_l^2.
+    """
+
+    default_split = ("noise_std",)
+
+    def levels(self):
+        if self.shift.noise_std is not None:
+            return (self.shift.noise_std,)
+        return tuple(self.config.noise_stds)
+
+
+class SparseLinear(TaskFamily):
+    """y = beta^T x + sigma eps with beta ~ N(0, I_d) and all but ``sparsity`` coordinates zeroed, the
+    support uniform per task (seed 001 eq. 8; Garg et al.'s scale, no 1/d): E[y^2] = s + sigma^2.
+
+    Stored compactly as the kept values (count, s) and their coordinates (count, s). Under a shift the
+    values are N(mu, t^2): E[f^2] = s (mu^2 + t^2) E[x_i^2] + s (s - 1) mu^2 E[x_i x_j].
+    """
+
+    GAUSSIAN = ("values",)
+
+    def draw_tasks(self, count, gen):
+        d, s = self.config.d, self.config.sparsity
+        support = torch.rand(count, d, generator=gen, device=gen.device).argsort(dim=1)[:, :s]
+        return {"values": torch.randn(count, s, generator=gen, device=gen.device), "support": support}
+
+    def signal(self, params, xs):
+        support = params["support"].unsqueeze(1).expand(-1, xs.shape[1], -1)   # (B, P, s)
+        return (xs.gather(2, support) * params["values"].unsqueeze(1)).sum(-1)   # (B, P)
+
+    def signal_second_moment(self):
+        s, mu, t = self.config.sparsity, self.shift.task_mean, self.shift.task_scale
+        diag, off = self.input_moments()
+        return s * (mu * mu + t * t) * diag + s * (s - 1) * mu * mu * off
+
+
+class ReluNet(TaskFamily):
+    """y = sqrt(2 / r) sum_j a_j relu(w_j^T x) + sigma eps, w_j ~ N(0, I_d), a_j ~ N(0, 1), r = ``hidden``
+    (seed 001 Sec. 4; Garg et al.'s relu_2nn_regression). Unshifted, E[f^2] = (2/r) r E[relu(w^T x)^2]
+    = E||x||^2 = d exactly, so E[y^2] = d + sigma^2. That holds for any input distribution, so an input
+    shift gives d (m^2 + s^2); a task shift falls back to a deterministic Monte Carlo.
+    """
+
+    GAUSSIAN = ("w1", "w2")
+
+    def draw_tasks(self, count, gen):
+        d, r = self.config.d, self.config.hidden
+        return {"w1": torch.randn(count, d, r, generator=gen, device=gen.device),
+                "w2": torch.randn(count, r, generator=gen, device=gen.device)}
+
+    def signal(self, params, xs):
+        hidden = torch.relu(torch.bmm(xs, params["w1"]))                       # (B, P, r)
+        return torch.einsum("bpr,br->bp", hidden, params["w2"]) * math.sqrt(2 / self.config.hidden)
+
+    def signal_second_moment(self):
+        if self.shift.moves_tasks:
+            return self.monte_carlo_signal_moment()
+        return self.config.d * self.input_moments()[0]
+
+
+class DecisionTree(TaskFamily):
+    """Depth-``depth`` binary trees (seed 001 eq. 7; Garg et al.): internal node k splits on a uniform
+    coordinate c_k, going right when x[c_k] > 0; leaves carry N(0, 1) values. Nodes are in heap order
+    (children of k are 2k+1, 2k+2). The leaf value is independent of the path, so E[y^2] = 1 + sigma^2
+    (mu^2 + t^2 + sigma^2 with shifted leaves), whatever the input distribution.
+    """
+
+    GAUSSIAN = ("leaves",)
+
+    def draw_tasks(self, count, gen):
+        d, depth = self.config.d, self.config.depth
+        coords = torch.randint(d, (count, 2 ** depth - 1), generator=gen, device=gen.device)
+        return {"coords": coords, "leaves": torch.randn(count, 2 ** depth, generator=gen, device=gen.device)}
+
+    def signal(self, params, xs):
+        B, P, _ = xs.shape
+        node = torch.zeros(B, P, dtype=torch.long, device=xs.device)                  # (B, P)
+        for _ in range(self.config.depth):
+            coord = params["coords"].gather(1, node)                                  # (B, P)
+            right = xs.gather(2, coord.unsqueeze(-1)).squeeze(-1) > 0
+            node = 2 * node + 1 + right.long()
+        return params["leaves"].gather(1, node - (2 ** self.config.depth - 1))       # (B, P)
+
+    def signal_second_moment(self):
+        return self.shift.task_mean ** 2 + self.shift.task_scale ** 2
+
+
+FAMILIES: dict[str, Callable[..., TaskFamily]] = {
     "linear": LinearRegression,
+    "linear_mixed_noise": LinearMixedNoise,
+    "sparse_linear": SparseLinear,
+    "relu_net": ReluNet,
+    "decision_tree": DecisionTree,
 }
 
 
-def make_family(config: TaskConfig) -> TaskFamily:
-    return FAMILIES[config.family](config)
+def make_family(config: TaskConfig, shift: ShiftConfig | None = None) -> TaskFamily:
+    """The family of ``config``, with an evaluation-time ``shift`` (None: the training distribution)."""
+    check_choice(config.family, "family", FAMILIES)
+    return FAMILIES[config.family](config, shift)
 
 
 class TaskPool:

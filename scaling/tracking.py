@@ -123,6 +123,7 @@ class Tracker:
         runs = self._search(experiment_id, f"tags.kind = 'sweep' and tags.sweep = '{sweep}'")
         if runs:
             run_id = runs[0].info.run_id
+            retrying(lambda: self.client.update_run(run_id, status="RUNNING"), "reopening sweep run")
         else:
             run = retrying(lambda: self.client.create_run(experiment_id, run_name=f"sweep {sweep}",
                                                           tags={"kind": "sweep", "sweep": sweep}), "creating sweep run")
@@ -132,6 +133,10 @@ class Tracker:
             path.write_text(yaml.safe_dump(document, sort_keys=False))
             retrying(lambda: self.client.log_artifact(run_id, str(path)), "logging sweep.yaml")
         return run_id
+
+    def end_sweep_run(self, run_id: str, ok: bool) -> None:
+        """FINISHED once every cell is complete; KILLED while cells remain (a rerun reopens it)."""
+        retrying(lambda: self.client.set_terminated(run_id, "FINISHED" if ok else "KILLED"), "ending sweep run")
 
     def _search(self, experiment_id: str, filter_string: str) -> list:
         runs, token = [], None

@@ -7,7 +7,10 @@ pure function of (seed, s), so a run resumed from a checkpoint ends with the sam
 never stopped.
 
 Evaluation scores the model and every baseline on the same fresh prompts at every context length n of
-the evaluation grid (n <= N), normalised by the task's E[y^2], with a bootstrap interval over prompts.
+the evaluation grid (n <= N), normalised by the test distribution's E[y^2] (under ``eval.shift`` too, so
+the zero predictor scores 1), with a bootstrap interval over prompts. The evaluation prompts depend only on
+(task, seed, N, eval.prompts, eval.shift). Rows split by a per-prompt meta value (e.g. the noise level of
+linear_mixed_noise) are named ``f"{predictor}|{name}={value:g}"`` and normalised by E[y^2] given that value.
 """
 from __future__ import annotations
 
@@ -18,10 +21,10 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from .baselines import Predictor, build_baselines
-from .config import check, check_choice
+from .baselines import Predictor, build_baselines, parse_baseline
+from .config import ConfigError, check, check_choice
 from .models import build_model
-from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, generator, make_family
+from .tasks import Prompts, ShiftConfig, TaskFamily, TaskPool, derive_seed, fresh_prompts, generator, make_family
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,10 @@ class EvalConfig:
     bootstrap: int = 1000                     # resamples of prompts for the interval
     ci: float = 0.9                           # interval coverage
     batch_size: int = field(default=256, metadata={"key": False})  # prompts per forward pass
+    shift: ShiftConfig = field(default_factory=ShiftConfig)     # test-time distribution shift; none by default
+    # per-prompt meta names to split errors by (rows named f"{predictor}|{name}={value:g}"); empty means
+    # the family's default (linear_mixed_noise: noise_std; others: none)
+    split_by: tuple[str, ...] = ()
 
     def __post_init__(self):
         check(self.prompts >= 2, "prompts", f"must be >= 2, got {self.prompts}")
@@ -98,6 +105,11 @@ class EvalConfig:
         check(0 < self.ci < 1, "ci", f"must be in (0, 1), got {self.ci}")
         check(self.bootstrap >= 1, "bootstrap", f"must be >= 1, got {self.bootstrap}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        for i, name in enumerate(self.baselines):
+            try:
+                parse_baseline(name)
+            except (KeyError, ValueError) as err:
+                raise ConfigError(f"baselines[{i}]", str(err).strip("'\"")) from None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -198,13 +210,14 @@ class CellTrainer:
         return predict
 
     def evaluate(self) -> pd.DataFrame:
-        """Curves of the model and every baseline on the cell's evaluation prompts."""
+        """Curves of the model and every baseline on the cell's (possibly shifted) evaluation prompts."""
+        config = self.cell.eval
+        family = make_family(self.cell.task, config.shift)
         predictors = {"model": self.model_predictor()}
-        predictors.update(build_baselines(self.cell.eval.baselines, self.cell.task))
-        prompts = fresh_prompts(self.family, self.cell.eval.prompts, self.points, self.cell.seed,
-                                device=self.device)
-        return evaluate(predictors, prompts, self.family.y_second_moment(), self.cell.eval, self.cell.N,
-                        self.cell.seed)
+        predictors.update(build_baselines(config.baselines, self.cell.task, pool=self.pool))
+        prompts = fresh_prompts(family, config.prompts, self.points, self.cell.seed, device=self.device)
+        return evaluate(predictors, prompts, family.y_second_moment(), config, self.cell.N, self.cell.seed,
+                        family=family)
 
 
 def squared_errors(predictor: Predictor, prompts: Prompts, batch_size: int) -> torch.Tensor:
@@ -233,18 +246,44 @@ def bootstrap_interval(errors: torch.Tensor, resamples: int, ci: float, seed: in
     return lo, hi
 
 
+def split_names(config: EvalConfig, family: TaskFamily | None) -> tuple[str, ...]:
+    """The meta names to split rows by: ``config.split_by``, else the family's default."""
+    if config.split_by or family is None:
+        return config.split_by
+    return family.default_split
+
+
+def error_rows(name: str, errors: torch.Tensor, grid: list[int], config: EvalConfig, seed: int) -> list[dict]:
+    """Rows of one predictor (or one subset): errors (P, K) normalised."""
+    lo, hi = bootstrap_interval(errors, config.bootstrap, config.ci, seed)
+    mean = errors.mean(dim=0)
+    return [{"predictor": name, "n": n, "err": float(mean[k]), "err_lo": float(lo[k]), "err_hi": float(hi[k]),
+             "prompts": errors.shape[0]} for k, n in enumerate(grid)]
+
+
 def evaluate(predictors: dict[str, Predictor], prompts: Prompts, norm: float, config: EvalConfig, N: int,
-             seed: int) -> pd.DataFrame:
-    """One row per (predictor, n): mean normalised error, bootstrap interval, number of prompts."""
+             seed: int, family: TaskFamily | None = None) -> pd.DataFrame:
+    """One row per (predictor, n): mean normalised error, bootstrap interval, number of prompts.
+
+    For every meta name in ``split_names(config, family)`` and every value it takes, extra rows
+    ``f"{predictor}|{name}={value:g}"`` score the prompts with that value, normalised by
+    ``family.group_second_moment(name, value)`` (by ``norm`` without a family).
+    """
     grid = context_grid(config, N)
+    splits = split_names(config, family)
+    missing = [m for m in splits if m not in prompts.meta]
+    if missing:
+        raise KeyError(f"split_by {missing[0]!r} is not a prompt meta; known: {', '.join(prompts.meta)}")
     rows = []
     for name, predictor in predictors.items():
-        errors = squared_errors(predictor, prompts, config.batch_size)[:, grid] / norm   # (P, K)
-        lo, hi = bootstrap_interval(errors, config.bootstrap, config.ci, seed)
-        mean = errors.mean(dim=0)
-        for k, n in enumerate(grid):
-            rows.append({"predictor": name, "n": n, "err": float(mean[k]), "err_lo": float(lo[k]),
-                         "err_hi": float(hi[k]), "prompts": errors.shape[0]})
+        squared = squared_errors(predictor, prompts, config.batch_size)[:, grid]        # (P, K)
+        rows += error_rows(name, squared / norm, grid, config, seed)
+        for meta in splits:
+            values = prompts.meta[meta].cpu()
+            for value in values.unique().tolist():
+                group_norm = family.group_second_moment(meta, value) if family is not None else norm
+                rows += error_rows(f"{name}|{meta}={value:g}", squared[values == value] / group_norm, grid,
+                                   config, seed)
     frame = pd.DataFrame(rows)
     if frame["err"].isna().any():
         bad = frame.loc[frame["err"].isna(), "predictor"].unique().tolist()

@@ -4,7 +4,7 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.baselines import BASELINES, build_baselines, ridge_predictions
+from scaling.baselines import build_baselines, ridge_predictions
 from scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 
@@ -34,7 +34,8 @@ def test_least_squares_is_minimum_norm_at_every_prefix(prompts):
 
 
 def test_prediction_at_n_ignores_labels_from_n_on(prompts):
-    for name, predictor in build_baselines(tuple(BASELINES), TaskConfig(d=5, noise_std=0.3)).items():
+    # every baseline is checked in test_baselines_more.py; these are the original closed forms
+    for name, predictor in build_baselines(("zero", "least_squares", "ridge"), TaskConfig(d=5, noise_std=0.3)).items():
         before = predictor(prompts)
         changed = prompts.slice(0, len(prompts))
         changed.ys = changed.ys.clone()

@@ -1,0 +1,233 @@
+"""Tests of analysis/fit.py: power-law fits on synthetic tidy tables with known parameters."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.optimize import check_grad
+from scipy.special import huber as scipy_huber
+
+from analysis.fit import (
+    Problem,
+    cluster_resample_indices,
+    fit_all,
+    fit_context_scaling,
+    fit_joint_scaling,
+    fit_points,
+    fit_task_scaling,
+    form_named,
+    huber,
+    predicted_err,
+    scaling_points,
+)
+from synthetic_tables import saturating_law, synthetic_table
+
+INF = math.inf
+NS = [5, 10, 20, 40, 80]
+
+
+def context_table(rng, seeds=range(5), noise=0.05, seed_noise=0.03, law=None, **kw):
+    law = law or saturating_law(E=0.05, A=1.0, alpha=0.8)
+    return synthetic_table(law, ns=NS, Ts=[INF], seeds=seeds, rng=rng, noise=noise,
+                           seed_noise=seed_noise, **kw)
+
+
+def test_huber_matches_scipy_special():
+    r = np.linspace(-0.01, 0.01, 101)
+    np.testing.assert_allclose(huber(r, 1e-3), scipy_huber(1e-3, r), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("fixed_e", [None, math.log(0.05), -math.inf])
+def test_gradient_matches_finite_differences(fixed_e):
+    rng = np.random.default_rng(0)
+    logx = np.log(rng.uniform(2, 1000, size=(30, 2)))
+    problem = Problem(logx - logx.mean(0), logx.mean(0), rng.normal(-1, 0.5, 30), fixed_e, 0.3)
+    weights = rng.integers(0, 3, 30).astype(float)
+    theta = rng.normal(0, 0.5, problem.n_free)
+    err = check_grad(lambda t: problem.loss_and_grad(t, weights)[0],
+                     lambda t: problem.loss_and_grad(t, weights)[1], theta)
+    assert err < 1e-5
+
+
+def test_resamples_are_unions_of_whole_seeds():
+    seeds = np.array([3, 3, 3, 7, 7, 11, 11, 11, 11, 20])
+    rows_of = {s: set(np.flatnonzero(seeds == s)) for s in np.unique(seeds)}
+    resamples = cluster_resample_indices(seeds, 300, np.random.default_rng(1))
+    assert len(resamples) == 300
+    drawn_counts = []
+    for idx in resamples:
+        counts = np.bincount(idx, minlength=len(seeds))
+        per_seed = {}
+        for s, rows in rows_of.items():
+            c = {int(counts[r]) for r in rows}
+            assert len(c) == 1, "a seed was split between drawn and not drawn rows"
+            per_seed[s] = c.pop()
+        assert sum(per_seed.values()) == len(rows_of), "must draw as many seeds as there are"
+        assert len(idx) == sum(per_seed[s] * len(rows_of[s]) for s in rows_of)
+        drawn_counts.append(tuple(per_seed.values()))
+    assert len(set(drawn_counts)) > 10, "resamples should differ"
+
+
+def test_noise_free_context_fit_is_exact():
+    tab = context_table(np.random.default_rng(0), seeds=[0, 1], noise=0.0, seed_noise=0.0)
+    fit = fit_context_scaling(tab, n_boot=50).iloc[0]
+    assert fit.converged and fit.form == "context"
+    assert fit.E == pytest.approx(0.05, rel=1e-4)
+    assert fit.A == pytest.approx(1.0, rel=1e-4)
+    assert fit.alpha == pytest.approx(0.8, rel=1e-4)
+    assert math.isnan(fit.B) and math.isnan(fit.beta)
+    assert (fit.n_points, fit.n_seeds) == (10, 2)
+
+
+def test_single_seed_has_no_interval():
+    tab = context_table(np.random.default_rng(0), seeds=[4])
+    fit = fit_context_scaling(tab, n_boot=50).iloc[0]
+    assert fit.converged and fit.n_seeds == 1
+    assert math.isnan(fit.alpha_lo) and math.isnan(fit.alpha_hi)
+    assert "single seed" in fit.note
+
+
+def test_alpha_interval_covers_truth_in_90_percent_of_repetitions():
+    """40 synthetic data sets (8 seeds x 5 n, 5% point noise, 3% seed noise), each fit with 200
+    seed-cluster resamples and a 95% interval: the interval must cover the true alpha in at least
+    36 of 40 and stay informative (median width below 0.5). The default stays 1000 resamples."""
+    rng = np.random.default_rng(2024)
+    covered, widths = 0, []
+    for _ in range(40):
+        fit = fit_context_scaling(context_table(rng, seeds=range(8)), n_boot=200, level=0.95,
+                                  rng=rng).iloc[0]
+        assert fit.converged and fit.boot_converged > 0.95
+        covered += fit.alpha_lo <= 0.8 <= fit.alpha_hi
+        widths.append(fit.alpha_hi - fit.alpha_lo)
+    assert covered >= 36
+    assert np.median(widths) < 0.5
+
+
+def test_task_fit_recovers_beta():
+    law = saturating_law(E=0.1, B=3.0, beta=0.5)
+    tab = synthetic_table(law, ns=[10], Ts=[1e2, 1e3, 1e4, 1e5, 1e6, INF], seeds=range(4),
+                          rng=np.random.default_rng(5), noise=0.01)
+    fits = fit_task_scaling(tab, n_boot=200)
+    assert len(fits) == 1, "T = inf must not form a point of the task fit"
+    fit = fits.iloc[0]
+    assert fit.converged and fit.n_points == 20
+    assert fit.beta == pytest.approx(0.5, abs=0.05)
+    assert fit.beta_lo <= fit.beta <= fit.beta_hi and fit.beta_hi - fit.beta_lo < 0.1
+    assert math.isnan(fit.alpha)
+
+
+def test_joint_fit_recovers_parameters_on_lattice():
+    truth = dict(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    tab = synthetic_table(saturating_law(**truth), ns=[5, 10, 20, 40], Ts=[1e2, 1e3, 1e4, 1e5],
+                          seeds=range(5), rng=np.random.default_rng(7), noise=0.01)
+    fit = fit_joint_scaling(tab, n_boot=200).iloc[0]
+    assert fit.converged and fit.n_points == 80
+    for name, value in truth.items():
+        assert fit[name] == pytest.approx(value, rel=0.1), name
+        assert fit[f"{name}_lo"] <= fit[name] <= fit[f"{name}_hi"], name
+
+
+def test_fixed_E_is_honoured():
+    rng = np.random.default_rng(11)
+    tab = context_table(rng, seeds=range(4), noise=0.02)
+    fixed = fit_context_scaling(tab, fixed_E=0.05, n_boot=100).iloc[0]
+    assert fixed.converged and fixed.E == 0.05 and fixed.E_fixed == 0.05
+    assert fixed.E_lo == fixed.E_hi == 0.05
+    assert fixed.alpha == pytest.approx(0.8, abs=0.05)
+    wrong = fit_context_scaling(tab, fixed_E=0.2, n_boot=100).iloc[0]
+    assert wrong.E == 0.2 and abs(wrong.alpha - fixed.alpha) > 0.1
+
+
+def test_zero_floor_fits_a_pure_power_law():
+    law = saturating_law(E=0.0, A=2.0, alpha=0.6)
+    tab = synthetic_table(law, ns=NS, Ts=[INF], seeds=[0, 1], rng=np.random.default_rng(0),
+                          noise=0.0)
+    fit = fit_context_scaling(tab, fixed_E=0.0, n_boot=20).iloc[0]
+    assert fit.converged and fit.E == 0.0
+    assert fit.A == pytest.approx(2.0, rel=1e-5) and fit.alpha == pytest.approx(0.6, rel=1e-5)
+
+
+def test_fixed_E_from_a_column_per_group():
+    rng = np.random.default_rng(3)
+    a = context_table(rng, seeds=[0, 1], model="a").assign(floor=0.05)
+    b = context_table(rng, seeds=[0, 1], model="b").assign(floor=0.01)
+    fits = fit_context_scaling(pd.concat([a, b]), fixed_E="floor", n_boot=20)
+    assert fits.set_index("model").E.to_dict() == {"a": 0.05, "b": 0.01}
+
+
+def test_non_converging_fit_is_flagged():
+    tab = context_table(np.random.default_rng(0), seeds=range(3))
+    fit = fit_context_scaling(tab, maxiter=1, n_boot=20).iloc[0]
+    assert not fit.converged
+    assert "ITERATIONS" in fit.message.upper()
+    assert "did not converge" in fit.note
+    assert math.isnan(fit.alpha_lo) and math.isnan(fit.alpha_hi)
+
+
+def test_too_few_points_are_not_fitted():
+    points = pd.DataFrame({"seed": [0, 0, 1, 1], "n": [5, 10, 5, 10], "err": [0.5, 0.3, 0.5, 0.3]})
+    fit = fit_points(points, "context", n_boot=10)
+    assert not fit["converged"] and math.isnan(fit["alpha"])
+    assert "not fitted" in fit["message"]
+
+
+def test_scaling_points_selects_diagonal_finite_T_and_averages_duplicates():
+    base = dict(sweep="s", model="m", predictor="model", T=10.0, seed=0)
+    rows = [
+        dict(base, N=5, n=5, err=0.5),
+        dict(base, N=10, n=5, err=0.7),  # off-diagonal
+        dict(base, N=10, n=10, err=0.3),
+        dict(base, N=10, n=0, err=1.0),
+        dict(base, N=10, n=10, err=0.4, T=INF),
+        dict(base, N=20, n=20, err=-1.0),  # invalid error
+    ]
+    table = pd.DataFrame(rows)
+    keys = ["sweep", "model", "predictor"]
+    diag = scaling_points(table, ("n", "T"), keys, select="diagonal")
+    assert diag[["n", "T", "err"]].values.tolist() == [[5, 10.0, 0.5], [10, 10.0, 0.3]]
+    every = scaling_points(table, ("n",), keys + ["T"], select="all", n_min=0)
+    at_5 = every[(every.n == 5) & (every["T"] == 10.0)].err
+    assert at_5.tolist() == [pytest.approx(0.6)]
+    assert sorted(every.n.unique()) == [0, 5, 10]
+
+
+def test_groups_split_by_model_T_and_task_columns():
+    rng = np.random.default_rng(0)
+    parts = [context_table(rng, seeds=[0, 1], model=m).assign(**{"task.sigma": s})
+             for m in ("a", "b") for s in (0.1, 0.5)]
+    fits = fit_context_scaling(pd.concat(parts), n_boot=20)
+    assert len(fits) == 4 and {"model", "task.sigma", "T", "predictor"} <= set(fits.columns)
+
+
+def test_fit_all_stacks_forms_and_unknown_form_lists_known():
+    tab = synthetic_table(saturating_law(0.05, 1.0, 0.8, 2.0, 0.5), ns=[5, 10, 20],
+                          Ts=[1e2, 1e3, 1e4], seeds=[0, 1], rng=np.random.default_rng(0))
+    fits = fit_all(tab, n_boot=20)
+    assert fits.form.value_counts().to_dict() == {"context": 3, "task": 3, "joint": 1}
+    with pytest.raises(ValueError, match="joint"):
+        form_named("chinchilla")
+
+
+def test_predicted_err_evaluates_the_fitted_law():
+    law = saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    fit = dict(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    n, T = np.array([5.0, 40.0]), np.array([1e3, INF])
+    np.testing.assert_allclose(predicted_err(fit, n, T), [law(5, 1e3), law(40, INF)])
+    context_only = dict(fit, B=math.nan, beta=math.nan)
+    np.testing.assert_allclose(predicted_err(context_only, n), 0.05 + n**-0.8)
+
+
+def test_flat_curve_fit_notes_exponent_on_bound_or_vanishing_term():
+    tab = context_table(np.random.default_rng(0), seeds=range(3),
+                        law=saturating_law(E=0.3), noise=0.01)
+    fit = fit_context_scaling(tab, n_boot=50).iloc[0]
+    assert fit.converged
+    np.testing.assert_allclose(predicted_err(fit, np.array(NS)), 0.3, rtol=0.03)
+    assert "alpha at bound" in fit.note or fit.A * 5**-fit.alpha < 0.01
+
+
+def test_non_positive_errors_are_rejected_by_fit_points():
+    points = pd.DataFrame({"seed": [0, 0, 0], "n": [5, 10, 20], "err": [0.5, 0.0, 0.2]})
+    with pytest.raises(ValueError, match="positive"):
+        fit_points(points, "context")

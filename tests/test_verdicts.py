@@ -1,0 +1,142 @@
+"""Tests of analysis/verdicts.py: context/task-scaling verdicts on synthetic tidy tables."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.verdicts import (
+    answer_line,
+    context_verdicts,
+    drop_interval,
+    format_verdicts,
+    judge_points,
+    paired_drops,
+    question_named,
+    task_verdicts,
+    trend_p_value,
+)
+from synthetic_tables import saturating_law, synthetic_table
+
+INF = math.inf
+NS = [5, 10, 20, 40]
+TS = [1e2, 1e3, 1e4, 1e5, INF]
+
+
+def table(law, model, seeds=range(4), noise=0.01, seed=0):
+    return synthetic_table(law, ns=NS, Ts=TS, seeds=seeds, rng=np.random.default_rng(seed),
+                           noise=noise, model=model)
+
+
+def one(verdicts, **where):
+    mask = np.logical_and.reduce([verdicts[k] == v for k, v in where.items()])
+    assert mask.sum() == 1
+    return verdicts[mask].iloc[0]
+
+
+def test_paired_drops_and_interval_against_direct_formula():
+    wide = pd.DataFrame({5: [1.0, 0.8, 0.5], 10: [0.9, 0.7, 0.5], 40: [0.5, 0.6, np.nan]},
+                        index=[0, 1, 2])
+    drops = paired_drops(wide)
+    np.testing.assert_allclose(drops, [1 - 0.5 / 1.0, 1 - 0.6 / 0.8])
+    lo, hi = drop_interval(drops, 500, 0.9, np.random.default_rng(0))
+    assert min(drops) <= lo < drops.mean() < hi <= max(drops)
+    assert all(math.isnan(v) for v in drop_interval(drops[:1], 500, 0.9, np.random.default_rng(0)))
+
+
+def test_page_trend_p_value_for_perfect_order_is_one_over_factorial_power():
+    """m seeds each ranking 3 axis values in the predicted order: exact p = (1/3!)^m."""
+    wide = pd.DataFrame({5: [1.0, 0.9, 0.8], 10: [0.7, 0.6, 0.65], 40: [0.3, 0.2, 0.25]})
+    assert trend_p_value(wide) == pytest.approx((1 / 6) ** 3, rel=1e-6)
+    assert math.isnan(trend_p_value(wide[[5, 40]]))
+    assert math.isnan(trend_p_value(wide.iloc[:1]))
+
+
+def test_flat_curve_does_not_context_scale_and_falling_one_does():
+    flat = table(saturating_law(E=0.4, B=2.0, beta=0.5), "mlp")
+    falling = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "gpt2", seed=1)
+    verdicts = context_verdicts(pd.concat([flat, falling]), n_boot=500)
+    assert len(verdicts) == 2 * len(TS)
+    assert set(verdicts[verdicts.model == "mlp"].verdict) == {"does not context-scale"}
+    assert set(verdicts[verdicts.model == "gpt2"].verdict) == {"context-scales"}
+    row = one(verdicts, model="gpt2", T=INF)
+    assert (row.x_min, row.x_max, row.n_seeds) == (5, 40, 4)
+    assert row.drop_lo > 0.05 and row.trend_p < 0.05
+
+
+def test_flat_in_T_does_not_task_scale_and_falling_one_does():
+    flat = table(saturating_law(E=0.1, A=1.0, alpha=0.8), "feature-map")
+    falling = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "mlp", seed=1)
+    verdicts = task_verdicts(pd.concat([flat, falling]), n_boot=500)
+    assert len(verdicts) == 2 * len(NS), "T = inf must not be an axis value"
+    assert set(verdicts.x_max) == {1e5}
+    assert set(verdicts[verdicts.model == "feature-map"].verdict) == {"does not task-scale"}
+    assert set(verdicts[verdicts.model == "mlp"].verdict) == {"task-scales"}
+
+
+def test_rising_error_does_not_context_scale():
+    rising = table(lambda n, T: 0.2 * n**0.3, "mlp")
+    assert set(context_verdicts(rising, n_boot=200).verdict) == {"does not context-scale"}
+
+
+def test_single_seed_and_noisy_borderline_are_inconclusive():
+    falling = saturating_law(E=0.05, A=1.0, alpha=0.8)
+    single = context_verdicts(table(falling, "gpt2", seeds=[0]), n_boot=200)
+    assert set(single.verdict) == {"inconclusive"}
+    assert single.note.str.contains("seeds").all()
+    drops = [0.0, 0.1, 0.02, 0.08]  # mean drop 5%, the threshold
+    points = pd.DataFrame({"seed": np.repeat(range(4), 3), "n": [5, 10, 40] * 4,
+                           "err": [v for d in drops for v in (1.0, 1 - d / 2, 1 - d)]})
+    borderline = judge_points(points, "context", n_boot=500)
+    assert borderline["drop_lo"] < 0.05 < borderline["drop_hi"]
+    assert borderline["verdict"] == "inconclusive"
+
+
+def test_significant_drop_without_trend_is_inconclusive():
+    points = pd.DataFrame({"seed": [0, 0, 0, 1, 1, 1], "n": [5, 10, 40] * 2,
+                           "err": [1.0, 0.5, 0.8, 1.0, 0.5, 0.8]})
+    verdict = judge_points(points, "context", n_boot=200, trend_alpha=0.01)
+    assert verdict["drop_lo"] > 0.05 and verdict["trend_p"] > 0.01
+    assert verdict["verdict"] == "inconclusive"
+
+
+def test_answer_names_models_and_splits_mixed_ones():
+    gpt2 = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "gpt2")
+    mlp = table(saturating_law(E=0.3, B=2.0, beta=0.5), "mlp", seed=1)
+    context = context_verdicts(pd.concat([gpt2, mlp]), n_boot=200)
+    task = task_verdicts(pd.concat([gpt2, mlp]), n_boot=200)
+    line = answer_line(context, task)
+    assert line.startswith("context-scale: gpt2 (not: mlp; inconclusive: none); ")
+    assert "task-scale: gpt2, mlp (not: none" in line
+    mixed = context.copy()
+    mixed.loc[(mixed.model == "mlp") & (mixed["T"] == INF), "verdict"] = "context-scales"
+    assert "context-scale: gpt2, mlp [T=inf] (not: mlp [T=100]" in answer_line(mixed, task)
+    text = format_verdicts(context, task)
+    assert text.splitlines()[0] == line and "Task scaling:" in text
+
+
+def test_units_carry_the_task_settings_that_vary():
+    law = saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
+    linear = table(law, "sgpt").assign(**{"task.name": "linear"})
+    relu = table(saturating_law(E=0.4), "sgpt", seed=1).assign(**{"task.name": "relu"})
+    context = context_verdicts(pd.concat([linear, relu]), n_boot=200)
+    assert len(context) == 2 * len(TS)
+    line = answer_line(context, task_verdicts(pd.concat([linear, relu]), n_boot=200))
+    assert line.startswith("context-scale: sgpt name=linear (not: sgpt name=relu;")
+
+
+def test_baselines_are_left_out_of_the_answer_by_default():
+    gpt2 = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2")
+    ridge = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2", seed=3).assign(
+        predictor="ridge")
+    both = pd.concat([gpt2, ridge])
+    context = context_verdicts(both, n_boot=100)
+    assert set(context.predictor) == {"model", "ridge"}
+    text = format_verdicts(context, task_verdicts(both, n_boot=100))
+    assert "ridge" not in text
+
+
+def test_unknown_question_lists_known():
+    with pytest.raises(ValueError, match="context"):
+        question_named("depth")
