@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from scaling.baselines import BASELINES
+from scaling.baselines import BASELINES, parse_baseline
 from scaling.plan import load_plan, read_document
 from scaling.tasks import FAMILIES
 
@@ -29,7 +29,8 @@ def names_used(document, key):
 def missing_registrations(path):
     document, _ = read_document(path)
     families = names_used(document, "family") - set(FAMILIES)
-    baselines = names_used(document, "baselines") - set(BASELINES)
+    baselines = {parse_baseline(b)[0] if b.split("(")[0] in BASELINES else b
+                 for b in names_used(document, "baselines")} - set(BASELINES)
     return sorted(families) + sorted(baselines)
 
 
