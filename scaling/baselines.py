@@ -378,6 +378,22 @@ def parse_baseline(name: str) -> tuple[str, dict[str, Any]]:
     return base, options
 
 
+def applicable_baselines(names: tuple[str, ...], task: TaskConfig,
+                         pool=None) -> tuple[dict[str, Predictor], dict[str, str]]:
+    """The named baselines that are defined for ``task``, and the reasons of those that are not.
+
+    A sweep's baseline list is shared by every cell, also across a task axis (Fig. 7 mixes linear
+    and ReLU-network tasks), so a baseline not defined for one cell's task is left out of that cell.
+    """
+    out, skipped = {}, {}
+    for name in names:
+        try:
+            out.update(build_baselines((name,), task, pool))
+        except BaselineNotApplicable as err:
+            skipped[name] = str(err)
+    return out, skipped
+
+
 def build_baselines(names: tuple[str, ...], task: TaskConfig, pool=None) -> dict[str, Predictor]:
     """The named baselines for ``task``, keyed by the names as written; unknown names fail listing the
     known ones. ``pool`` (the cell's TaskPool) reaches factories as options['pool'] (bayes_discrete)."""

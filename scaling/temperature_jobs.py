@@ -276,7 +276,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    from .baselines import build_baselines
+    from .baselines import applicable_baselines
     from .tasks import fresh_prompts, make_family
     from .temperature import attention_temperature, score_moments
     from .train import evaluate
@@ -295,7 +295,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
 
     taus = {f"tau={tau:g}": float(tau) for tau in t.taus}
     predictors = {name: at_temperature(tau) for name, tau in taus.items()}
-    predictors.update(build_baselines(cell.eval.baselines, cell.task))
+    predictors.update(applicable_baselines(cell.eval.baselines, cell.task)[0])
     curves = evaluate(predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family=family)
     curves = curves.assign(tau=curves["predictor"].str.split("|").str[0].map(taus), x=curves["n"],
                            step=curves["n"], curve=curves["predictor"], panel=shift_label(cell.eval.shift))

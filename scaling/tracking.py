@@ -264,6 +264,11 @@ class CellLog:
         for predictor, group in curves.groupby("predictor", sort=False):
             group = group[group["err"].notna()]
             self.log_metrics(curve_metric_key(predictor), zip(group[steps], group["err"]))
+        skipped = curves.attrs.get("skipped_baselines") or {}
+        if skipped:     # baselines of the sweep's list not defined for this cell's task
+            retrying(lambda: self.client.set_tag(self.run_id, "skipped_baselines",
+                                                 "; ".join(f"{k}: {v}" for k, v in skipped.items())[:4000]),
+                     "tagging skipped baselines")
         for name, value in (summary or {}).items():
             self.log_metrics(name, [(0, value)])
             retrying(lambda: self.client.set_tag(self.run_id, name, f"{value:.6g}"), f"tagging {name}")

@@ -21,7 +21,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from .baselines import Predictor, build_baselines, parse_baseline
+from .baselines import Predictor, applicable_baselines, parse_baseline
 from .config import ConfigError, check, check_choice
 from .models import build_model
 from .tasks import Prompts, ShiftConfig, TaskFamily, TaskPool, derive_seed, fresh_prompts, generator, make_family
@@ -46,11 +46,11 @@ class Curriculum:
     points_every: int = 2000
 
     def __post_init__(self):
-        for field in ("dims_start", "points_start"):
-            check(getattr(self, field) >= 0, field, f"must be >= 0 (0 = off), got {getattr(self, field)}")
+        for name in ("dims_start", "points_start"):
+            check(getattr(self, name) >= 0, name, f"must be >= 0 (0 = off), got {getattr(self, name)}")
         check(self.points_start != 1, "points_start", "a prompt needs at least 2 points (a pair and a query)")
-        for field in ("dims_inc", "dims_every", "points_inc", "points_every"):
-            check(getattr(self, field) >= 1, field, f"must be >= 1, got {getattr(self, field)}")
+        for name in ("dims_inc", "dims_every", "points_inc", "points_every"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
 
     def dims(self, step: int, d: int) -> int:
         """Live input coordinates at ``step`` for a task of dimension d."""
@@ -213,11 +213,12 @@ class CellTrainer:
         """Curves of the model and every baseline on the cell's (possibly shifted) evaluation prompts."""
         config = self.cell.eval
         family = make_family(self.cell.task, config.shift)
-        predictors = {"model": self.model_predictor()}
-        predictors.update(build_baselines(config.baselines, self.cell.task, pool=self.pool))
+        baselines, skipped = applicable_baselines(config.baselines, self.cell.task, pool=self.pool)
         prompts = fresh_prompts(family, config.prompts, self.points, self.cell.seed, device=self.device)
-        return evaluate(predictors, prompts, family.y_second_moment(), config, self.cell.N, self.cell.seed,
-                        family=family)
+        curves = evaluate({"model": self.model_predictor(), **baselines}, prompts, family.y_second_moment(),
+                          config, self.cell.N, self.cell.seed, family=family)
+        curves.attrs["skipped_baselines"] = skipped
+        return curves
 
 
 def squared_errors(predictor: Predictor, prompts: Prompts, batch_size: int) -> torch.Tensor:

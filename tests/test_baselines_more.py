@@ -282,3 +282,12 @@ def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
     in_prefix = torch.arange(10).expand(9, 10) < torch.arange(1, 10).unsqueeze(1)       # n = 1..9
     chosen = random_subset(in_prefix, 4, generator(0, "s"))
     assert chosen.sum(1).tolist() == [1, 2, 3, 4, 4, 4, 4, 4, 4] and not (chosen & ~in_prefix).any()
+
+
+def test_baselines_not_defined_for_a_task_are_left_out_with_the_reason():
+    from scaling.baselines import applicable_baselines
+
+    predictors, skipped = applicable_baselines(("zero", "ridge", "least_squares"),
+                                               TaskConfig(family="relu_net", d=4))
+    assert list(predictors) == ["zero", "least_squares"]
+    assert list(skipped) == ["ridge"] and "linear" in skipped["ridge"]
