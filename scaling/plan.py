@@ -40,6 +40,11 @@ from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .models import ModelConfig
 
+# A GPT-2 cell's prompt is 2(N+1) tokens and its n_positions is derived from N. Garg et al.'s released
+# checkpoints have 202 positions, GPT-2's own 1024; no experiment here needs more than 1024 (N <= 511).
+# The cap turns a typo (N: 50000) into a planning error instead of an out-of-memory trial.
+GPT2_MAX_POSITIONS = 1024
+
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "profiles")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -50,19 +55,33 @@ class SweepError(ValueError):
 
 @dataclass(frozen=True)
 class Resources:
-    """What one cell's trial asks of the cluster: CPUs and a GPU fraction or whole GPUs."""
+    """What one cell's trial asks of one node: CPUs, a GPU fraction or whole GPUs, and custom resources.
+
+    ``custom`` names Ray custom resources a node advertises (``ray start --resources``), e.g.
+    ``{"accelerator_type:A10G": 0.25}`` to pin a cell to a kind of GPU. A fraction of a GPU also caps the
+    trial's CUDA memory to that fraction (scaling.trial.cap_gpu_memory).
+    """
 
     cpu: float = 1.0
     gpu: float = 0.0
+    custom: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         check(self.cpu > 0, "cpu", f"must be > 0, got {self.cpu}")
         check(self.gpu >= 0, "gpu", f"must be >= 0, got {self.gpu}")
         check(self.gpu <= 1 or float(self.gpu).is_integer(), "gpu",
               f"a fraction must be at most 1 (or whole GPUs: 1, 2, ...), got {self.gpu}")
+        for name, amount in self.custom.items():
+            check(name.lower() not in ("cpu", "gpu", "memory", "object_store_memory"), f"custom.{name}",
+                  "is a built-in resource; use the cpu and gpu settings")
+            check(amount > 0, f"custom.{name}", f"must be > 0, got {amount}")
 
     def as_tune(self) -> dict[str, float]:
-        return {"cpu": self.cpu, "gpu": self.gpu}
+        return {"cpu": self.cpu, "gpu": self.gpu, **self.custom}
+
+    def as_ray(self) -> dict[str, float]:
+        """The request in Ray's resource names, as nodes advertise them."""
+        return {"CPU": self.cpu, "GPU": self.gpu, **self.custom}
 
 
 @dataclass(frozen=True)
@@ -271,6 +290,15 @@ def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[di
     return tree, resources
 
 
+def check_limits(cell: Cell) -> Cell:
+    """Limits a valid cell can still break: a GPT-2 prompt must fit GPT2_MAX_POSITIONS tokens."""
+    positions = 2 * (cell.N + 1)
+    check(cell.model.arch != "gpt2" or positions <= GPT2_MAX_POSITIONS, "N",
+          f"N={cell.N} makes GPT-2 prompts of 2(N+1)={positions} tokens, more than the"
+          f" {GPT2_MAX_POSITIONS} positions allowed (scaling.plan.GPT2_MAX_POSITIONS)")
+    return cell
+
+
 def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = None,
                   profile: str = "") -> Plan:
     """Validate a sweep document and expand it into its ordered cells."""
@@ -303,7 +331,7 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     for axis, values in axes.items():          # each value alone, so the error points at it
         for i, value in enumerate(values):
             try:
-                Cell.from_dict(_cell_tree(defaults, {axis: value}, presets)[0])
+                check_limits(Cell.from_dict(_cell_tree(defaults, {axis: value}, presets)[0]))
             except ConfigError as err:
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 
@@ -312,7 +340,7 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
         combo = dict(zip(axes, combo_values))
         tree, resources = _cell_tree(defaults, combo, presets)
         try:
-            cell = Cell.from_dict(tree)
+            cell = check_limits(Cell.from_dict(tree))
         except ConfigError as err:
             described = ", ".join(f"{k}={v}" for k, v in combo.items())
             raise SweepError(f"{at('grid')}: the cell ({described}) is invalid: {err}") from None

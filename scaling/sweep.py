@@ -9,13 +9,19 @@
    SIGKILL of this driver, a lost node) continues where each cell stopped.
 4. Print live progress: cells done, running, pending, failed, and an estimate of the time left.
 
-Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input.
+Every check runs before any work: an invalid sweep file, an unusable tracking store or storage, a cell no
+node can hold (on a cluster that does not autoscale) end the driver with a message and exit status 2,
+with nothing written (no MLflow database, no storage directory).
+
+Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input, 130 when
+interrupted (Ctrl-C: trials stop, checkpoints stay; the same command resumes).
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -145,21 +151,62 @@ def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | 
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **quiet)
 
 
+def fits(request: dict[str, float], node: dict[str, float]) -> bool:
+    """Whether one node has every resource of the request (Ray names: CPU, GPU, custom), all on itself."""
+    return all(node.get(name, 0.0) >= amount for name, amount in request.items() if amount > 0)
+
+
+def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
+    """One line per cell whose resources no single node has (a trial never spans nodes)."""
+    shapes = sorted({", ".join(f"{k}={v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")
+                               or not (k.startswith("node:") or k.endswith("memory"))) for n in nodes})
+    problems = []
+    for planned in plan_cells:
+        request = planned.resources.as_ray()
+        if not any(fits(request, node) for node in nodes):
+            asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
+            problems.append(f"cell {planned.cell.name} ({planned.cell.key}) asks one node for {asked}")
+    if problems:
+        problems.append("nodes: " + ("; ".join(f"[{shape}]" for shape in shapes) or "(none alive)"))
+    return problems
+
+
 def check_feasible(plan_cells, autoscaling: bool) -> None:
-    """Fail before any trial starts when a cell asks for more than the biggest node has (Tune only waits)."""
+    """Fail before any trial starts when some cell fits no node of a fixed cluster (Tune would only wait)."""
     import ray
 
     if autoscaling:
         return
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    best_cpu = max((n.get("CPU", 0) for n in nodes), default=0)
-    best_gpu = max((n.get("GPU", 0) for n in nodes), default=0)
-    for planned in plan_cells:
-        res = planned.resources
-        if res.cpu > best_cpu or res.gpu > best_gpu:
-            raise SweepError(f"cell {planned.cell.name} asks for cpu={res.cpu:g}, gpu={res.gpu:g}, but the largest"
-                             f" node has CPU={best_cpu:g}, GPU={best_gpu:g}; lower the model's `resources`, or"
-                             f" pass --autoscaling on a cluster that adds such nodes")
+    problems = unmet_requests(plan_cells, nodes)
+    if problems:
+        raise SweepError("no node of this cluster can run some cells:\n  " + "\n  ".join(problems) +
+                         "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
+                         " add such a node, or pass --autoscaling on a cluster that starts such nodes")
+
+
+def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
+    """The tracker, checked reachable; None for a SQLite file not created yet (created only once work starts)."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        if not db.exists():
+            if not db.parent.is_dir():
+                raise TrackingError(f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory")
+            return None, None
+    tracker = Tracker(uri)
+    tracker.check_reachable()
+    return tracker, None
+
+
+def check_storage(uri: str) -> None:
+    """Fail before work starts when the checkpoint storage URI cannot be opened."""
+    import pyarrow
+    from pyarrow import fs as pafs
+
+    try:
+        pafs.FileSystem.from_uri(uri)
+    except (pyarrow.ArrowException, ValueError, OSError) as err:
+        raise SweepError(f"cannot use the storage {uri}: {err}") from None
 
 
 def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry_run: bool = False,
@@ -172,11 +219,9 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
     uri = resolve_tracking_uri(tracking_uri)
     store_uri = storage_uri(plan, storage)
     source = Path(path).name
-    if dry_run and uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
-        tracker, experiment_id = None, None        # nothing tracked yet; do not create the database
-    else:
-        tracker = Tracker(uri)
-        tracker.check_reachable()
+    check_storage(store_uri)
+    tracker, experiment_id = open_tracking(uri)        # nothing is created before the checks below pass
+    if tracker is not None:
         experiment_id = tracker.experiment_id(plan.name)
     if experiment_id is not None:
         owner = tracker.experiment_tags(experiment_id).get("sweep_file")
@@ -207,6 +252,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
 
     start_ray(address, num_cpus, num_gpus)
     check_feasible(pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")))
+    tracker = tracker or Tracker(uri)
     experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": source})
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
     out.write(f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
@@ -277,15 +323,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    resume = f"resume with the same command: python -m scaling.sweep {shlex.join(argv)}"
     try:
         outcome = run_sweep(args.sweep, args.profile, tuple(args.overrides), args.dry_run, args.address,
                             args.tracking_uri, args.storage, args.num_cpus, args.num_gpus, args.autoscaling)
     except (SweepError, TrackingError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0 if outcome.ok else 1
+        return EXIT_INVALID
+    except KeyboardInterrupt:                    # a second Ctrl-C, or one before the trials started
+        print(f"interrupted; {resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if outcome.failed:
+        print(f"{len(outcome.failed)} cells failed (their errors are above and in MLflow, tag `error`);"
+              f" fix the cause and {resume} (complete cells are skipped)", file=sys.stderr)
+        return EXIT_FAILED
+    if outcome.interrupted:
+        print(f"interrupted; {resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ cell reuses its run instead of creating another. A cell run carries:
   prompts) and ``model.pt`` (final weights).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
-loses metrics; training losses are buffered and flushed at checkpoints, skipping steps already logged.
+loses metrics. Training losses are buffered and flushed at checkpoints, skipping steps already logged; a
+flush that fails keeps its points (the trial stores them in its checkpoint) and tries again at the next
+checkpoint, and the final flush before ``finish`` must succeed, or the cell fails and Tune retries it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -79,6 +82,21 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
     raise AssertionError("unreachable")
 
 
+@contextlib.contextmanager
+def _quick_http():
+    """MLflow's REST client without its own retries (urllib3 backoff of up to minutes) and a short timeout."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @dataclass(frozen=True)
 class CellRecord:
     run_id: str
@@ -96,10 +114,11 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=uri)
 
     def check_reachable(self) -> None:
-        """Fail fast, with the URI in the message, when the store cannot be reached."""
+        """Fail fast (seconds, not MLflow's minutes of HTTP retries), with the URI, when the store is unusable."""
         try:
-            retrying(lambda: self.client.search_experiments(max_results=1), "reaching the tracking store",
-                     attempts=3, first_wait=0.5)
+            with _quick_http():
+                retrying(lambda: self.client.search_experiments(max_results=1), "reaching the tracking store",
+                         attempts=3, first_wait=0.5)
         except Exception as err:   # noqa: BLE001 - any failure here means unusable
             raise TrackingError(f"cannot use the MLflow tracking store {self.uri}: {err}") from None
 
@@ -165,6 +184,7 @@ class CellLog:
     def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
         self.last_loss_step = last_loss_step
+        self.pending: list[tuple[int, float, int]] = []     # (step, loss, time in ms) not yet in the store
 
     @classmethod
     def open(cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None) -> "CellLog":
@@ -192,21 +212,46 @@ class CellLog:
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
         return cls(tracker, run_id, last)
 
-    def log_metrics(self, key: str, points: Iterable[tuple[int, float]]) -> None:
+    def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
+        """Log (step, value) or (step, value, time in ms) points; identical points sent twice are stored once."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(key, float(v), now, int(s)) for s, v in points]
+        metrics = [Metric(key, float(p[1]), int(p[2]) if len(p) > 2 else now, int(p[0])) for p in points]
         for start in range(0, len(metrics), 1000):
             chunk = metrics[start:start + 1000]
-            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), f"logging {key}")
+            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), f"logging {key}", attempts)
 
-    def log_losses(self, points: list[tuple[int, float]]) -> None:
-        """Log buffered training losses, skipping steps this run already holds (after a resume)."""
-        fresh = [(s, v) for s, v in points if s > self.last_loss_step]
-        if fresh:
-            self.log_metrics("train/loss", fresh)
-            self.last_loss_step = fresh[-1][0]
+    def log_losses(self, points: Iterable[tuple], final: bool = False) -> bool:
+        """Buffer training losses and flush the buffer, skipping steps this run already holds (after a resume).
+
+        A failed flush keeps the points for the next call and returns False (the store blinked: training
+        goes on); with ``final`` it retries for about a minute and then raises TrackingError, so a cell never
+        completes with part of its loss history missing. True when everything is flushed.
+        """
+        newest = self.pending[-1][0] if self.pending else self.last_loss_step
+        now = int(time.time() * 1000)
+        for point in points:
+            step = int(point[0])
+            if step > newest:
+                self.pending.append((step, float(point[1]), int(point[2]) if len(point) > 2 else now))
+                newest = step
+        while self.pending:
+            chunk = self.pending[:1000]
+            try:
+                if final:
+                    self.log_metrics("train/loss", chunk)
+                else:
+                    with _quick_http():              # a blinking store must not stall training
+                        self.log_metrics("train/loss", chunk, attempts=2)
+            except TrackingError as err:
+                if final:
+                    raise
+                log.warning("keeping %d training losses for the next checkpoint: %s", len(self.pending), err)
+                return False
+            self.last_loss_step = chunk[-1][0]
+            del self.pending[:len(chunk)]
+        return True
 
     def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path) -> None:
         """Log the curves, artifacts and, last, status=complete."""
@@ -223,6 +268,10 @@ class CellLog:
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
 
     def fail(self, error: str) -> None:
-        retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_FAILED), "tagging failed")
-        retrying(lambda: self.client.set_tag(self.run_id, "error", error[-4000:]), "tagging error")
-        retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run")
+        """Mark the run failed with its error; best effort (the store may be what failed), never raises."""
+        try:
+            retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_FAILED), "tagging failed", 3)
+            retrying(lambda: self.client.set_tag(self.run_id, "error", error[-4000:]), "tagging error", 3)
+            retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run", 3)
+        except TrackingError as err:
+            log.warning("could not mark run %s failed: %s", self.run_id, err)

@@ -67,11 +67,18 @@ def trial_device(config: dict[str, Any], cell: Cell) -> torch.device:
     return resolve_device("auto") if config["resources"].get("gpu", 0) > 0 else torch.device("cpu")
 
 
+def cap_gpu_memory(device: torch.device, gpu: float) -> None:
+    """Hold a trial given a fraction of a GPU to that fraction of the GPU's memory (whole GPUs: no cap)."""
+    if device.type == "cuda" and 0 < gpu < 1:
+        torch.cuda.set_per_process_memory_fraction(gpu, device)
+
+
 def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
     """Train, evaluate and log one cell; ``report`` receives progress dicts (tune.report in a trial)."""
     cell = Cell.from_dict(config["cell"])
     torch.set_num_threads(max(1, int(config["resources"].get("cpu", 1))))
     device = trial_device(config, cell)
+    cap_gpu_memory(device, float(config["resources"].get("gpu", 0)))
     store = CheckpointStore(config["storage"])
     log = CellLog.open(config["tracking_uri"], config["experiment_id"], cell, config["sweep"],
                        config.get("parent_run_id"))
@@ -80,15 +87,18 @@ def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
         state = store.load(cell.key)
         if state is not None:
             trainer.load_state_dict(state)
+            log.log_metrics("trial/resumed_from", [(trainer.step, trainer.step)])
+            log.log_losses(state.get("unlogged_losses", []))     # losses a blinking store missed
         every, losses = cell.train.checkpoint_every, []
         while not trainer.done_training:
             trainer.train_until((trainer.step // every + 1) * every, lambda s, v: losses.append((s, v)))
             log.log_losses(losses)
-            store.save(cell.key, trainer.state_dict())
+            store.save(cell.key, {**trainer.state_dict(), "unlogged_losses": log.pending})
             if report:
                 report({"step": trainer.step, "progress": trainer.step / cell.train.steps,
                         "loss": losses[-1][1] if losses else float("nan")})
             losses = []
+        log.log_losses([], final=True)                     # the whole loss history, or the cell fails
         curves = trainer.evaluate()
         with tempfile.TemporaryDirectory() as tmp:
             weights = Path(tmp) / "model.pt"
