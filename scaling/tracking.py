@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -181,16 +182,20 @@ class Tracker:
 class CellLog:
     """Trial-side logging of one cell into its (reused) run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int):
+    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int, complete: bool = False):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
+        self.complete = complete            # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
         self.pending: list[tuple[int, float, int]] = []     # (step, loss, time in ms) not yet in the store
 
     @classmethod
     def open(cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None) -> "CellLog":
-        """Reuse the run tagged with the cell's key, or create it; mark it running."""
+        """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run: untouched)."""
         tracker = Tracker(uri)
         found = tracker._search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
+        if any(r.data.tags.get("status") == STATUS_COMPLETE for r in found):
+            done = next(r for r in found if r.data.tags.get("status") == STATUS_COMPLETE)
+            return cls(tracker, done.info.run_id, cell.train.steps, complete=True)
         if found:
             run_id = sorted(found, key=lambda r: r.info.start_time or 0)[0].info.run_id
             history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
@@ -209,6 +214,7 @@ class CellLog:
             for start in range(0, len(params), 100):
                 chunk = [Param(k, v) for k, v in params[start:start + 100]]
                 retrying(lambda: tracker.client.log_batch(run_id, params=chunk), "logging params")
+            return cls(tracker, run_id, last)          # created with status=running
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
         return cls(tracker, run_id, last)
 
@@ -255,15 +261,19 @@ class CellLog:
 
     def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path) -> None:
         """Log the curves, artifacts and, last, status=complete."""
-        for predictor, group in curves.groupby("predictor", sort=False):
-            key = "eval/err" if predictor == "model" else f"baseline/{predictor}"
-            self.log_metrics(key, zip(group["n"], group["err"]))
-        with tempfile.TemporaryDirectory() as tmp:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric("eval/err" if predictor == "model" else f"baseline/{predictor}", float(err), now, int(n))
+                   for predictor, n, err in zip(curves["predictor"], curves["n"], curves["err"])]
+        for start in range(0, len(metrics), 1000):          # every curve in one round trip (of up to 1000)
+            chunk = metrics[start:start + 1000]
+            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), "logging curves")
+        with tempfile.TemporaryDirectory() as tmp:         # the three artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
-            for name in ("cell.yaml", "curves.parquet"):
-                retrying(lambda: self.client.log_artifact(self.run_id, str(Path(tmp) / name)), f"logging {name}")
-        retrying(lambda: self.client.log_artifact(self.run_id, str(weights_path)), "logging weights")
+            shutil.copyfile(weights_path, Path(tmp) / "model.pt")
+            retrying(lambda: self.client.log_artifacts(self.run_id, tmp), "logging artifacts")
         retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_COMPLETE), "tagging complete")
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
 
