@@ -98,11 +98,12 @@ def test_auto_pack_size_is_capped():
     assert pack_limit("auto", cells[0]) == AUTO_PACK_SIZE and pack_signature(cells[0]) is not None
 
 
-@pytest.mark.parametrize("value, ok", [("auto", True), ("off", True), (4, True), (0, False), ("some", False)])
+@pytest.mark.parametrize("value, ok", [("auto", "auto"), ("off", "off"), (False, "off"), (4, 4), (0, None),
+                                       ("some", None)])
 def test_run_pack_setting_is_validated(value, ok):
     document = {"name": "x", "defaults": tiny_cell_dict(), "run": {"pack": value}}
     if ok:
-        assert plan_document(document).run.pack == value
+        assert plan_document(document).run.pack == ok
     else:
         with pytest.raises(SweepError, match="run.pack"):
             plan_document(document)
