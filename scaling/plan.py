@@ -338,7 +338,7 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     for axis, values in axes.items():          # each value alone, so the error points at it
         for i, value in enumerate(values):
             try:
-                check_limits(Cell.from_dict(_cell_tree(defaults, {axis: value}, presets)[0]))
+                Cell.from_dict(_cell_tree(defaults, {axis: value}, presets)[0])
             except ConfigError as err:
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 

@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")      # tests start their own throwaway local clusters
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Drivers started as subprocesses and Ray workers import `scaling` from this checkout, not from whichever
+# checkout an editable install points at.
+REPO = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join([REPO, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 TINY_SWEEP = {
     "name": "tiny",

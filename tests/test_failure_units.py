@@ -1,0 +1,97 @@
+"""Failure handling in the small: exact resume, the loss buffer across a store outage, node fitting."""
+import io
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from scaling.cells import Cell
+from scaling.plan import PlannedCell, Resources
+from scaling.sweep import unmet_requests
+from scaling.tracking import CellLog, Tracker
+from scaling.train import CellTrainer
+
+from conftest import tiny_cell_dict
+
+
+@pytest.mark.parametrize("arch", ["mlp", "gpt2"])
+def test_resumed_trainer_ends_with_bit_identical_weights(arch):
+    model = {"arch": "mlp", "width": 16} if arch == "mlp" else {"arch": "gpt2", "n_layer": 1, "n_head": 1,
+                                                                  "n_embd": 8}
+    cell = Cell.from_dict(tiny_cell_dict(model=model))
+    straight = CellTrainer(cell, "cpu")
+    straight.train_until(cell.train.steps)
+
+    first = CellTrainer(cell, "cpu")
+    first.train_until(7)                                   # not a checkpoint boundary
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    del first
+    resumed = CellTrainer(cell, "cpu")                     # a fresh process would build it the same way
+    resumed.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
+    resumed.train_until(cell.train.steps)
+
+    assert resumed.step == straight.step == cell.train.steps
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    opt_a, opt_b = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    for index in opt_a:
+        for slot in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opt_a[index][slot], opt_b[index][slot]), (index, slot)
+
+
+def test_loss_buffer_keeps_points_through_an_outage_and_flushes_each_step_once(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("buffer")).info.run_id
+    down = CellLog(Tracker("http://127.0.0.1:9"), run_id, last_loss_step=0)    # nothing listens on port 9
+
+    assert down.log_losses([(5, 1.0), (10, 0.5)]) is False
+    assert [p[:2] for p in down.pending] == [(5, 1.0), (10, 0.5)]
+    assert down.log_losses([(10, 0.5), (15, 0.25)]) is False            # step 10 again: buffered once
+    assert [p[0] for p in down.pending] == [5, 10, 15]
+
+    up = CellLog(Tracker(uri), run_id, last_loss_step=0)                 # the store is back
+    up.pending = list(down.pending)
+    assert up.log_losses([(20, 0.125)], final=True) is True and up.pending == []
+    assert up.last_loss_step == 20
+    history = client.get_metric_history(run_id, "train/loss")
+    assert sorted((m.step, m.value) for m in history) == [(5, 1.0), (10, 0.5), (15, 0.25), (20, 0.125)]
+
+    resumed = CellLog(Tracker(uri), run_id, last_loss_step=20)           # a resumed trial replays old points
+    assert resumed.log_losses([(5, 1.0), (20, 0.125), (25, 0.0625)]) is True
+    assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [5, 10, 15, 20, 25]
+
+
+def planned(cpu=1.0, gpu=0.0, custom=None):
+    return PlannedCell(Cell.from_dict(tiny_cell_dict()), Resources(cpu, gpu, custom or {}))
+
+
+NODES = [{"CPU": 0.0, "memory": 1e9, "node:10.0.0.1": 1.0},          # head: no trials
+         {"CPU": 8.0, "GPU": 1.0, "accelerator_type:A10G": 1.0},
+         {"CPU": 16.0, "big_memory": 1.0}]
+
+
+@pytest.mark.parametrize("request_, fits", [
+    ((1, 0.25, None), True),
+    ((8, 1, None), True),                     # the GPU node exactly
+    ((16, 0, None), True),                    # the CPU node
+    ((9, 1, None), False),                    # 24 CPUs in all, but the GPU node has 8
+    ((1, 2, None), False),                    # whole GPUs on one node only
+    ((1, 1, {"accelerator_type:A10G": 0.5}), True),
+    ((1, 1, {"big_memory": 1}), False),       # big_memory lives on the node without a GPU
+    ((1, 0, {"accelerator_type:L4": 1}), False),
+])
+def test_a_cell_must_fit_on_one_node(request_, fits):
+    cpu, gpu, custom = request_
+    problems = unmet_requests([planned(cpu, gpu, custom)], NODES)
+    assert (problems == []) == fits, problems
+    if not fits:
+        assert "asks one node for" in problems[0] and problems[-1].startswith("nodes: ")
+        assert "[CPU=8, GPU=1, accelerator_type:A10G=1]" in problems[-1]
+
+
+def test_no_alive_node_fits_nothing():
+    assert unmet_requests([planned()], [])[-1] == "nodes: (none alive)"
