@@ -13,9 +13,9 @@ cell reuses its run instead of creating another. A cell run carries:
   prompts) and ``model.pt`` (final weights).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
-loses metrics. Training losses are buffered and flushed at checkpoints, skipping steps already logged; a
-flush that fails keeps its points (the trial stores them in its checkpoint) and tries again at the next
-checkpoint, and the final flush before ``finish`` must succeed, or the cell fails and Tune retries it.
+loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
+skipping steps already logged; a flush that fails keeps its points (the trial stores them in its
+checkpoint) and tries again at the next checkpoint, and the final flush before ``finish`` must succeed, or the cell fails and Tune retries it.
 """
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
+# Trials flush training losses to the store at most this often (and at the end): a fast cell would
+# otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
+LOSS_FLUSH_SECONDS = 30.0
 
 
 class TrackingError(RuntimeError):
@@ -182,8 +185,10 @@ class Tracker:
 class CellLog:
     """Trial-side logging of one cell into its (reused) run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int, complete: bool = False):
+    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int, complete: bool = False,
+                 flush_every: float = 0.0):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
+        self.flush_every, self.flushed_at = flush_every, time.monotonic()
         self.complete = complete            # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
         self.pending: list[tuple[int, float, int]] = []     # (step, loss, time in ms) not yet in the store
@@ -195,7 +200,7 @@ class CellLog:
         found = tracker._search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
         if any(r.data.tags.get("status") == STATUS_COMPLETE for r in found):
             done = next(r for r in found if r.data.tags.get("status") == STATUS_COMPLETE)
-            return cls(tracker, done.info.run_id, cell.train.steps, complete=True)
+            return cls(tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS)
         if found:
             run_id = sorted(found, key=lambda r: r.info.start_time or 0)[0].info.run_id
             history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
@@ -214,9 +219,9 @@ class CellLog:
             for start in range(0, len(params), 100):
                 chunk = [Param(k, v) for k, v in params[start:start + 100]]
                 retrying(lambda: tracker.client.log_batch(run_id, params=chunk), "logging params")
-            return cls(tracker, run_id, last)          # created with status=running
+            return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)   # created with status=running
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
-        return cls(tracker, run_id, last)
+        return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)
 
     def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
         """Log (step, value) or (step, value, time in ms) points; identical points sent twice are stored once."""
@@ -231,6 +236,7 @@ class CellLog:
     def log_losses(self, points: Iterable[tuple], final: bool = False) -> bool:
         """Buffer training losses and flush the buffer, skipping steps this run already holds (after a resume).
 
+        Points are only buffered (False) until ``flush_every`` seconds have passed since the last flush.
         A failed flush keeps the points for the next call and returns False (the store blinked: training
         goes on); with ``final`` it retries for about a minute and then raises TrackingError, so a cell never
         completes with part of its loss history missing. True when everything is flushed.
@@ -242,6 +248,9 @@ class CellLog:
             if step > newest:
                 self.pending.append((step, float(point[1]), int(point[2]) if len(point) > 2 else now))
                 newest = step
+        if not final and time.monotonic() - self.flushed_at < self.flush_every:
+            return not self.pending
+        self.flushed_at = time.monotonic()
         while self.pending:
             chunk = self.pending[:1000]
             try:
