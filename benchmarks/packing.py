@@ -4,7 +4,8 @@ Both sides are the same 8 cells (T and seed differ) run through ``scaling.sweep.
 Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage): the reference with ``run.pack: off`` (one
 Tune trial per cell), ours with ``run.pack: 8`` (one trial, a vmapped ensemble, scaling.pack). The sides
 alternate and the medians over repeats are compared. Target: packed at least 3x faster on this CPU.
-(On a GPU the target is K packed cells at >= 0.8 K times the throughput of one; not measured here.)
+On a GPU (``gpu_rows``, SKIP without one): K = 8 packed cells' training throughput against one cell's,
+target at least 0.8 K times.
 """
 from __future__ import annotations
 
@@ -49,7 +50,53 @@ def sweep_seconds(document: dict, pack: str | int, name: str, tmp: str) -> float
     return elapsed
 
 
+def step_seconds(cells, device, steps: int) -> float:
+    """Median seconds of one training step of ``cells`` packed (one cell: a pack of one) on ``device``."""
+    import torch
+
+    from scaling.pack import PackTrainer
+    from scaling.train import CellTrainer
+
+    trainers = [CellTrainer(c, device) for c in cells]
+    pack = PackTrainer(trainers)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        pack.train_step(trainers)
+        torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[steps // 5:])
+
+
+def gpu_rows(quick: bool) -> list[dict]:
+    """On a GPU: K packed cells' throughput (cell-steps/s) vs one cell's; target >= 0.8 K times."""
+    import torch
+
+    from scaling.cells import Cell
+
+    name = f"packing_gpu[{CELLS} MLP cells (width 256, N 40, batch 64) vs one, training steps]"
+    if not torch.cuda.is_available():
+        return [{"name": name, "reference": None, "ours": None, "reference_rate": None, "ours_rate": None,
+                 "unit": "cell-steps/s", "ratio": None, "target": f">= {0.8 * CELLS:g}x", "status": "SKIP"}]
+    cells = [Cell.from_dict({"task": {"d": 20}, "model": {"arch": "mlp", "width": 256},
+                             "train": {"batch_size": 64, "lr": 1e-4}, "N": 40, "T": 2 ** (i + 4), "seed": i})
+             for i in range(CELLS)]
+    device, steps = torch.device("cuda"), 50 if quick else 200
+    one = step_seconds(cells[:1], device, steps)
+    packed = step_seconds(cells, device, steps)
+    ratio = CELLS * one / packed
+    return [{"name": name, "reference": round(1 / one, 1), "ours": round(CELLS / packed, 1),
+             "reference_rate": round(1 / one, 1), "ours_rate": round(CELLS / packed, 1), "unit": "cell-steps/s",
+             "ratio": round(ratio, 2), "target": f">= {0.8 * CELLS:g}x",
+             "status": "PASS" if ratio >= 0.8 * CELLS else "FAIL"}]
+
+
 def run(quick: bool) -> list[dict]:
+    """Rows: packed vs separate trials on this CPU (ratio = speedup), and the GPU throughput (SKIP without one)."""
+    return cpu_rows(quick) + gpu_rows(quick)
+
+
+def cpu_rows(quick: bool) -> list[dict]:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
