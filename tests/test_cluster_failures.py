@@ -58,7 +58,7 @@ def test_four_quarter_gpu_cells_share_one_gpu_at_once(cluster, tmp_path, tiny_sw
     cluster.add_node(num_cpus=4, num_gpus=1)
     connect(cluster)
     path, uri, storage = write_sweep(tmp_path, tiny_sweep, "pack", {"cpu": 1, "gpu": 0.25},
-                                     {"model": ["gpt2"], "seed": [0, 1, 2, 3]}, steps=2000, every=100)
+                                     {"model": ["gpt2"], "seed": [0, 1, 2, 3]}, steps=1500, every=100)
     outcome = run_sweep(str(path), tracking_uri=uri, storage=storage)
     assert outcome.ok and len(outcome.completed) == 4
 
@@ -93,7 +93,7 @@ def test_cell_no_single_node_can_hold_is_refused_before_anything_is_written(clus
 
 def test_worker_node_lost_mid_trial_finishes_from_its_checkpoint(cluster, tmp_path, tiny_sweep):
     first = cluster.add_node(num_cpus=1, num_gpus=1)
-    steps, every = 1500, 50
+    steps, every = 1000, 50
     path, uri, storage = write_sweep(tmp_path, tiny_sweep, "lost", {"cpu": 1, "gpu": 1},
                                      {"model": ["gpt2"]}, steps=steps, every=every)
     key = load_plan(path).cells[0].cell.key
