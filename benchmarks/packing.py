@@ -2,7 +2,8 @@
 
 Both sides are the same 8 cells (T and seed differ) run through ``scaling.sweep.run_sweep`` on one local
 Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage): the reference with ``run.pack: off`` (one
-Tune trial per cell), ours with ``run.pack: 8`` (one trial, a vmapped ensemble, scaling.pack). The sides
+Tune trial per cell), ours with the default ``run.pack: auto`` (the planner packs them into vmapped
+ensembles, scaling.pack: on 2 CPUs, 2 trials of 4 cells, so both cores work). The sides
 alternate and the medians over repeats are compared. Target: packed at least 3x faster on this CPU.
 On a GPU (``gpu_rows``, SKIP without one): K = 8 packed cells' training throughput against one cell's,
 target at least 0.8 K times.
@@ -110,7 +111,7 @@ def cpu_rows(quick: bool) -> list[dict]:
             separate, packed = [], []
             for i in range(1 if quick else 3):
                 separate.append(sweep_seconds(document, "off", f"separate-{i}", tmp))
-                packed.append(sweep_seconds(document, CELLS, f"packed-{i}", tmp))
+                packed.append(sweep_seconds(document, "auto", f"packed-{i}", tmp))
     finally:
         if started:
             ray.shutdown()

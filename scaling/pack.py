@@ -12,7 +12,7 @@ ones up to floating-point rounding of the batched matrix products.
 
 ``PACKABLE_ARCHS`` lists the architectures checked to run under vmap; ``pack_groups`` is the planner's
 decision (``run.pack``: ``auto`` packs up to ``AUTO_PACK_SIZE`` cells whose estimated cost per training
-step is at most ``AUTO_PACK_MAX_FLOPS``; an integer K packs up to K cells of a packable architecture of
+step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots; an integer K packs up to K cells of a packable architecture of
 any size; ``off`` or 1 never packs).
 """
 from __future__ import annotations
@@ -71,19 +71,26 @@ def pack_limit(pack: str | int, cell: Cell) -> int:
     return int(pack)
 
 
-def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambda c: None) -> list[list[int]]:
+def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambda c: None,
+                slots: int = 1) -> list[list[int]]:
     """Indices of ``cells`` grouped into packs (in plan order); a group of one is an unpacked cell.
 
-    ``cells`` are Cells; cells pack only with cells of the same signature and the same resources.
+    ``cells`` are Cells; cells pack only with cells of the same signature and the same resources. Under
+    ``auto`` the packs of a signature are made small enough that there are at least ``slots`` of them
+    (the trials the cluster runs at once), so packing never leaves a slot idle: 8 such cells on 2 slots
+    make 2 packs of 4.
     """
+    signatures = [(pack_signature(c), repr(resources_of(c))) for c in cells]
     open_groups: dict[tuple, list[int]] = {}
     groups: list[list[int]] = []
     for i, cell in enumerate(cells):
         limit = pack_limit(pack, cell)
+        if pack == "auto" and limit > 1:
+            limit = min(limit, max(1, -(-signatures.count(signatures[i]) // max(1, slots))))
         if limit <= 1:
             groups.append([i])
             continue
-        sig = (pack_signature(cell), repr(resources_of(cell)))
+        sig = signatures[i]
         group = open_groups.get(sig)
         if group is None or len(group) >= limit:
             group = open_groups[sig] = []

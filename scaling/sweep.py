@@ -213,10 +213,17 @@ def check_storage(uri: str) -> None:
         raise SweepError(f"cannot use the storage {uri}: {err}") from None
 
 
-def trial_configs(pending, pack: int | str, shared: dict) -> list[dict]:
+def trial_slots(pending, cluster: dict[str, float]) -> int:
+    """How many trials of the first pending cell's resources the cluster runs at once."""
+    request = pending[0].resources.as_ray()
+    counts = [cluster.get(name, 0.0) // amount for name, amount in request.items() if amount > 0]
+    return max(1, int(min(counts, default=1)))
+
+
+def trial_configs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[dict]:
     """One Tune config per trial: a cell, or a pack of cells (``members``) chosen by scaling.pack."""
     configs = []
-    for group in pack_groups([p.cell for p in pending], pack, lambda c: None):
+    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
         cells = [pending[i] for i in group]
         resources = cells[0].resources.as_tune()
         if any(p.resources.as_tune() != resources for p in cells):
@@ -277,6 +284,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
         out.write(f"[{plan.name}] all {len(plan.cells)} cells are complete in {uri}; nothing to train.\n")
         return outcome
 
+    import ray
     from ray import tune
 
     start_ray(address, num_cpus, num_gpus)
@@ -290,7 +298,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
 
     shared = {"tracking_uri": uri, "experiment_id": experiment_id, "sweep": plan.name,
               "parent_run_id": parent, "storage": store_uri}
-    configs = trial_configs(pending, plan.run.pack, shared)
+    configs = trial_configs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
     progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
     trainable = tune.with_resources(tune_trainable, lambda config: config["cell_config"]["resources"])
     tuner = tune.Tuner(

@@ -92,6 +92,11 @@ def test_planner_packing_decision(name, cells, pack, expected):
     assert pack_groups(cells, pack) == expected, name
 
 
+@pytest.mark.parametrize("cells, slots, sizes", [(8, 2, [4, 4]), (8, 1, [8]), (20, 2, [8, 8, 4]), (3, 4, [1, 1, 1])])
+def test_auto_packs_fill_the_slots(cells, slots, sizes):
+    assert [len(g) for g in pack_groups([cell(T=2 ** i) for i in range(cells)], "auto", slots=slots)] == sizes
+
+
 def test_auto_pack_size_is_capped():
     cells = [cell(T=2 ** i) for i in range(AUTO_PACK_SIZE + 2)]
     assert [len(g) for g in pack_groups(cells, "auto")] == [AUTO_PACK_SIZE, 2]
