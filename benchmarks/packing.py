@@ -1,10 +1,10 @@
-"""Packing small cells (issue 6, item 5): 8 tiny MLP cells as one packed trial vs 8 separate trials.
+"""Packing small cells (issue 6, item 5): 8 tiny MLP cells packed vs 8 separate trials.
 
 Both sides are the same 8 cells (T and seed differ) run through ``scaling.sweep.run_sweep`` on one local
-Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage): the reference with ``run.pack: off`` (one
-Tune trial per cell), ours with the default ``run.pack: auto`` (the planner packs them into vmapped
-ensembles, scaling.pack: on 2 CPUs, 2 trials of 4 cells, so both cores work). The sides
-alternate and the medians over repeats are compared. Target: packed at least 3x faster on this CPU.
+Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage):
+the reference with ``run.pack: off`` (one Tune trial per cell), ours with the default ``run.pack: auto``
+(the planner packs them into vmapped ensembles, scaling.pack: on 2 CPUs, 2 trials of 4 cells, so both
+cores work). The sides alternate and the medians over repeats are compared. Target: packed at least 3x faster on this CPU.
 On a GPU (``gpu_rows``, SKIP without one): K = 8 packed cells' training throughput against one cell's,
 target at least 0.8 K times.
 """

@@ -12,8 +12,8 @@ ones up to floating-point rounding of the batched matrix products.
 
 ``PACKABLE_ARCHS`` lists the architectures checked to run under vmap; ``pack_groups`` is the planner's
 decision (``run.pack``: ``auto`` packs up to ``AUTO_PACK_SIZE`` cells whose estimated cost per training
-step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots; an integer K packs up to K cells of a packable architecture of
-any size; ``off`` or 1 never packs).
+step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots;
+an integer K packs up to K cells of a packable architecture of any size; ``off`` or 1 never packs).
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ cell reuses its run instead of creating another. A cell run carries:
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
 loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
 skipping steps already logged; a flush that fails keeps its points (the trial stores them in its
-checkpoint) and tries again at the next checkpoint, and the final flush before ``finish`` must succeed, or the cell fails and Tune retries it.
+checkpoint) and tries again at the next checkpoint, and the final flush before ``finish`` must succeed,
+or the cell fails and Tune retries it.
 """
 from __future__ import annotations
 
