@@ -92,9 +92,55 @@ def gpu_rows(quick: bool) -> list[dict]:
              "status": "PASS" if ratio >= 0.8 * CELLS else "FAIL"}]
 
 
+def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> float:
+    """The trials' own work in this process, no Ray: 8 x scaling.trial.run_cell, or one run_pack of the 8.
+
+    Everything a trial does (training, evaluation, checkpoints, MLflow runs) without Tune's scheduling
+    and worker processes: what packing saves inside the trials.
+    """
+    import torch
+
+    from scaling.pack import run_pack
+    from scaling.plan import plan_document
+    from scaling.tracking import Tracker
+    from scaling.trial import run_cell
+
+    torch.set_num_threads(1)
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    tracker = Tracker(uri)
+    shared = {"tracking_uri": uri, "experiment_id": tracker.experiment_id(name, create=True), "sweep": name,
+              "storage": f"{tmp}/{name}", "resources": {"cpu": 1}}
+    members = [{"cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name}
+               for p in plan_document(document).cells]
+    start = time.perf_counter()
+    if packed:
+        run_pack({**shared, "members": members})
+    else:
+        for member in members:
+            run_cell({**shared, **member})
+    return time.perf_counter() - start
+
+
+def work_rows(quick: bool) -> list[dict]:
+    """Row: the 8 cells' trial work packed vs one after another, in one process on one core."""
+    document = tiny_cells(100 if quick else 200)
+    separate, packed = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        trial_work_seconds(document, False, tmp, "warm")
+        for i in range(1 if quick else 3):
+            separate.append(trial_work_seconds(document, False, tmp, f"separate-{i}"))
+            packed.append(trial_work_seconds(document, True, tmp, f"packed-{i}"))
+    reference, ours = statistics.median(separate), statistics.median(packed)
+    return [{"name": f"packing_trial_work[{CELLS} tiny MLP cells, one process, one core, no Ray]",
+             "reference": round(reference, 2), "ours": round(ours, 2), "reference_rate": round(CELLS / reference, 3),
+             "ours_rate": round(CELLS / ours, 3), "unit": "s", "ratio": round(reference / ours, 2),
+             "target": "INFO (what packing saves inside trials)", "status": "INFO"}]
+
+
 def run(quick: bool) -> list[dict]:
-    """Rows: packed vs separate trials on this CPU (ratio = speedup), and the GPU throughput (SKIP without one)."""
-    return cpu_rows(quick) + gpu_rows(quick)
+    """Rows: packed vs separate trials on this CPU (ratio = speedup), the trials' own work packed vs
+    separate, and the GPU throughput (SKIP without one)."""
+    return cpu_rows(quick) + work_rows(quick) + gpu_rows(quick)
 
 
 def cpu_rows(quick: bool) -> list[dict]:
