@@ -32,9 +32,9 @@ def _client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def cell_runs(tracking_uri: str, experiment: str) -> list:
-    """Every cell run of the experiment (all pages)."""
-    client = _client(tracking_uri)
+def cell_runs(tracking_uri: str, experiment: str, client=None) -> list:
+    """Every cell run of the experiment (all pages of one bulk search: no call per run)."""
+    client = client or _client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise LookupError(f"no MLflow experiment named {experiment!r} in {tracking_uri}; run the sweep first")
@@ -47,10 +47,11 @@ def cell_runs(tracking_uri: str, experiment: str) -> list:
             return runs
 
 
-def _curves(client, run_id: str, cache: Path) -> pd.DataFrame:
+def _curves(client, run_id: str, cache: Path) -> tuple[pd.DataFrame, bool]:
+    """A run's curves, and whether they had to be downloaded (False: read from the cache)."""
     cached = cache / f"{run_id}.parquet"
     if cached.exists():
-        return pd.read_parquet(cached)
+        return pd.read_parquet(cached), False
     cache.mkdir(parents=True, exist_ok=True)
     local = client.download_artifacts(run_id, "curves.parquet", str(cache / f".{run_id}"))
     frame = pd.read_parquet(local)
@@ -58,7 +59,8 @@ def _curves(client, run_id: str, cache: Path) -> pd.DataFrame:
     frame.to_parquet(tmp, index=False)
     tmp.replace(cached)
     Path(local).unlink(missing_ok=True)
-    return frame
+    Path(local).parent.rmdir()
+    return frame, True
 
 
 def parse_T(value: str) -> float:
@@ -67,33 +69,46 @@ def parse_T(value: str) -> float:
 
 def load_table(tracking_uri: str, experiment: str, cache_dir: Path | None = None,
                workers: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The tidy table of complete cells, and a table of the cells that are not complete (with status)."""
+    """The tidy table of complete cells, and a table of the cells that are not complete (with status).
+
+    ``table.attrs``: ``downloads`` (curves fetched from the store; 0 when every run was cached) and
+    ``runs`` (run id -> run name of the complete cells).
+    """
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # no bar per run
     client = _client(tracking_uri)
-    runs = cell_runs(tracking_uri, experiment)
+    runs = cell_runs(tracking_uri, experiment, client)
     complete = [r for r in runs if r.data.tags.get("status") == "complete"]
-    missing = pd.DataFrame([{"cell_key": r.data.tags.get("cell_key"), "run_id": r.info.run_id,
-                             "name": r.info.run_name, "status": r.data.tags.get("status", ""),
-                             "error": ((r.data.tags.get("error") or "").strip().splitlines() or [""])[-1]}
-                            for r in runs if r.data.tags.get("status") != "complete"])
+    missing = missing_cells(runs)
     cache = cache_dir or default_cache_dir()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        curves = list(pool.map(lambda r: _curves(client, r.info.run_id, cache), complete))
-    frames = []
-    for run, curve in zip(complete, curves):
-        params = run.data.params
-        frame = curve.copy()
-        frame.insert(0, "sweep", run.data.tags.get("sweep", experiment))
-        frame.insert(1, "cell_key", run.data.tags["cell_key"])
-        frame.insert(2, "run_id", run.info.run_id)
-        frame.insert(3, "model", params.get("model.name") or params.get("model.arch", "?"))
-        frame.insert(4, "T", parse_T(params["T"]))
-        frame.insert(5, "N", int(params["N"]))
-        frame.insert(6, "seed", int(params["seed"]))
-        for name, value in params.items():
-            frame[f"param.{name}"] = value
-        frames.append(frame)
-    if not frames:
-        return pd.DataFrame(columns=TABLE_COLUMNS), missing
-    table = pd.concat(frames, ignore_index=True)
+        read = list(pool.map(lambda r: _curves(client, r.info.run_id, cache), complete))
+    if not read:
+        table = pd.DataFrame(columns=TABLE_COLUMNS)
+    else:
+        table = tidy(experiment, complete, [frame for frame, _ in read])
+    table.attrs.update(downloads=sum(fetched for _, fetched in read),
+                       runs={r.info.run_id: r.info.run_name for r in complete})
+    return table, missing
+
+
+def missing_cells(runs: list) -> pd.DataFrame:
+    """The cell runs that are not complete: key, run id, name, status and the last line of the error."""
+    return pd.DataFrame([{"cell_key": r.data.tags.get("cell_key"), "run_id": r.info.run_id,
+                          "name": r.info.run_name, "status": r.data.tags.get("status", ""),
+                          "error": ((r.data.tags.get("error") or "").strip().splitlines() or [""])[-1]}
+                         for r in runs if r.data.tags.get("status") != "complete"],
+                        columns=["cell_key", "run_id", "name", "status", "error"])
+
+
+def tidy(experiment: str, runs: list, curves: list[pd.DataFrame]) -> pd.DataFrame:
+    """Stack the runs' curves with their cell columns; params join once per run, not per row."""
+    cells = pd.DataFrame([{"sweep": r.data.tags.get("sweep", experiment), "cell_key": r.data.tags["cell_key"],
+                           "run_id": r.info.run_id,
+                           "model": r.data.params.get("model.name") or r.data.params.get("model.arch", "?"),
+                           "T": parse_T(r.data.params["T"]), "N": int(r.data.params["N"]),
+                           "seed": int(r.data.params["seed"]),
+                           **{f"param.{k}": v for k, v in r.data.params.items()}} for r in runs])
+    stacked = pd.concat([c.assign(run_id=r.info.run_id) for r, c in zip(runs, curves)], ignore_index=True)
+    table = cells.merge(stacked, on="run_id", how="inner", validate="one_to_many")
     lead = TABLE_COLUMNS + sorted(c for c in table.columns if c not in TABLE_COLUMNS)
-    return table[lead].sort_values(["model", "T", "N", "seed", "predictor", "n"], ignore_index=True), missing
+    return table[lead].sort_values(["model", "T", "N", "seed", "predictor", "n"], ignore_index=True)

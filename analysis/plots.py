@@ -1,10 +1,18 @@
-"""Context-scaling and task-scaling figures in the papers' style (seed 001, Fig. 1).
+"""Drawing primitives for the papers' figures (seed 001, Figs. 1-8) and the generic scaling figures.
 
-- Context scaling: normalised error against the context length n, one panel per T, a line per model and
-  training context N, baselines dashed, a dotted line at the zero predictor's 1.
-- Task scaling: error against T (log axis; T = inf drawn at the right edge) at n = N, one panel per N.
-Lines are means over seeds; bands span the seeds (min to max) when there are several, otherwise the
-bootstrap interval over prompts of the single seed.
+Conventions of seed 001's figures: normalised error on a log axis, a dotted line at the zero predictor's
+1, the trained models in colour, baselines dashed and grey, the theory curve (the Bayes ridge error for
+Gaussian linear tasks, the discrete MMSE over a finite task pool) dash-dotted in black. Lines are means
+over seeds; bands span the seeds (min to max) when there are several, otherwise the bootstrap interval
+over prompts of the single seed.
+
+Split rows (``model|noise_std=0.1``: the error on the prompts of one noise level) are drawn only where a
+panel asks for that level (``level=``), never mixed into the overall lines.
+
+- Context scaling: error against n (every evaluated n of a cell), or against N at n = N (``diagonal``:
+  trained and tested at the same length, as Figs. 1B, 5-8B).
+- Task scaling: error against T at n = N (log axis; T = inf drawn at the right edge).
+A panel without data says so instead of failing: a partial sweep gives missing points, not a crash.
 """
 from __future__ import annotations
 
@@ -18,8 +26,35 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-BASELINE_STYLE = {"least_squares": ("least squares", "0.45"), "ridge": ("ridge (Bayes)", "0.2"),
-                  "zero": ("zero", "0.7")}
+THEORY = {"ridge": "Bayes ridge (theory)", "bayes_discrete": "discrete MMSE (theory)"}
+BASELINE_LABELS = {"least_squares": "OLS", "ridge_tuned": "tuned ridge", "ridge_per_level": "ridge per level",
+                   "ridge_validation": "ridge, validated lambda", "lasso": "Lasso", "xgboost": "XGBoost",
+                   "nn_student": "NN student", "knn": "3-NN", "averaging": "averaging", "hilbert": "Hilbert",
+                   "decision_tree": "decision tree"}
+BASELINE_DASHES = [(4, 2), (1.5, 1.5), (6, 2, 1.5, 2), (2, 3), (8, 3), (3, 1, 1, 1)]
+BASELINE_GREYS = ["0.35", "0.55", "0.45", "0.65", "0.25", "0.5"]
+PANEL_W, PANEL_H = 4.0, 3.3
+
+
+def split_name(predictor: str) -> tuple[str, str | None]:
+    """'model|noise_std=0.1' -> ('model', 'noise_std=0.1'); 'ridge' -> ('ridge', None)."""
+    base, _, level = str(predictor).partition("|")
+    return base, level or None
+
+
+def rows_at(table: pd.DataFrame, level: str | None = None) -> pd.DataFrame:
+    """The rows of one split level (None: the overall rows), with the predictor's base name in `base`."""
+    parts = table["predictor"].map(split_name)
+    keep = parts.map(lambda p: p[1] == level).to_numpy(dtype=bool)
+    out = table[keep].copy()
+    out["base"] = [p[0] for p in parts[keep]]
+    return out
+
+
+def levels(table: pd.DataFrame) -> list[str]:
+    """The split levels present (e.g. ['noise_std=0.1', 'noise_std=0.5'])."""
+    found = {split_name(p)[1] for p in table["predictor"].unique()}
+    return sorted(x for x in found if x)
 
 
 def over_seeds(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -33,70 +68,171 @@ def over_seeds(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def format_T(T: float) -> str:
-    return "inf" if math.isinf(T) else f"{T:g}"
+    if math.isinf(T):
+        return "inf"
+    exponent = math.log10(T) if T > 0 else 0.5
+    return f"1e{int(exponent)}" if T >= 1000 and exponent == int(exponent) else f"{T:g}"
 
 
-def _finish(ax, xlabel: str) -> None:
-    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1, label="_zero")
+def model_colors(table: pd.DataFrame) -> dict[str, tuple]:
+    """One colour per model, the same in every panel and figure of a report."""
+    return dict(zip(sorted(table["model"].astype(str).unique()), plt.cm.tab10.colors * 3))
+
+
+def baseline_style(names: list[str]) -> dict[str, dict]:
+    """Line style per baseline: theory curves black dash-dot, others grey with distinct dashes."""
+    styles, k = {}, 0
+    for name in sorted(names):
+        if name in THEORY:
+            styles[name] = dict(color="k", linestyle="-.", linewidth=1.3, label=THEORY[name])
+        else:
+            styles[name] = dict(color=BASELINE_GREYS[k % 6], dashes=BASELINE_DASHES[k % 6], linewidth=1.2,
+                                label=BASELINE_LABELS.get(name, name))
+            k += 1
+    return styles
+
+
+def finish(ax, xlabel: str, title: str, empty: bool, top: float = 1.0) -> None:
+    """Zero-predictor line, log error axis clipped above at 2x max(1, the models' band), labels; an
+    empty panel says it has no cells."""
+    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1, label="zero predictor")
     ax.set_yscale("log")
+    if np.isfinite(top) and top > 0:
+        ax.set_ylim(top=2 * max(1.0, top))
     ax.set_xlabel(xlabel)
+    ax.set_ylabel("normalised error")
+    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
+    if empty:
+        ax.text(0.5, 0.5, "no complete cells", transform=ax.transAxes, ha="center", color="0.4")
+
+
+def draw_context(ax, table: pd.DataFrame, colors: dict, *, diagonal: bool, title: str,
+                 level: str | None = None, models: list[str] | None = None) -> None:
+    """Error against n (every evaluated n; a line per model and N) or, ``diagonal``, against N at n = N."""
+    rows = rows_at(table, level)
+    if diagonal:
+        rows = rows[rows["n"] == rows["N"]]
+    x = "N" if diagonal else "n"
+    trained = rows[rows["base"] == "model"]
+    if models is not None:
+        trained = trained[trained["model"].isin(models)]
+    several_N = not diagonal and trained["N"].nunique() > 1
+    markers = dict(zip(sorted(trained["N"].unique()), "os^Dv<>p*h" * 3))
+    for key, part in trained.groupby(["model", "N"] if several_N else ["model"]):
+        model = key[0]
+        curve = over_seeds(part, [x]).sort_values(x)
+        label = f"{model} (N={key[1]})" if several_N else model
+        marker = markers[key[1]] if several_N else "o"
+        ax.plot(curve[x], curve["err"], "-", color=colors[model], marker=marker, ms=3.5, label=label)
+        ax.fill_between(curve[x], curve["lo"], curve["hi"], color=colors[model], alpha=0.15, linewidth=0)
+    _baselines_against(ax, rows[~rows["base"].isin(["model", "zero"])], x)
+    finish(ax, "context length N (train = test)" if diagonal else "context length n", title, trained.empty,
+           _top(trained))
+
+
+def _top(trained: pd.DataFrame) -> float:
+    return float(trained[["err", "err_hi"]].max().max()) if len(trained) else 1.0
+
+
+def _baselines_against(ax, rows: pd.DataFrame, x: str) -> None:
+    styles = baseline_style(list(rows["base"].unique()))
+    for name, part in rows.groupby("base"):
+        curve = part.groupby(x)["err"].mean().sort_index()
+        ax.plot(curve.index, curve.to_numpy(), **styles[name])
+
+
+def t_positions(Ts) -> tuple[dict[float, float], list[float], list[str]]:
+    """x position of each T (inf at 4x the largest finite T), and the ticks to label."""
+    finite = sorted(T for T in Ts if not math.isinf(T))
+    inf_at = finite[-1] * 4 if finite else 1.0
+    where = {T: (inf_at if math.isinf(T) else T) for T in Ts}
+    ticks = sorted(set(where.values()))
+    return where, ticks, [format_T(next(T for T, v in where.items() if v == t)) for t in ticks]
+
+
+def draw_task(ax, table: pd.DataFrame, colors: dict, *, N: int, title: str, level: str | None = None,
+              models: list[str] | None = None) -> None:
+    """Error against T at n = N = the given N; baselines that do not depend on T as flat lines."""
+    rows = rows_at(table, level)
+    rows = rows[(rows["n"] == N) & (rows["N"] == N)]
+    trained = rows[rows["base"] == "model"]
+    if models is not None:
+        trained = trained[trained["model"].isin(models)]
+    where, ticks, labels = t_positions(rows["T"].unique())
+    for model, part in trained.groupby("model"):
+        curve = over_seeds(part, ["T"])
+        curve["x"] = curve["T"].map(where)
+        curve = curve.sort_values("x")
+        ax.plot(curve["x"], curve["err"], "-", color=colors[model], marker="o", ms=4, label=model)
+        ax.fill_between(curve["x"], curve["lo"], curve["hi"], color=colors[model], alpha=0.15, linewidth=0)
+    others = rows[~rows["base"].isin(["model", "zero"])]
+    styles = baseline_style(list(others["base"].unique()))
+    for name, part in others.groupby("base"):
+        by_T = part.groupby("T")["err"].mean()
+        if name == "bayes_discrete" and len(by_T) > 1:      # depends on the pool: a curve over T
+            ax.plot([where[T] for T in by_T.index], by_T.to_numpy(), **styles[name])
+        else:
+            ax.axhline(float(by_T.mean()), **styles[name])
+    ax.set_xscale("log")
+    if ticks:
+        ax.set_xticks(ticks, labels)
+        ax.minorticks_off()
+    finish(ax, "pretraining tasks T", title, trained.empty, _top(trained))
+
+
+def grid(rows: int, cols: int) -> tuple[plt.Figure, np.ndarray]:
+    fig, axes = plt.subplots(rows, cols, figsize=(PANEL_W * cols, PANEL_H * rows + 0.6), squeeze=False)
+    return fig, axes
+
+
+def legend_below(fig: plt.Figure, title: str) -> plt.Figure:
+    """One legend for the figure (unique labels of every panel) under the panels, and the title."""
+    handles = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.1 if handles else 0, 1, 0.96))
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 6), fontsize=8,
+                   frameon=False)
+    return fig
+
+
+def task_label(table: pd.DataFrame) -> pd.Series:
+    """A short name per row of the task settings that vary across the table ('' when one task)."""
+    cols = [c for c in table.columns if c.startswith("param.task.") and table[c].nunique(dropna=True) > 1]
+    if not cols:
+        return pd.Series("", index=table.index)
+    parts = [c[len("param.task."):] + "=" + table[c].astype(str) for c in cols]
+    label = parts[0]
+    for part in parts[1:]:
+        label = label + " " + part
+    return label.str.replace(r" [a-z_]+=(nan|None)", "", regex=True).str.replace("family=", "", regex=False)
 
 
 def context_scaling_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
-    models = table[table["predictor"] == "model"]
-    Ts = sorted(models["T"].unique())
-    fig, axes = plt.subplots(1, len(Ts), figsize=(4.2 * len(Ts), 3.6), squeeze=False, sharey=True)
-    colors = dict(zip(sorted(models["model"].unique()), plt.cm.tab10.colors))
-    Ns = sorted(models["N"].unique())
-    styles = dict(zip(Ns, ["-", "--", "-.", ":"] * 4))
-    for ax, T in zip(axes[0], Ts):
-        part = over_seeds(models[models["T"] == T], ["model", "N", "n"])
-        for (model, N), curve in part.groupby(["model", "N"]):
-            label = f"{model} (N={N})" if len(Ns) > 1 else model
-            ax.plot(curve["n"], curve["err"], styles[N], color=colors[model], marker="o", ms=3, label=label)
-            ax.fill_between(curve["n"], curve["lo"], curve["hi"], color=colors[model], alpha=0.15)
-        baselines = table[(table["predictor"] != "model") & (table["predictor"] != "zero")]
-        for name, curve in over_seeds(baselines, ["predictor", "n"]).groupby("predictor"):
-            label, color = BASELINE_STYLE.get(name, (name, "0.3"))
-            ax.plot(curve["n"], curve["err"], "--", color=color, linewidth=1, label=label)
-        ax.set_title(f"T = {format_T(T)}")
-        _finish(ax, "context length n")
-    axes[0][0].set_ylabel("normalised error")
-    axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(title or "Context scaling")
-    fig.tight_layout()
-    return fig
+    """Generic: error vs n, a panel per (task, T), a line per model and N."""
+    table = table.assign(_task=task_label(table))
+    keys = sorted({(t, T) for t, T in zip(table["_task"], table["T"])}, key=lambda k: (k[0], k[1]))
+    fig, axes = grid(1, max(len(keys), 1))
+    colors = model_colors(table)
+    for ax, (task, T) in zip(axes[0], keys):
+        part = table[(table["_task"] == task) & (table["T"] == T)]
+        draw_context(ax, part, colors, diagonal=False, title=f"{task} T = {format_T(T)}".strip())
+    return legend_below(fig, title or "Context scaling")
 
 
 def task_scaling_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
-    """Error against T at n = N (each cell scored at its own training context)."""
-    models = table[(table["predictor"] == "model") & (table["n"] == table["N"])]
-    Ns = sorted(models["N"].unique())
-    fig, axes = plt.subplots(1, len(Ns), figsize=(4.2 * len(Ns), 3.6), squeeze=False, sharey=True)
-    colors = dict(zip(sorted(models["model"].unique()), plt.cm.tab10.colors))
-    finite = sorted(T for T in models["T"].unique() if not math.isinf(T))
-    inf_at = (finite[-1] * 4) if finite else 1.0
-    for ax, N in zip(axes[0], Ns):
-        part = over_seeds(models[models["N"] == N], ["model", "T"])
-        part["x"] = part["T"].where(~np.isinf(part["T"]), inf_at)
-        for model, curve in part.groupby("model"):
-            curve = curve.sort_values("x")
-            ax.plot(curve["x"], curve["err"], "-", color=colors[model], marker="o", ms=4, label=model)
-            ax.fill_between(curve["x"], curve["lo"], curve["hi"], color=colors[model], alpha=0.15)
-        ridge = table[(table["predictor"] == "ridge") & (table["n"] == N) & (table["N"] == N)]
-        if len(ridge):
-            ax.axhline(ridge["err"].mean(), color="0.2", linestyle="--", linewidth=1, label="ridge (Bayes)")
-        ax.set_xscale("log")
-        ticks = finite + ([inf_at] if models["T"].map(math.isinf).any() else [])
-        ax.set_xticks(ticks, [format_T(t) for t in finite] + (["inf"] if len(ticks) > len(finite) else []))
-        ax.set_title(f"n = N = {N}")
-        _finish(ax, "pretraining tasks T")
-    axes[0][0].set_ylabel("normalised error")
-    axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(title or "Task scaling")
-    fig.tight_layout()
-    return fig
+    """Generic: error vs T at n = N, a panel per (task, N)."""
+    table = table.assign(_task=task_label(table))
+    keys = sorted({(t, N) for t, N in zip(table["_task"], table["N"])})
+    fig, axes = grid(1, max(len(keys), 1))
+    colors = model_colors(table)
+    for ax, (task, N) in zip(axes[0], keys):
+        draw_task(ax, table[table["_task"] == task], colors, N=int(N), title=f"{task} n = N = {N}".strip())
+    return legend_below(fig, title or "Task scaling")
 
 
 def save(fig: plt.Figure, path: Path, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:

@@ -43,8 +43,9 @@ def pack_signature(cell: Cell) -> str | None:
     Everything that fixes the model's shapes and the lockstep of training must agree: the model
     settings, d, N and the training settings but the learning rate. T, the seed, the learning rate,
     the other task settings and the evaluation may differ. Different widths change shapes: not packed.
+    Only training cells pack (``cell.job == "train"``).
     """
-    if cell.model.arch not in PACKABLE_ARCHS:
+    if cell.model.arch not in PACKABLE_ARCHS or cell.job != "train":      # other jobs: temperature_jobs
         return None
     train = to_dict(cell.train)
     train.pop("lr", None)

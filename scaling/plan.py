@@ -39,6 +39,7 @@ import yaml
 from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .models import ModelConfig
+from .temperature_jobs import absolute_paths
 
 # A GPT-2 cell's prompt is 2(N+1) tokens and its n_positions is derived from N. Garg et al.'s released
 # checkpoints have 202 positions, GPT-2's own 1024; no experiment here needs more than 1024 (N <= 511).
@@ -320,6 +321,8 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise SweepError(f"{at('defaults')}: expected a mapping of cell settings")
+    bases = [Path.cwd(), Path(source).resolve().parent]     # trials run elsewhere: paths become absolute
+    defaults = absolute_paths(defaults, bases)
     try:
         Cell.from_dict(defaults)
     except ConfigError as err:
@@ -338,7 +341,7 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     for axis, values in axes.items():          # each value alone, so the error points at it
         for i, value in enumerate(values):
             try:
-                Cell.from_dict(_cell_tree(defaults, {axis: value}, presets)[0])
+                Cell.from_dict(absolute_paths(_cell_tree(defaults, {axis: value}, presets)[0], bases))
             except ConfigError as err:
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 
@@ -346,6 +349,7 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     for combo_values in itertools.product(*axes.values()):
         combo = dict(zip(axes, combo_values))
         tree, resources = _cell_tree(defaults, combo, presets)
+        tree = absolute_paths(tree, bases)
         try:
             cell = check_limits(Cell.from_dict(tree))
         except ConfigError as err:

@@ -143,7 +143,11 @@ class Progress:
 
 
 def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
-    """Join a cluster (``address``) or start the embedded local Ray."""
+    """Join a cluster (``address``) or start the embedded local Ray.
+
+    Without an address a new local instance is always started (``address="local"``): a plain ``ray.init()``
+    would join any cluster already running on this machine (RAY_ADDRESS, or the latest ``ray start``).
+    """
     import ray
 
     if ray.is_initialized():

@@ -8,9 +8,12 @@ cell reuses its run instead of creating another. A cell run carries:
   (``running`` -> ``complete`` only once everything below is logged; ``failed`` with ``error``);
 - params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ...);
 - metrics: ``train/loss`` (step = training step), ``eval/err`` (step = context length n) and
-  ``baseline/<name>`` (step = n);
+  ``baseline/<name>`` (step = n); cells of a temperature job (scaling.temperature_jobs) log their
+  curves named ``tau=<tau>`` or ``<a>/<b>`` as ``temperature/<name>`` with ``=`` written ``_`` (MLflow
+  names allow no ``=``), e.g. ``temperature/tau_1.5`` (step = the curves' ``step`` column, else n),
+  and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
 - artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
-  prompts) and ``model.pt`` (final weights).
+  prompts) and ``model.pt`` (final weights; temperature jobs log it only for a model they trained).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
 loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -269,20 +273,26 @@ class CellLog:
             del self.pending[:len(chunk)]
         return True
 
-    def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path) -> None:
-        """Log the curves, artifacts and, last, status=complete."""
-        from mlflow.entities import Metric
+    def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path | None,
+               summary: dict[str, float] | None = None) -> None:
+        """Log the curves, summary, artifacts and, last, status=complete (few round trips: batched)."""
+        from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        metrics = [Metric("eval/err" if predictor == "model" else f"baseline/{predictor}", float(err), now, int(n))
-                   for predictor, n, err in zip(curves["predictor"], curves["n"], curves["err"])]
-        for start in range(0, len(metrics), 1000):          # every curve in one round trip (of up to 1000)
-            chunk = metrics[start:start + 1000]
-            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), "logging curves")
-        with tempfile.TemporaryDirectory() as tmp:         # the three artifacts in one call
+        steps = "step" if "step" in curves.columns else "n"
+        rows = curves[curves["err"].notna()]
+        metrics = [Metric(curve_metric_key(predictor), float(err), now, int(step))
+                   for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
+        metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]
+        tags = [RunTag(name, f"{value:.6g}") for name, value in (summary or {}).items()]
+        for start in range(0, max(len(metrics), len(tags)), 1000):    # every curve in one round trip
+            chunk, tag_chunk = metrics[start:start + 1000], tags[start:start + 1000]
+            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves")
+        with tempfile.TemporaryDirectory() as tmp:         # the artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
-            shutil.copyfile(weights_path, Path(tmp) / "model.pt")
+            if weights_path is not None:
+                shutil.copyfile(weights_path, Path(tmp) / "model.pt")
             retrying(lambda: self.client.log_artifacts(self.run_id, tmp), "logging artifacts")
         retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_COMPLETE), "tagging complete")
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
@@ -295,3 +305,41 @@ class CellLog:
             retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run", 3)
         except TrackingError as err:
             log.warning("could not mark run %s failed: %s", self.run_id, err)
+
+
+def curve_metric_key(predictor: str) -> str:
+    """The MLflow metric of a curve: ``model`` -> eval/err; temperature curves (``tau=<tau>``, ``<a>/<b>``)
+    -> temperature/<name>; any other predictor (a baseline) -> baseline/<name>. Rows split by a prompt
+    meta (``<predictor>|<meta>=<value>``) add ``/<meta>=<value>``. Characters MLflow names do not allow
+    (``=``, ``|``, brackets, ...) are written ``_``: ``tau=1.5`` -> temperature/tau_1.5."""
+    base, _, split = predictor.partition("|")
+    if base == "model":
+        key = "eval/err"
+    elif base.startswith("tau=") or "/" in base:
+        key = f"temperature/{base}"
+    else:
+        key = f"baseline/{base}"
+    return re.sub(r"[^/\w.\- :]", "_", f"{key}/{split}" if split else key)
+
+
+def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:
+    """(cell.yaml as a dict, model.pt state dict) of the one complete cell run of ``experiment`` whose
+    params match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match."""
+    import torch
+
+    tracker = Tracker(resolve_tracking_uri(uri))
+    experiment_id = tracker.experiment_id(experiment)
+    if experiment_id is None:
+        raise TrackingError(f"no MLflow experiment {experiment!r} in {tracker.uri}; run that sweep first")
+    clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
+    clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
+    runs = sorted(tracker._search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)
+    if not runs:
+        raise TrackingError(f"no complete cell run in {experiment!r} has params {params}")
+    run_id = runs[0].info.run_id
+    with tempfile.TemporaryDirectory() as tmp:
+        cell = yaml.safe_load(Path(retrying(lambda: tracker.client.download_artifacts(run_id, "cell.yaml", tmp),
+                                            "downloading cell.yaml")).read_text())
+        path = retrying(lambda: tracker.client.download_artifacts(run_id, "model.pt", tmp), "downloading model.pt")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    return cell, state

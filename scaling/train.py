@@ -78,8 +78,8 @@ class TrainConfig:
     curriculum: Curriculum = field(default_factory=Curriculum)    # off unless a start is set
 
     def __post_init__(self):
-        for field in ("steps", "batch_size", "checkpoint_every", "log_every"):
-            check(getattr(self, field) >= 1, field, f"must be >= 1, got {getattr(self, field)}")
+        for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check_choice(self.precision, "precision", ("float32", "bfloat16"))
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",

@@ -18,6 +18,7 @@ import torch
 from pyarrow import fs as pafs
 
 from .cells import Cell
+from .temperature_jobs import run_job
 from .tracking import CellLog
 from .train import CellTrainer, resolve_device
 
@@ -82,6 +83,8 @@ def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
     store = CheckpointStore(config["storage"])
     log = CellLog.open(config["tracking_uri"], config["experiment_id"], cell, config["sweep"],
                        config.get("parent_run_id"))
+    if cell.job != "train":
+        return run_temperature_job(cell, device, log, report, config["tracking_uri"])
     try:
         trainer = CellTrainer(cell, device)
         state = store.load(cell.key)
@@ -110,6 +113,26 @@ def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
     model_curve = curves[curves["predictor"] == "model"]
     final = {"step": trainer.step, "progress": 1.0, "done": 1,
              "err_last": float(model_curve["err"].iloc[-1])}
+    if report:
+        report(final)
+    return final
+
+
+def run_temperature_job(cell: Cell, device: torch.device, log: CellLog, report=None,
+                        tracking_uri: str | None = None) -> dict[str, Any]:
+    """A cell whose job is not training (scaling.temperature_jobs): run it, log its curves and summary."""
+    try:
+        result = run_job(cell, device, report, tracking_uri)
+        with tempfile.TemporaryDirectory() as tmp:
+            weights = None
+            if result.weights is not None:
+                weights = Path(tmp) / "model.pt"
+                torch.save(result.weights, weights)
+            log.finish(cell, result.curves, weights, result.summary)
+    except Exception:
+        log.fail(traceback.format_exc())
+        raise
+    final = {"step": 0, "progress": 1.0, "done": 1, **result.summary}
     if report:
         report(final)
     return final

@@ -43,3 +43,14 @@ def tiny_cell_dict(**overrides) -> dict:
     for key, value in overrides.items():
         cell[key] = value
     return cell
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A real, small local Ray for the in-process end-to-end tests of one module."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2,
+             log_to_driver=False)
+    yield
+    ray.shutdown()

@@ -57,7 +57,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
         second = driver(path, uri, storage, log)
         assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
     text = (tmp_path / "second.log").read_text()
-    assert f"already complete" in text and f"{3 - len(complete_before)} of 3 cells to run" in text
+    assert "already complete" in text and f"{3 - len(complete_before)} of 3 cells to run" in text
 
     client, after = runs_by_key(uri)
     assert len(after) == 3 and len({r.data.tags["cell_key"] for r in after}) == 3

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from scaling.llm_icl import (
     MiniLMRetriever,
@@ -32,6 +31,7 @@ from scaling.llm_icl import (
     query_text,
 )
 from scaling.temperature import attention_modules, attention_temperature
+from scaling.tiny_llm import char_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOPIC_PARTNER = [0, 1, 3, 6, 8, 11, 13, 18, 28, 19]  # train item written on the same topic as test item k
@@ -45,16 +45,6 @@ def train():
 @pytest.fixture(scope="module")
 def test_items():
     return load_sciq(FIXTURES / "sciq_tiny_test.jsonl")
-
-
-def char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character of printable ASCII plus newline; pad, unk and eos specials."""
-    chars = [chr(c) for c in range(32, 127)] + ["\n"]
-    vocab = {"<pad>": 0, "<unk>": 1, "<eos>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,13 @@ import math
 
 import pandas as pd
 import pytest
-import ray
 import yaml
 from mlflow.tracking import MlflowClient
 
 from analysis.run import analyse
 from scaling.sweep import main, run_sweep
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 
 
 @pytest.fixture

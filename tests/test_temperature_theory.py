@@ -1,7 +1,6 @@
 """Checks of scaling/temperature_theory.py (seed 004) against closed forms, independent formulas and
 Monte Carlo. Tolerances for the asymptotic theorems are stated next to each test."""
 
-import math
 
 import numpy as np
 import pytest

@@ -1,0 +1,95 @@
+"""Comparing two sweeps (say two versions of seed 001's Fig. 1): matching points, fits side by side,
+overlaid curves.
+
+Points match on (model, T, N, predictor, n) and the task family when both tables have one; other task
+settings may differ (a quick profile at d = 4 against the full sweep at d = 8). Errors are means over
+seeds; ``diff`` = err_B - err_A and ``ratio`` = err_B / err_A.
+"""
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from . import plots
+
+POINT_KEYS = ["model", "T", "N", "predictor", "n"]
+FIT_VALUES = ["E", "E_lo", "E_hi", "A", "A_lo", "A_hi", "alpha", "alpha_lo", "alpha_hi", "B", "B_lo", "B_hi",
+              "beta", "beta_lo", "beta_hi", "n_points", "n_seeds", "converged", "note"]
+FIT_DROP = ["sweep", "E_fixed", "message", "loss", "n_boot", "boot_converged", "level"]
+MAX_OVERLAY_PANELS = 12
+
+
+def match_keys(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    family = "param.task.family"
+    return POINT_KEYS + ([family] if family in a and family in b else [])
+
+
+def differences(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """err of A and B (means over seeds) at every point both have, with diff and ratio."""
+    keys = match_keys(a, b)
+    mean_a = a.groupby(keys, dropna=False).agg(err_A=("err", "mean"), seeds_A=("seed", "nunique"))
+    mean_b = b.groupby(keys, dropna=False).agg(err_B=("err", "mean"), seeds_B=("seed", "nunique"))
+    both = mean_a.join(mean_b, how="inner").reset_index()
+    both["diff"] = both["err_B"] - both["err_A"]
+    both["ratio"] = both["err_B"] / both["err_A"]
+    return both.sort_values(keys, ignore_index=True)
+
+
+def fits_side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """One row per fit group both sweeps have: A's and B's parameters and intervals side by side."""
+    keys = [c for c in a.columns if c in b.columns and c not in FIT_VALUES + FIT_DROP and not c.startswith("task.")]
+    if "task.family" in a and "task.family" in b:
+        keys.append("task.family")
+    left = a[keys + [c for c in FIT_VALUES if c in a]]
+    right = b[keys + [c for c in FIT_VALUES if c in b]]
+    merged = left.merge(right, on=keys, how="inner", suffixes=("_A", "_B"))
+    order = keys + [f"{c}_{s}" for c in FIT_VALUES for s in ("A", "B") if f"{c}_{s}" in merged]
+    return merged[order]
+
+
+def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
+    """Error vs n of the trained models, A solid and B dashed in the same colour, a panel per (T, N)
+    that both sweeps have (at most MAX_OVERLAY_PANELS), plus error vs N at n = N per T."""
+    keys = match_keys(a, b)
+    cells = a[keys[:3]].drop_duplicates().merge(b[keys[:3]].drop_duplicates())
+    colors = plots.model_colors(pd.concat([a[["model"]], b[["model"]]]))
+    panels = sorted({(T, N) for T, N in zip(cells["T"], cells["N"])})[:MAX_OVERLAY_PANELS]
+    fig, axes = plots.grid(1, max(len(panels), 1))
+    names = (a["sweep"].iloc[0], b["sweep"].iloc[0])
+    for ax, (T, N) in zip(axes[0], panels):
+        for table, style, sweep in ((a, "-", names[0]), (b, "--", names[1])):
+            part = table[(table["T"] == T) & (table["N"] == N) & (table["predictor"] == "model")
+                         & table["model"].isin(cells["model"])]
+            for model, rows in part.groupby("model"):
+                curve = plots.over_seeds(rows, ["n"]).sort_values("n")
+                ax.plot(curve["n"], curve["err"], style, color=colors[model], marker="o", ms=3,
+                        label=f"{model} ({sweep})")
+                ax.fill_between(curve["n"], curve["lo"], curve["hi"], color=colors[model], alpha=0.1, linewidth=0)
+        plots.finish(ax, "context length n", f"T = {plots.format_T(T)}, N = {N}", False)
+    figs = {"compare_context": plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs n")}
+    Ts = sorted(set(cells["T"]))
+    if len(Ts) and (a["N"].nunique() > 1 or b["N"].nunique() > 1):
+        fig, axes = plots.grid(1, len(Ts))
+        for ax, T in zip(axes[0], Ts):
+            for table, style, sweep in ((a, "-", names[0]), (b, "--", names[1])):
+                part = table[(table["T"] == T) & (table["n"] == table["N"]) & (table["predictor"] == "model")]
+                for model, rows in part.groupby("model"):
+                    curve = plots.over_seeds(rows, ["N"]).sort_values("N")
+                    ax.plot(curve["N"], curve["err"], style, color=colors[model], marker="o", ms=3,
+                            label=f"{model} ({sweep})")
+            plots.finish(ax, "context length N (train = test)", f"T = {plots.format_T(T)}", False)
+        figs["compare_diagonal"] = plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): "
+                                                           "error vs N at n = N")
+    return figs
+
+
+def summary_line(diffs: pd.DataFrame) -> str:
+    """How the trained models' errors compare at the matching points."""
+    model = diffs[diffs["predictor"] == "model"]
+    if model.empty:
+        return "no matching points of the trained models"
+    ratio = model["ratio"].replace([math.inf, -math.inf], float("nan")).dropna()
+    return (f"{len(model)} matching points of the trained models; err_B / err_A median {ratio.median():.4g} "
+            f"(min {ratio.min():.4g}, max {ratio.max():.4g}); B lower at {(model['diff'] < 0).sum()} points")

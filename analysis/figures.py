@@ -1,0 +1,159 @@
+"""The figure layouts: a sweep is drawn as the paper figure it reproduces (seed 001, Figs. 1-8).
+
+The layout is chosen by the sweep's (experiment's) name: ``fig1`` .. ``fig8`` (with or without a profile
+suffix, e.g. ``fig1-quick``) and ``smoke``; any other name gets the generic context- and task-scaling
+figures. Panels are split by the tidy table's ``param.*`` columns (``param.task.family`` for the task
+panels of Figs. 4-8). Each layout returns its figures by file stem and notes for the report (a panel
+left out, a panel whose wanted value is absent from the sweep).
+
+- fig1 / fig8: (A) error vs T at N = 10; (B) error vs N at T = 1e5 and 1e6; fig8 a row per task.
+- fig2: error vs n of SGPT, GPT-2 and the tuned ridge.  fig3: the same, a panel per noise level.
+  The right panel (ridge error vs lambda) is drawn only if the cells log it; they do not yet (note).
+- fig4: error vs n per task (decision tree, ReLU teacher, sparse linear) with its baselines.
+- fig5: error vs N (train = test) per task.  fig6: error vs N per task at the sweep's fixed T.
+- fig7: as fig8 with (B) at T = 1e5 only: MLPs on vectorised input, on psi_K features, on both.
+- smoke: fig1's panels at the values the sweep has, plus the generic figures.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from . import plots
+
+TASK = "param.task.family"
+
+
+@dataclass
+class Drawn:
+    """A layout's output: figures by file stem, and notes for the report."""
+
+    figures: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def pick(present, wanted: list[float]) -> list[float]:
+    """The wanted values the sweep has; if none, its largest len(wanted) values (inf counts as largest)."""
+    present = sorted(set(present))
+    hit = [v for v in wanted if v in present]
+    return hit or present[-len(wanted):]
+
+
+def nearest(present, wanted: float) -> float | None:
+    present = sorted(set(present))
+    return min(present, key=lambda v: (abs(v - wanted), v)) if present else None
+
+
+def task_rows(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(task name, rows) per task family, or one ('', table) when the table has one task."""
+    if TASK not in table or table[TASK].nunique() <= 1:
+        return [("", table)]
+    return [(str(name), part) for name, part in table.groupby(TASK, sort=True)]
+
+
+def _prefix(task: str, text: str) -> str:
+    return f"{task}: {text}" if task else text
+
+
+def task_and_context(table: pd.DataFrame, name: str, N_A: float, Ts_B: list[float]) -> Drawn:
+    """Figs. 1, 7, 8: per task a row of (A) error vs T at N = N_A and (B) error vs N at each T of Ts_B."""
+    drawn, colors = Drawn(), plots.model_colors(table)
+    rows = task_rows(table)
+    N = nearest(table["N"].unique(), N_A)
+    Ts = pick(table["T"].unique(), Ts_B)
+    if N != N_A:
+        drawn.notes.append(f"panel A: the sweep has no N = {N_A:g}; drawn at N = {N}")
+    if [T for T in Ts_B if T in Ts] != Ts_B:
+        drawn.notes.append(f"panel B: wanted T = {', '.join(map(plots.format_T, Ts_B))}; "
+                           f"drawn at T = {', '.join(map(plots.format_T, Ts))}")
+    fig, axes = plots.grid(len(rows), 1 + len(Ts))
+    for r, (task, part) in enumerate(rows):
+        plots.draw_task(axes[r][0], part, colors, N=int(N), title=_prefix(task, f"(A) error vs T, N = {N}"))
+        for c, T in enumerate(Ts, start=1):
+            plots.draw_context(axes[r][c], part[part["T"] == T], colors, diagonal=True,
+                               title=_prefix(task, f"(B) error vs N, T = {plots.format_T(T)}"))
+    drawn.figures[name] = plots.legend_below(fig, f"{name}: task scaling (A) and context scaling (B)")
+    return drawn
+
+
+def context_panels(table: pd.DataFrame, name: str, diagonal: bool, by_level: bool = False) -> Drawn:
+    """Figs. 2-6: error vs n (or vs N at n = N) in a panel per task, or per noise level."""
+    drawn, colors = Drawn(), plots.model_colors(table)
+    panels = [(task, part, None) for task, part in task_rows(table)]
+    if by_level:
+        found = plots.levels(table)
+        panels = [("", table, level) for level in found] or panels
+        if not found:
+            drawn.notes.append("no per-level rows (model|noise_std=...): one panel over all prompts")
+    fig, axes = plots.grid(1, len(panels))
+    for ax, (task, part, level) in zip(axes[0], panels):
+        title = level or task or "all prompts"
+        axis = "N" if diagonal else "n"
+        plots.draw_context(ax, part, colors, diagonal=diagonal, level=level, title=f"error vs {axis}: {title}")
+    drawn.figures[name] = plots.legend_below(fig, f"{name}: context scaling")
+    return drawn
+
+
+def with_lambda_note(drawn: Drawn) -> Drawn:
+    drawn.notes.append("right panel (ridge error vs lambda) omitted: the cells do not log ridge error per "
+                       "lambda (scaling.baselines.ridge_curve computes it)")
+    return drawn
+
+
+def fixed_T(table: pd.DataFrame, name: str, wanted: float) -> Drawn:
+    """Fig. 6: error vs N at one T (the wanted T, else the sweep's largest finite T)."""
+    finite = [T for T in table["T"].unique() if not math.isinf(T)] or list(table["T"].unique())
+    T = wanted if wanted in finite else max(finite)
+    drawn = context_panels(table[table["T"] == T], name, diagonal=True)
+    drawn.notes.append(f"drawn at T = {plots.format_T(T)}")
+    return drawn
+
+
+def generic(table: pd.DataFrame, name: str) -> Drawn:
+    return Drawn({"context_scaling": plots.context_scaling_figure(table, f"{name}: context scaling"),
+                  "task_scaling": plots.task_scaling_figure(table, f"{name}: task scaling")})
+
+
+def smoke(table: pd.DataFrame, name: str) -> Drawn:
+    drawn = task_and_context(table, name, 10, [1e5, 1e6])
+    more = generic(table, name)
+    drawn.figures.update(more.figures)
+    return drawn
+
+
+LAYOUTS: dict[str, Callable[[pd.DataFrame, str], Drawn]] = {
+    "fig1": lambda t, name: task_and_context(t, name, 10, [1e5, 1e6]),
+    "fig2": lambda t, name: with_lambda_note(context_panels(t, name, diagonal=False)),
+    "fig3": lambda t, name: with_lambda_note(context_panels(t, name, diagonal=False, by_level=True)),
+    "fig4": lambda t, name: context_panels(t, name, diagonal=False),
+    "fig5": lambda t, name: context_panels(t, name, diagonal=True),
+    "fig6": lambda t, name: fixed_T(t, name, 1e5),
+    "fig7": lambda t, name: task_and_context(t, name, 10, [1e5]),
+    "fig8": lambda t, name: task_and_context(t, name, 10, [1e5, 1e6]),
+    "smoke": smoke,
+    "generic": generic,
+}
+
+
+def layout_name(experiment: str) -> str:
+    """The layout of an experiment: its leading figN / smoke (fig1-quick -> fig1), else 'generic'."""
+    match = re.match(r"(fig\d+|smoke)(?![0-9])", experiment)
+    return match.group(1) if match and match.group(1) in LAYOUTS else "generic"
+
+
+def layout_named(name: str) -> Callable[[pd.DataFrame, str], Drawn]:
+    if name not in LAYOUTS:
+        raise ValueError(f"unknown figure layout {name!r}; known: {sorted(LAYOUTS)}")
+    return LAYOUTS[name]
+
+
+def draw(table: pd.DataFrame, experiment: str, layout: str | None = None) -> Drawn:
+    """The figures of a sweep in its layout (``layout`` overrides the choice by name)."""
+    name = layout or layout_name(experiment)
+    drawn = layout_named(name)(table, name if name not in ("generic",) else experiment)
+    drawn.notes.insert(0, f"figure layout: {name}")
+    return drawn

@@ -1,0 +1,164 @@
+"""Figure layouts (analysis/figures.py) on synthetic tidy tables: the layout chosen by name, the panels
+each paper figure has, partial sweeps, split rows per level, and the paper's line conventions."""
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from analysis import figures, plots
+from synthetic_tables import lattice_table
+
+FAMILIES = ("linear", "sparse_linear", "relu_net", "decision_tree")
+
+
+def titles(fig) -> list[str]:
+    return [ax.get_title() for ax in fig.axes]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("experiment, layout", [
+    ("fig1", "fig1"), ("fig1-quick", "fig1"), ("fig8", "fig8"), ("smoke", "smoke"), ("smoke-quick", "smoke"),
+    ("fig10", "generic"), ("fig9", "generic"), ("temp-fig1", "generic"), ("tiny", "generic")])
+def test_layout_is_chosen_by_the_sweep_name(experiment, layout):
+    assert figures.layout_name(experiment) == layout
+
+
+def test_unknown_layout_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match="fig1"):
+        figures.layout_named("fig99")
+
+
+def full_table(layout: str):
+    rng = np.random.default_rng(0)
+    if layout == "fig1":
+        return lattice_table(rng=rng)
+    if layout in ("fig7", "fig8"):
+        return lattice_table(rng=rng, families=("linear", "relu_net"), all_n=False)
+    if layout == "fig2":
+        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(math.inf,), Ns=(20,),
+                             baselines=("zero", "least_squares", "ridge", "ridge_tuned"))
+    if layout == "fig3":
+        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(math.inf,), Ns=(20,),
+                             baselines=("zero", "ridge_per_level"), levels=("noise_std=0.1", "noise_std=0.5"))
+    if layout == "fig4":
+        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(2e6,), Ns=(20,),
+                             families=("decision_tree", "relu_net", "sparse_linear"),
+                             baselines=("zero", "least_squares", "lasso", "xgboost", "nn_student"))
+    if layout == "fig5":
+        return lattice_table(rng=rng, models=("sgpt1", "onelayer"), Ts=(math.inf,), Ns=(10, 20, 30),
+                             families=FAMILIES, all_n=False)
+    if layout == "fig6":
+        return lattice_table(rng=rng, models=("row_psiH", "scalar_psiH"), Ts=(1e5,), Ns=(10, 20, 40),
+                             families=("linear", "relu_net"), all_n=False)
+    return lattice_table(rng=rng, Ts=(16, 256, math.inf), Ns=(8, 16))
+
+
+EXPECTED = {
+    "fig1": {"fig1": ["(A) error vs T, N = 10", "(B) error vs N, T = 1e5", "(B) error vs N, T = 1e6"]},
+    "fig2": {"fig2": ["error vs n: all prompts"]},
+    "fig3": {"fig3": ["error vs n: noise_std=0.1", "error vs n: noise_std=0.5"]},
+    "fig4": {"fig4": [f"error vs n: {f}" for f in ("decision_tree", "relu_net", "sparse_linear")]},
+    "fig5": {"fig5": [f"error vs N: {f}" for f in sorted(FAMILIES)]},
+    "fig6": {"fig6": ["error vs N: linear", "error vs N: relu_net"]},
+    "fig7": {"fig7": [f"{f}: {p}" for f in ("linear", "relu_net")
+                      for p in ("(A) error vs T, N = 10", "(B) error vs N, T = 1e5")]},
+    "fig8": {"fig8": [f"{f}: {p}" for f in ("linear", "relu_net")
+                      for p in ("(A) error vs T, N = 10", "(B) error vs N, T = 1e5", "(B) error vs N, T = 1e6")]},
+    "smoke": {"smoke": ["(A) error vs T, N = 8", "(B) error vs N, T = 256", "(B) error vs N, T = inf"],
+              "context_scaling": ["T = 16", "T = 256", "T = inf"],
+              "task_scaling": ["n = N = 8", "n = N = 16"]},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(EXPECTED))
+def test_each_layout_draws_the_papers_panels(layout):
+    drawn = figures.draw(full_table(layout), layout)
+    assert {stem: titles(fig) for stem, fig in drawn.figures.items()} == EXPECTED[layout]
+
+
+@pytest.mark.parametrize("layout", sorted(EXPECTED))
+def test_each_layout_draws_a_partial_sweep(layout, tmp_path):
+    table = full_table(layout)
+    rng = np.random.default_rng(1)
+    cells = table["cell_key"].unique()
+    kept = rng.choice(cells, size=max(1, len(cells) // 2), replace=False)
+    partial = table[table["cell_key"].isin(kept) & (table["T"] != 1e6)]
+    drawn = figures.draw(partial, layout)
+    stem, fig = next(iter(drawn.figures.items()))
+    paths = plots.save(fig, tmp_path / stem)
+    assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 0 for p in paths)
+
+
+def test_fig1_without_the_wanted_T_says_which_it_drew():
+    table = lattice_table(rng=np.random.default_rng(0), Ts=(100, 1e5))
+    drawn = figures.draw(table, "fig1-quick")
+    assert titles(drawn.figures["fig1"]) == ["(A) error vs T, N = 10", "(B) error vs N, T = 1e5"]
+    assert any("drawn at T = 1e5" in note for note in drawn.notes)
+
+
+def test_empty_panel_says_so_instead_of_failing():
+    table = lattice_table(rng=np.random.default_rng(0), families=("linear", "relu_net"), all_n=False)
+    table = table[~((table["param.task.family"] == "relu_net") & (table["predictor"] == "model"))]
+    fig = figures.draw(table, "fig8").figures["fig8"]
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts.count("no complete cells") == 3
+
+
+def lines_by_label(ax) -> dict:
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_theory_baselines_and_zero_line_follow_the_paper():
+    fig = figures.draw(full_table("fig1"), "fig1").figures["fig1"]
+    lines = lines_by_label(fig.axes[1])
+    theory, ols, zero = lines["Bayes ridge (theory)"], lines["OLS"], lines["zero predictor"]
+    assert theory.get_color() == "k" and theory.get_linestyle() == "-."
+    assert ols.get_linestyle() == "--" and ols.get_color() == "0.35"
+    assert list(zero.get_ydata()) == [1.0, 1.0] and zero.get_linestyle() == ":"
+    assert fig.axes[1].get_yscale() == "log"
+
+
+def test_diagonal_panel_plots_the_mean_over_seeds_at_n_equal_N():
+    table = full_table("fig1")
+    fig = figures.draw(table, "fig1").figures["fig1"]
+    gpt2 = lines_by_label(fig.axes[1])["gpt2"]
+    rows = table[(table["model"] == "gpt2") & (table["T"] == 1e5) & (table["predictor"] == "model")
+                 & (table["n"] == table["N"])]
+    expected = [rows[rows["N"] == N]["err"].mean() for N in (5, 10, 20)]
+    assert list(gpt2.get_xdata()) == [5, 10, 20]
+    np.testing.assert_allclose(gpt2.get_ydata(), expected)
+
+
+def test_split_rows_are_drawn_per_level_and_never_in_the_overall_lines():
+    table = full_table("fig3")
+    fig = figures.draw(table, "fig3").figures["fig3"]
+    for ax, level in zip(fig.axes, ("noise_std=0.1", "noise_std=0.5")):
+        sgpt = lines_by_label(ax)["sgpt"]
+        rows = table[table["predictor"] == f"model|{level}"]
+        rows = rows[rows["model"] == "sgpt"].groupby("n")["err"].mean()
+        np.testing.assert_allclose(sgpt.get_ydata(), rows.to_numpy())
+    overall = figures.draw(table, "fig2").figures["fig2"]
+    labels = set(lines_by_label(overall.axes[0]))
+    assert not any("|" in label for label in labels)
+    sgpt = lines_by_label(overall.axes[0])["sgpt"]
+    rows = table[(table["predictor"] == "model") & (table["model"] == "sgpt")].groupby("n")["err"].mean()
+    np.testing.assert_allclose(sgpt.get_ydata(), rows.to_numpy())
+
+
+def test_fig2_notes_the_ridge_lambda_panel_it_cannot_draw():
+    drawn = figures.draw(full_table("fig2"), "fig2")
+    assert any("ridge error vs lambda" in note for note in drawn.notes)
+
+
+def test_task_panel_draws_inf_at_the_right_edge():
+    fig = figures.draw(full_table("fig1"), "fig1").figures["fig1"]
+    ax = fig.axes[0]
+    gpt2 = lines_by_label(ax)["gpt2"]
+    assert list(gpt2.get_xdata()) == [100, 1e5, 1e6, 4e6]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "1e5", "1e6", "inf"]
