@@ -92,10 +92,17 @@ class RunConfig:
     max_failures: int = 2          # retries of a trial that dies, from its last checkpoint
     max_concurrent: int = 0        # 0 = as many as the resources allow
     storage: str = ""              # Tune state and per-cell checkpoints; "" = ./scaling_runs
+    # cells trained together as one batched ensemble (scaling.pack): auto (small cells, up to 8),
+    # off, or K (up to K cells of a packable architecture); results equal those of unpacked cells
+    pack: bool | int | str = "auto"
 
     def __post_init__(self):
+        if isinstance(self.pack, bool):        # YAML reads a bare `off` as false, `on` as true
+            object.__setattr__(self, "pack", "auto" if self.pack else "off")
         check(self.max_failures >= 0, "max_failures", f"must be >= 0, got {self.max_failures}")
         check(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
+        check(self.pack in ("auto", "off") or (type(self.pack) is int and self.pack >= 1), "pack",
+              f"must be auto, off or a whole number >= 1, got {self.pack!r}")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 2. Ask MLflow which cells are complete (tag ``status=complete`` under their ``cell_key``); only the rest
    run. A finished sweep trains nothing and says so; a sweep edited to add cells runs only the new ones.
 3. Run each remaining cell as one Ray Tune trial with the cell's resources (fractional or whole GPUs,
-   CPUs), on a local Ray started here (the embedded default) or an existing cluster (``--address auto``).
+   CPUs), or small cells of one shape as one trial of a batched ensemble (scaling.pack), on a local Ray
+   started here (the embedded default) or an existing cluster (``--address auto``).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
 4. Print live progress: cells done, running, pending, failed, and an estimate of the time left.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .pack import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, resolve_tracking_uri
 from .trial import CheckpointStore, tune_trainable
@@ -81,7 +83,7 @@ class Progress:
     def __init__(self, name: str, total: int, skipped: int, out: TextIO, every: float = 15.0):
         self.name, self.total, self.skipped, self.out, self.every = name, total, skipped, out, every
         self.done = self.failed = 0
-        self.running: dict[str, float] = {}
+        self.running: dict[str, tuple[int, float]] = {}    # trial -> (its cells, progress in [0, 1])
         self.start = time.monotonic()
         self.last = 0.0
 
@@ -92,11 +94,12 @@ class Progress:
     def line(self) -> str:
         todo = self.total - self.skipped
         finished = self.done + self.failed
-        fraction = (finished + sum(self.running.values())) / max(todo, 1)
+        running = sum(size for size, _ in self.running.values())
+        fraction = (finished + sum(size * part for size, part in self.running.values())) / max(todo, 1)
         elapsed = time.monotonic() - self.start
         eta = format_duration(elapsed * (1 - fraction) / fraction) if fraction > 0.02 else "?"
-        pending = todo - finished - len(self.running)
-        return (f"[{self.name}] {self.skipped + self.done}/{self.total} done, {len(self.running)} running, "
+        pending = todo - finished - running
+        return (f"[{self.name}] {self.skipped + self.done}/{self.total} done, {running} running, "
                 f"{pending} pending, {self.failed} failed | {100 * fraction:.0f}% of this run,"
                 f" {format_duration(elapsed)} elapsed, ~{eta} left")
 
@@ -118,21 +121,22 @@ class Progress:
 
         class ProgressCallback(Callback):
             def on_trial_start(self, iteration, trials, trial, **info):
-                progress.running[trial.trial_id] = 0.0
+                progress.running[trial.trial_id] = (len(member_keys(trial.config["cell_config"])), 0.0)
                 progress.show()
 
             def on_trial_result(self, iteration, trials, trial, result, **info):
-                progress.running[trial.trial_id] = float(result.get("progress", 0.0))
+                size = len(member_keys(trial.config["cell_config"]))
+                progress.running[trial.trial_id] = (size, float(result.get("progress", 0.0)))
                 progress.maybe_show()
 
             def on_trial_complete(self, iteration, trials, trial, **info):
                 progress.running.pop(trial.trial_id, None)
-                progress.done += 1
+                progress.done += len(member_keys(trial.config["cell_config"]))
                 progress.show()
 
             def on_trial_error(self, iteration, trials, trial, **info):
                 progress.running.pop(trial.trial_id, None)
-                progress.failed += 1
+                progress.failed += len(member_keys(trial.config["cell_config"]))
                 progress.show()
 
         return ProgressCallback()
@@ -151,7 +155,7 @@ def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | 
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if address:
         ray.init(address=address, **quiet)
-    else:
+    else:                  # "local": a new Ray of our own, never another process's instance on this machine
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **quiet)
 
 
@@ -213,6 +217,38 @@ def check_storage(uri: str) -> None:
         raise SweepError(f"cannot use the storage {uri}: {err}") from None
 
 
+def trial_slots(pending, cluster: dict[str, float]) -> int:
+    """How many trials of the first pending cell's resources the cluster runs at once."""
+    request = pending[0].resources.as_ray()
+    counts = [cluster.get(name, 0.0) // amount for name, amount in request.items() if amount > 0]
+    return max(1, int(min(counts, default=1)))
+
+
+def trial_configs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[dict]:
+    """One Tune config per trial: a cell, or a pack of cells (``members``) chosen by scaling.pack."""
+    configs = []
+    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
+        cells = [pending[i] for i in group]
+        resources = cells[0].resources.as_tune()
+        if any(p.resources.as_tune() != resources for p in cells):
+            configs += [{**shared, "cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name,
+                         "resources": p.resources.as_tune()} for p in cells]
+        elif len(cells) == 1:
+            configs.append({**shared, "cell": cells[0].cell.to_dict(), "key": cells[0].cell.key,
+                            "name": cells[0].cell.name, "resources": resources})
+        else:
+            keys = [p.cell.key for p in cells]
+            configs.append({**shared, "key": pack_key(keys), "name": f"pack of {len(cells)}",
+                            "resources": resources, "members": [
+                                {"cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name} for p in cells]})
+    return configs
+
+
+def member_keys(config: dict) -> list[str]:
+    """The cell keys a trial config trains: its members', or its own."""
+    return [m["key"] for m in config["members"]] if "members" in config else [config["key"]]
+
+
 def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry_run: bool = False,
               address: str | None = None, tracking_uri: str | None = None, storage: str | None = None,
               num_cpus: int | None = None, num_gpus: int | None = None, autoscaling: bool = False,
@@ -252,6 +288,7 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
         out.write(f"[{plan.name}] all {len(plan.cells)} cells are complete in {uri}; nothing to train.\n")
         return outcome
 
+    import ray
     from ray import tune
 
     start_ray(address, num_cpus, num_gpus)
@@ -265,14 +302,15 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
 
     shared = {"tracking_uri": uri, "experiment_id": experiment_id, "sweep": plan.name,
               "parent_run_id": parent, "storage": store_uri}
-    configs = [{**shared, "cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name,
-                "resources": p.resources.as_tune()} for p in pending]
+    configs = trial_configs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
     progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
     trainable = tune.with_resources(tune_trainable, lambda config: config["cell_config"]["resources"])
     tuner = tune.Tuner(
         trainable,
         param_space={"cell_config": tune.grid_search(configs)},
-        tune_config=tune.TuneConfig(max_concurrent_trials=plan.run.max_concurrent or None,
+        # reuse_actors: a worker process (torch, transformers, MLflow imported once) runs trial after
+        # trial; a new process per trial costs seconds, more than a tiny cell's training.
+        tune_config=tune.TuneConfig(max_concurrent_trials=plan.run.max_concurrent or None, reuse_actors=True,
                                     trial_name_creator=lambda t: t.config["cell_config"]["key"],
                                     trial_dirname_creator=lambda t: t.config["cell_config"]["key"]),
         run_config=tune.RunConfig(
@@ -287,13 +325,13 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
         tracker.end_sweep_run(parent, False)
         return outcome
-    for result in results:
-        key = result.config["cell_config"]["key"]
-        if result.error is not None:
-            outcome.failed[key] = f"{type(result.error).__name__}: {result.error}"
-        elif result.metrics.get("done"):
-            outcome.completed.append(key)
     final = tracker.cell_records(experiment_id)
+    for result in results:
+        for key in member_keys(result.config["cell_config"]):
+            if key in final and final[key].status == STATUS_COMPLETE:
+                outcome.completed.append(key)
+            elif result.error is not None:
+                outcome.failed[key] = f"{type(result.error).__name__}: {result.error}"
     unfinished = [p for p in pending if p.cell.key not in outcome.failed
                   and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)]
     progress.show()

@@ -16,9 +16,10 @@ cell reuses its run instead of creating another. A cell run carries:
   prompts) and ``model.pt`` (final weights; temperature jobs log it only for a model they trained).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
-loses metrics. Training losses are buffered and flushed at checkpoints, skipping steps already logged; a
-flush that fails keeps its points (the trial stores them in its checkpoint) and tries again at the next
-checkpoint, and the final flush before ``finish`` must succeed, or the cell fails and Tune retries it.
+loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
+skipping steps already logged; a flush that fails keeps its points (the trial stores them in its
+checkpoint) and tries again at the next checkpoint, and the final flush before ``finish`` must succeed,
+or the cell fails and Tune retries it.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
+# Trials flush training losses to the store at most this often (and at the end): a fast cell would
+# otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
+LOSS_FLUSH_SECONDS = 30.0
 
 
 class TrackingError(RuntimeError):
@@ -185,16 +190,22 @@ class Tracker:
 class CellLog:
     """Trial-side logging of one cell into its (reused) run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int):
+    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int, complete: bool = False,
+                 flush_every: float = 0.0):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
+        self.flush_every, self.flushed_at = flush_every, time.monotonic()
+        self.complete = complete            # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
         self.pending: list[tuple[int, float, int]] = []     # (step, loss, time in ms) not yet in the store
 
     @classmethod
     def open(cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None) -> "CellLog":
-        """Reuse the run tagged with the cell's key, or create it; mark it running."""
+        """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run: untouched)."""
         tracker = Tracker(uri)
         found = tracker._search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
+        if any(r.data.tags.get("status") == STATUS_COMPLETE for r in found):
+            done = next(r for r in found if r.data.tags.get("status") == STATUS_COMPLETE)
+            return cls(tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS)
         if found:
             run_id = sorted(found, key=lambda r: r.info.start_time or 0)[0].info.run_id
             history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
@@ -213,8 +224,9 @@ class CellLog:
             for start in range(0, len(params), 100):
                 chunk = [Param(k, v) for k, v in params[start:start + 100]]
                 retrying(lambda: tracker.client.log_batch(run_id, params=chunk), "logging params")
+            return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)   # created with status=running
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
-        return cls(tracker, run_id, last)
+        return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)
 
     def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
         """Log (step, value) or (step, value, time in ms) points; identical points sent twice are stored once."""
@@ -229,6 +241,7 @@ class CellLog:
     def log_losses(self, points: Iterable[tuple], final: bool = False) -> bool:
         """Buffer training losses and flush the buffer, skipping steps this run already holds (after a resume).
 
+        Points are only buffered (False) until ``flush_every`` seconds have passed since the last flush.
         A failed flush keeps the points for the next call and returns False (the store blinked: training
         goes on); with ``final`` it retries for about a minute and then raises TrackingError, so a cell never
         completes with part of its loss history missing. True when everything is flushed.
@@ -240,6 +253,9 @@ class CellLog:
             if step > newest:
                 self.pending.append((step, float(point[1]), int(point[2]) if len(point) > 2 else now))
                 newest = step
+        if not final and time.monotonic() - self.flushed_at < self.flush_every:
+            return not self.pending
+        self.flushed_at = time.monotonic()
         while self.pending:
             chunk = self.pending[:1000]
             try:
@@ -259,26 +275,28 @@ class CellLog:
 
     def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path | None,
                summary: dict[str, float] | None = None) -> None:
-        """Log the curves, summary, artifacts and, last, status=complete."""
+        """Log the curves, summary, artifacts and, last, status=complete (few round trips: batched)."""
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
         steps = "step" if "step" in curves.columns else "n"
-        for predictor, group in curves.groupby("predictor", sort=False):
-            group = group[group["err"].notna()]
-            self.log_metrics(curve_metric_key(predictor), zip(group[steps], group["err"]))
+        rows = curves[curves["err"].notna()]
+        metrics = [Metric(curve_metric_key(predictor), float(err), now, int(step))
+                   for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
+        metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]
+        tags = [RunTag(name, f"{value:.6g}") for name, value in (summary or {}).items()]
         skipped = curves.attrs.get("skipped_baselines") or {}
         if skipped:     # baselines of the sweep's list not defined for this cell's task
-            retrying(lambda: self.client.set_tag(self.run_id, "skipped_baselines",
-                                                 "; ".join(f"{k}: {v}" for k, v in skipped.items())[:4000]),
-                     "tagging skipped baselines")
-        for name, value in (summary or {}).items():
-            self.log_metrics(name, [(0, value)])
-            retrying(lambda: self.client.set_tag(self.run_id, name, f"{value:.6g}"), f"tagging {name}")
-        with tempfile.TemporaryDirectory() as tmp:
+            tags.append(RunTag("skipped_baselines", "; ".join(f"{k}: {v}" for k, v in skipped.items())[:4000]))
+        for start in range(0, max(len(metrics), len(tags)), 1000):    # every curve in one round trip
+            chunk, tag_chunk = metrics[start:start + 1000], tags[start:start + 1000]
+            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves")
+        with tempfile.TemporaryDirectory() as tmp:         # the artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
-            for name in ("cell.yaml", "curves.parquet"):
-                retrying(lambda: self.client.log_artifact(self.run_id, str(Path(tmp) / name)), f"logging {name}")
-        if weights_path is not None:
-            retrying(lambda: self.client.log_artifact(self.run_id, str(weights_path)), "logging weights")
+            if weights_path is not None:
+                shutil.copyfile(weights_path, Path(tmp) / "model.pt")
+            retrying(lambda: self.client.log_artifacts(self.run_id, tmp), "logging artifacts")
         retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_COMPLETE), "tagging complete")
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
 

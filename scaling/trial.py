@@ -139,7 +139,10 @@ def run_temperature_job(cell: Cell, device: torch.device, log: CellLog, report=N
 
 
 def tune_trainable(config: dict[str, Any]) -> None:
-    """The Ray Tune function trainable: one trial = one cell (its settings under ``cell_config``)."""
+    """The Ray Tune function trainable: one trial = one cell, or a pack of cells (``members``, scaling.pack)."""
     from ray import tune
 
-    run_cell(config["cell_config"], report=tune.report)
+    from .pack import run_pack
+
+    cell_config = config["cell_config"]
+    (run_pack if "members" in cell_config else run_cell)(cell_config, report=tune.report)

@@ -1,0 +1,175 @@
+"""Packing small cells (issue 6, item 5): 8 tiny MLP cells packed vs 8 separate trials.
+
+Both sides are the same 8 cells (T and seed differ) run through ``scaling.sweep.run_sweep`` on one local
+Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage):
+the reference with ``run.pack: off`` (one Tune trial per cell), ours with the default ``run.pack: auto``
+(the planner packs them into vmapped ensembles, scaling.pack: on 2 CPUs, 2 trials of 4 cells, so both
+cores work). The sides alternate and the medians over repeats are compared. Target: packed at least 3x faster on this CPU.
+On a GPU (``gpu_rows``, SKIP without one): K = 8 packed cells' training throughput against one cell's,
+target at least 0.8 K times.
+"""
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+TARGET_SPEEDUP = 3.0
+CELLS = 8
+
+
+def tiny_cells(steps: int) -> dict:
+    return {
+        "name": "packing",
+        "defaults": {"task": {"family": "linear", "d": 2, "noise_std": 0.1},
+                     "train": {"steps": steps, "batch_size": 16, "lr": 1e-3, "checkpoint_every": 100,
+                               "log_every": 10, "device": "cpu"},
+                     "eval": {"prompts": 64, "bootstrap": 50}, "N": 4},
+        "models": {"mlp": {"arch": "mlp", "width": 16, "resources": {"cpu": 1}}},
+        "grid": {"model": ["mlp"], "T": [1, 2, 4, 8], "seed": [0, 1]},
+    }
+
+
+def sweep_seconds(document: dict, pack: str | int, name: str, tmp: str) -> float:
+    """Wall time of run_sweep on the document as a new sweep ``name`` (on the Ray already started)."""
+    from scaling.sweep import run_sweep
+
+    path = Path(tmp) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({**document, "name": name, "run": {"pack": pack}}))
+    start = time.perf_counter()
+    outcome = run_sweep(str(path), tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=f"{tmp}/storage",
+                        out=io.StringIO())
+    elapsed = time.perf_counter() - start
+    if not outcome.ok or len(outcome.completed) != CELLS:
+        raise RuntimeError(f"the pack={pack} sweep did not complete its {CELLS} cells: {outcome}")
+    return elapsed
+
+
+def step_seconds(cells, device, steps: int) -> float:
+    """Median seconds of one training step of ``cells`` packed (one cell: a pack of one) on ``device``."""
+    import torch
+
+    from scaling.pack import PackTrainer
+    from scaling.train import CellTrainer
+
+    trainers = [CellTrainer(c, device) for c in cells]
+    pack = PackTrainer(trainers)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        pack.train_step(trainers)
+        torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[steps // 5:])
+
+
+def gpu_rows(quick: bool) -> list[dict]:
+    """On a GPU: K packed cells' throughput (cell-steps/s) vs one cell's; target >= 0.8 K times."""
+    import torch
+
+    from scaling.cells import Cell
+
+    name = f"packing_gpu[{CELLS} MLP cells (width 256, N 40, batch 64) vs one, training steps]"
+    if not torch.cuda.is_available():
+        return [{"name": name, "reference": None, "ours": None, "reference_rate": None, "ours_rate": None,
+                 "unit": "cell-steps/s", "ratio": None, "target": f">= {0.8 * CELLS:g}x", "status": "SKIP"}]
+    cells = [Cell.from_dict({"task": {"d": 20}, "model": {"arch": "mlp", "width": 256},
+                             "train": {"batch_size": 64, "lr": 1e-4}, "N": 40, "T": 2 ** (i + 4), "seed": i})
+             for i in range(CELLS)]
+    device, steps = torch.device("cuda"), 50 if quick else 200
+    one = step_seconds(cells[:1], device, steps)
+    packed = step_seconds(cells, device, steps)
+    ratio = CELLS * one / packed
+    return [{"name": name, "reference": round(1 / one, 1), "ours": round(CELLS / packed, 1),
+             "reference_rate": round(1 / one, 1), "ours_rate": round(CELLS / packed, 1), "unit": "cell-steps/s",
+             "ratio": round(ratio, 2), "target": f">= {0.8 * CELLS:g}x",
+             "status": "PASS" if ratio >= 0.8 * CELLS else "FAIL"}]
+
+
+def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> float:
+    """The trials' own work in this process, no Ray: 8 x scaling.trial.run_cell, or one run_pack of the 8.
+
+    Everything a trial does (training, evaluation, checkpoints, MLflow runs) without Tune's scheduling
+    and worker processes: what packing saves inside the trials.
+    """
+    import torch
+
+    from scaling.pack import run_pack
+    from scaling.plan import plan_document
+    from scaling.tracking import Tracker
+    from scaling.trial import run_cell
+
+    torch.set_num_threads(1)
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    tracker = Tracker(uri)
+    shared = {"tracking_uri": uri, "experiment_id": tracker.experiment_id(name, create=True), "sweep": name,
+              "storage": f"{tmp}/{name}", "resources": {"cpu": 1}}
+    members = [{"cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name}
+               for p in plan_document(document).cells]
+    start = time.perf_counter()
+    if packed:
+        run_pack({**shared, "members": members})
+    else:
+        for member in members:
+            run_cell({**shared, **member})
+    return time.perf_counter() - start
+
+
+def work_rows(quick: bool) -> list[dict]:
+    """Row: the 8 cells' trial work packed vs one after another, in one process on one core."""
+    document = tiny_cells(100 if quick else 200)
+    separate, packed = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        trial_work_seconds(document, False, tmp, "warm")
+        for i in range(1 if quick else 3):
+            separate.append(trial_work_seconds(document, False, tmp, f"separate-{i}"))
+            packed.append(trial_work_seconds(document, True, tmp, f"packed-{i}"))
+    reference, ours = statistics.median(separate), statistics.median(packed)
+    return [{"name": f"packing_trial_work[{CELLS} tiny MLP cells, one process, one core, no Ray]",
+             "reference": round(reference, 2), "ours": round(ours, 2), "reference_rate": round(CELLS / reference, 3),
+             "ours_rate": round(CELLS / ours, 3), "unit": "s", "ratio": round(reference / ours, 2),
+             "target": "INFO (what packing saves inside trials)", "status": "INFO"}]
+
+
+def run(quick: bool) -> list[dict]:
+    """Rows: packed vs separate trials on this CPU (ratio = speedup), the trials' own work packed vs
+    separate, and the GPU throughput (SKIP without one)."""
+    return cpu_rows(quick) + work_rows(quick) + gpu_rows(quick)
+
+
+def cpu_rows(quick: bool) -> list[dict]:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    document = tiny_cells(100 if quick else 200)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:      # one MLflow store; each sweep its own experiment
+            sweep_seconds(document, "off", "warm", tmp)    # imports, MLflow schema, Tune
+            separate, packed = [], []
+            for i in range(1 if quick else 3):
+                separate.append(sweep_seconds(document, "off", f"separate-{i}", tmp))
+                packed.append(sweep_seconds(document, "auto", f"packed-{i}", tmp))
+    finally:
+        if started:
+            ray.shutdown()
+    reference, ours = statistics.median(separate), statistics.median(packed)
+    speedup = reference / ours
+    return [{"name": f"packing[{CELLS} tiny MLP cells, packed vs separate trials]", "reference": round(reference, 2),
+             "ours": round(ours, 2), "reference_rate": round(CELLS / reference, 3),
+             "ours_rate": round(CELLS / ours, 3), "unit": "s", "ratio": round(speedup, 2),
+             "target": f"speedup >= {TARGET_SPEEDUP:g}x", "status": "PASS" if speedup >= TARGET_SPEEDUP else "FAIL",
+             "separate_runs_s": [round(s, 2) for s in separate], "packed_runs_s": [round(s, 2) for s in packed]}]
+
+
+if __name__ == "__main__":
+    for result in run("--quick" in sys.argv):
+        print(result)

@@ -1,0 +1,114 @@
+"""Packing (scaling.pack): packed members train to the numbers they reach alone; the planner's decision."""
+import pytest
+import torch
+
+from scaling.cells import Cell
+from scaling.pack import AUTO_PACK_SIZE, PackTrainer, pack_groups, pack_limit, pack_signature
+from scaling.plan import SweepError, plan_document
+from scaling.train import CellTrainer
+from tests.conftest import tiny_cell_dict
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def cell(**overrides) -> Cell:
+    return Cell.from_dict(tiny_cell_dict(**overrides))
+
+
+def train_alone(cells) -> list[CellTrainer]:
+    trainers = [CellTrainer(c) for c in cells]
+    for t in trainers:
+        t.train_until(t.cell.train.steps)
+    return trainers
+
+
+def train_packed(cells, resume_at: dict[int, int] | None = None) -> list[CellTrainer]:
+    trainers = [CellTrainer(c) for c in cells]
+    for i, step in (resume_at or {}).items():       # members resumed from checkpoints at other steps
+        alone = CellTrainer(cells[i])
+        alone.train_until(step)
+        trainers[i].load_state_dict(alone.state_dict())
+    pack = PackTrainer(trainers)
+    while not pack.done_training:
+        active, stop = pack.next_segment()
+        pack.train_until(active, stop)
+    return trainers
+
+
+@pytest.mark.parametrize("arch", [
+    {"arch": "mlp", "width": 16},
+    {"arch": "onelayer", "width": 8, "feature_map": "linear"},
+])
+def test_packed_members_equal_unpacked_cells(arch):
+    cells = [cell(T=4, seed=0, model=arch), cell(T=8, seed=1, model=arch), cell(T=float("inf"), seed=2, model=arch),
+             cell(T=8, seed=3, model=arch, train={**tiny_cell_dict()["train"], "lr": 3e-3})]
+    alone, packed = train_alone(cells), train_packed(cells)
+    for a, p in zip(alone, packed):
+        assert p.step == a.step == a.cell.train.steps
+        for (name, x), (_, y) in zip(a.model.named_parameters(), p.model.named_parameters()):
+            torch.testing.assert_close(y, x, **TOL, msg=name)
+        ca, cp = a.evaluate(), p.evaluate()
+        assert list(ca["predictor"]) == list(cp["predictor"]) and list(ca["n"]) == list(cp["n"])
+        torch.testing.assert_close(torch.tensor(cp["err"].values), torch.tensor(ca["err"].values), **TOL)
+
+
+def test_members_resumed_at_different_steps_catch_up_and_match():
+    cells = [cell(T=4, seed=s) for s in range(3)]
+    packed = train_packed(cells, resume_at={0: 5, 2: 15})    # checkpoint_every = 5 in the tiny cell
+    for a, p in zip(train_alone(cells), packed):
+        for x, y in zip(a.model.parameters(), p.model.parameters()):
+            torch.testing.assert_close(y, x, **TOL)
+
+
+def test_members_train_on_their_own_losses_not_the_sum():
+    """A member that diverges (huge lr) leaves the others exactly as they are alone."""
+    bad = cell(T=4, seed=0, train={**tiny_cell_dict()["train"], "lr": 1e30})
+    good = cell(T=4, seed=1)
+    packed = train_packed([bad, good])
+    alone = train_alone([good])[0]
+    for x, y in zip(alone.model.parameters(), packed[1].model.parameters()):
+        torch.testing.assert_close(y, x, **TOL)
+
+
+@pytest.mark.parametrize("name, cells, pack, expected", [
+    ("same shape, T and seed differ: one pack", [cell(T=4), cell(T=8), cell(seed=1)], "auto", [[0, 1, 2]]),
+    ("lr differs: still one pack", [cell(), cell(train={**tiny_cell_dict()["train"], "lr": 1e-2})], "auto",
+     [[0, 1]]),
+    ("width differs: shapes differ, two packs", [cell(), cell(model={"arch": "mlp", "width": 32}), cell(T=4)],
+     "auto", [[0, 2], [1]]),
+    ("N differs: two packs", [cell(), cell(N=6)], "auto", [[0], [1]]),
+    ("steps differ: no lockstep, two packs", [cell(), cell(train={**tiny_cell_dict()["train"], "steps": 40})],
+     "auto", [[0], [1]]),
+    ("off", [cell(), cell(T=4)], "off", [[0], [1]]),
+    ("K=2 splits three cells", [cell(T=2), cell(T=4), cell(T=8)], 2, [[0, 1], [2]]),
+    ("gpt2 is not packable", [cell(model={"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}, T=t)
+                              for t in (2, 4)], "auto", [[0], [1]]),
+    ("auto leaves large cells alone", [cell(model={"arch": "mlp", "width": 4096}, N=40, T=t) for t in (2, 4)],
+     "auto", [[0], [1]]),
+    ("K packs large cells too", [cell(model={"arch": "mlp", "width": 4096}, N=40, T=t) for t in (2, 4)], 4,
+     [[0, 1]]),
+])
+def test_planner_packing_decision(name, cells, pack, expected):
+    assert pack_groups(cells, pack) == expected, name
+
+
+@pytest.mark.parametrize("cells, slots, sizes", [(8, 2, [4, 4]), (8, 1, [8]), (20, 2, [8, 8, 4]), (3, 4, [1, 1, 1])])
+def test_auto_packs_fill_the_slots(cells, slots, sizes):
+    assert [len(g) for g in pack_groups([cell(T=2 ** i) for i in range(cells)], "auto", slots=slots)] == sizes
+
+
+def test_auto_pack_size_is_capped():
+    cells = [cell(T=2 ** i) for i in range(AUTO_PACK_SIZE + 2)]
+    assert [len(g) for g in pack_groups(cells, "auto")] == [AUTO_PACK_SIZE, 2]
+    assert pack_limit("auto", cells[0]) == AUTO_PACK_SIZE and pack_signature(cells[0]) is not None
+
+
+@pytest.mark.parametrize("value, ok", [("auto", "auto"), ("off", "off"), (False, "off"), (4, 4), (0, None),
+                                       ("some", None)])
+def test_run_pack_setting_is_validated(value, ok):
+    document = {"name": "x", "defaults": tiny_cell_dict(), "run": {"pack": value}}
+    if ok:
+        assert plan_document(document).run.pack == ok
+    else:
+        with pytest.raises(SweepError, match="run.pack"):
+            plan_document(document)
