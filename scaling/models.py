@@ -1,15 +1,24 @@
-"""In-context models: GPT-2 on interleaved tokens and the MLP on the vectorised prompt (seed 001, App. A).
+"""In-context models of seed 001 (Sec. 4-5, App. A): GPT-2, SGPT, the one-layer model and MLPs.
 
 Every model maps a prompt batch ``xs`` (B, N+1, d), ``ys`` (B, N+1) to a prediction at every position:
 column n predicts ys[:, n] from the pairs 0..n-1 and the query xs[:, n] (the one predictor interface,
-shared with the baselines).
+shared with the baselines). ``MODELS`` is the registry (``arch``):
 
 - ``gpt2``: Hugging Face GPT2Model with a learnable linear read-in to the embedding width and a linear
-  read-out, tokens x_1, y_1, x_2, y_2, ... with y zero-padded to d, causal attention, predictions read
-  at the x tokens (Garg et al. 2022; seed 001 App. A "GPT-2"). Vocabulary of size 1 (never used).
-- ``mlp``: eq. 14, f(x) = relu(x W_0) W_1 with width 1024 by default, on the vectorised prompt
-  [x_1 .. x_{n+1}, y_1 .. y_n] zero-padded to the cell's N (App. A "Zero-padding input for MLP"): one
-  model serves every context length.
+  read-out (App. A "GPT-2"). ``layout: interleaved`` (Garg et al. 2022): tokens x_1, y_1, x_2, y_2, ...
+  with y zero-padded to d, causal attention, predictions read at the x tokens. ``layout: stacked`` (eq. 2):
+  tokens [x_j; y_j] in R^{d+1}, the query [x_n; 0]; one pass scores every prefix by appending the P query
+  tokens after the P context tokens with the stacked-prefix mask (scaling.attention): query n sees the
+  context tokens j < n and itself, at position n, which is exactly the causal pass over A_n, and y_n is
+  never seen at column n. ``attention`` picks phi (softmax by default; l1, relu, identity are registered
+  with transformers' AttentionInterface together with a mask function of the same name).
+- ``sgpt``: eq. 13 (scaling.sgpt), identity key/query/value, frozen random read-in, l1 attention.
+- ``onelayer``: eq. 9, f(A) = relu(psi(A)_{n,:} W1) W2 of width ``width``, psi = ``feature_map``
+  (scaling.feature_maps).
+- ``mlp``: eq. 14, f(x) = relu(x W_0) W_1 (width 1024 by default) on ``inputs``: ``vectorised``, the
+  prompt [x_1 .. x_{n+1}, y_1 .. y_n] zero-padded to the cell's N (App. A "Zero-padding input for MLP": one
+  model serves every context length); ``features``, psi_K(A)_{n,:}; ``both``, the two concatenated (Fig. 7).
+- ``linear_on_scalar``: a * psi_K(A)_{n,d+1} + b, linear regression on the smoother's estimate (Fig. 6).
 """
 from __future__ import annotations
 
@@ -20,7 +29,13 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
+from .attention import ATTENTIONS, additive_mask, hf_attention, stacked_prefix_mask
 from .config import check, check_choice
+from .feature_maps import FEATURE_MAPS, feature_rows, feature_scalar, query_rows, stacked_rows
+from .sgpt import SGPT
+
+DEFAULT_ATTENTION = {"gpt2": "softmax", "sgpt": "l1"}
+FEATURE_ARCHS = ("onelayer", "linear_on_scalar")
 
 
 @dataclass(frozen=True)
@@ -29,11 +44,15 @@ class ModelConfig:
 
     arch: str = "gpt2"
     name: str = ""               # label in run names and figures; defaults to arch
-    n_layer: int = 8             # GPT-2 blocks
+    n_layer: int = 8             # GPT-2 and SGPT blocks
     n_head: int = 8              # GPT-2 attention heads
-    n_embd: int = 256            # GPT-2 width
-    width: int = 1024            # MLP hidden width (eq. 14)
+    n_embd: int = 256            # GPT-2 and SGPT width
+    width: int = 1024            # MLP and one-layer hidden width (eq. 14, eq. 9)
     attn_implementation: str = "sdpa"
+    layout: str = "interleaved"  # gpt2 tokens: interleaved (Garg) | stacked (eq. 2)
+    attention: str = ""          # phi: softmax | l1 | relu | identity; "" = gpt2 softmax, sgpt l1
+    inputs: str = "vectorised"   # mlp input: vectorised | features | both
+    feature_map: str = ""        # psi of onelayer, linear_on_scalar, mlp features/both
 
     def __post_init__(self):
         check_choice(self.arch, "arch", MODELS)
@@ -42,29 +61,47 @@ class ModelConfig:
         check(self.n_embd % self.n_head == 0, "n_embd",
               f"width {self.n_embd} must be divisible by n_head {self.n_head}")
         check_choice(self.attn_implementation, "attn_implementation", ("eager", "sdpa"))
+        check_choice(self.layout, "layout", ("interleaved", "stacked"))
+        check_choice(self.inputs, "inputs", ("vectorised", "features", "both"))
+        if self.attention:
+            check_choice(self.attention, "attention", ATTENTIONS)
+            check(self.arch in DEFAULT_ATTENTION, "attention",
+                  f"only {', '.join(DEFAULT_ATTENTION)} have an attention to choose, not {self.arch}")
+        if self.feature_map:
+            check_choice(self.feature_map, "feature_map", FEATURE_MAPS)
+        needs_map = self.arch in FEATURE_ARCHS or (self.arch == "mlp" and self.inputs != "vectorised")
+        check(needs_map == bool(self.feature_map), "feature_map",
+              f"{'required' if needs_map else 'not used'} for arch {self.arch} with inputs {self.inputs};"
+              f" known: {', '.join(FEATURE_MAPS)}")
 
     @property
     def label(self) -> str:
         return self.name or self.arch
 
+    @property
+    def phi(self) -> str:
+        return self.attention or DEFAULT_ATTENTION.get(self.arch, "")
+
 
 class GPT2InContext(nn.Module):
-    """GPT-2 backbone with linear read-in/read-out on interleaved (x, y) tokens."""
+    """GPT-2 backbone with linear read-in/read-out on interleaved or stacked tokens."""
 
     def __init__(self, config: ModelConfig, d: int, points: int):
         super().__init__()
+        self.layout, self.d, self.points = config.layout, d, points
+        stacked = config.layout == "stacked"
         backbone = GPT2Config(
-            vocab_size=1, n_positions=2 * points, n_embd=config.n_embd, n_layer=config.n_layer,
-            n_head=config.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
-            bos_token_id=None, eos_token_id=None,
+            vocab_size=1, n_positions=points if stacked else 2 * points, n_embd=config.n_embd,
+            n_layer=config.n_layer, n_head=config.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            use_cache=False, bos_token_id=None, eos_token_id=None,
         )
-        backbone._attn_implementation = config.attn_implementation
-        self.d, self.points = d, points
-        self.read_in = nn.Linear(d, config.n_embd)
+        phi = config.phi
+        backbone._attn_implementation = config.attn_implementation if phi == "softmax" else hf_attention(phi)
+        self.read_in = nn.Linear(d + 1 if stacked else d, config.n_embd)
         self.backbone = GPT2Model(backbone)
         self.read_out = nn.Linear(config.n_embd, 1)
 
-    def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    def forward_interleaved(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         B, P, d = xs.shape
         tokens = torch.zeros(B, 2 * P, d, dtype=xs.dtype, device=xs.device)   # (B, 2P, d)
         tokens[:, 0::2] = xs
@@ -72,38 +109,90 @@ class GPT2InContext(nn.Module):
         hidden = self.backbone(inputs_embeds=self.read_in(tokens)).last_hidden_state  # (B, 2P, k)
         return self.read_out(hidden[:, 0::2]).squeeze(-1)                    # (B, P)
 
+    def forward_stacked(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        P = xs.shape[1]
+        tokens = torch.cat([stacked_rows(xs, ys), query_rows(xs)], dim=1)    # (B, 2P, d+1)
+        embeds = self.read_in(tokens)                                         # (B, 2P, k)
+        positions = torch.arange(P, device=xs.device).repeat(2)[None]         # (1, 2P): j, then n
+        mask = additive_mask(stacked_prefix_mask(P, xs.device), embeds.dtype)
+        hidden = self.backbone(inputs_embeds=embeds, attention_mask=mask,
+                               position_ids=positions).last_hidden_state     # (B, 2P, k)
+        return self.read_out(hidden[:, P:]).squeeze(-1)                     # (B, P)
 
-def vectorise(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-    """The vectorised prompt of every prefix, zero-padded: (B, P, P*d + P).
+    def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        if self.layout == "stacked":
+            return self.forward_stacked(xs, ys)
+        return self.forward_interleaved(xs, ys)
+
+
+def vectorise(xs: torch.Tensor, ys: torch.Tensor, points: int | None = None) -> torch.Tensor:
+    """The vectorised prompt of every prefix, zero-padded to ``points``: (B, P, points*d + points).
 
     Row n holds [x_0 .. x_n, 0 .., y_0 .. y_{n-1}, 0 ..]: the inputs up to and including the query
     and the labels strictly before it (App. A "Vectorized input").
     """
     B, P, d = xs.shape
+    points = points or P
     upto = torch.ones(P, P, dtype=torch.bool, device=xs.device).tril()       # (P, P): j <= n
     before = upto.tril(-1)                                                   # (P, P): j < n
     x_part = xs.unsqueeze(1) * upto[None, :, :, None]                        # (B, P, P, d)
     y_part = ys.unsqueeze(1) * before[None]                                  # (B, P, P)
-    return torch.cat([x_part.reshape(B, P, P * d), y_part], dim=-1)
+    x_part = nn.functional.pad(x_part.reshape(B, P, P * d), (0, (points - P) * d))
+    return torch.cat([x_part, nn.functional.pad(y_part, (0, points - P))], dim=-1)
 
 
-class VectorisedMLP(nn.Module):
-    """Eq. 14 on the vectorised, zero-padded prompt: one model for every context length."""
+class PromptMLP(nn.Module):
+    """Eq. 14 on the vectorised prompt, on feature-map rows psi(A)_{n,:}, or on both (Fig. 7)."""
 
-    def __init__(self, config: ModelConfig, d: int, points: int):
+    def __init__(self, config: ModelConfig, d: int, points: int, inputs: str | None = None):
         super().__init__()
+        self.inputs, self.feature_map, self.points = inputs or config.inputs, config.feature_map, points
+        size = {"vectorised": points * (d + 1), "features": d + 1, "both": points * (d + 1) + d + 1}
         self.net = nn.Sequential(
-            nn.Linear(points * (d + 1), config.width, bias=False), nn.ReLU(),
+            nn.Linear(size[self.inputs], config.width, bias=False), nn.ReLU(),
             nn.Linear(config.width, 1, bias=False),
         )
 
+    def features(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        parts = []
+        if self.inputs in ("vectorised", "both"):
+            parts.append(vectorise(xs, ys, self.points))                     # (B, P, points*(d+1))
+        if self.inputs in ("features", "both"):
+            parts.append(feature_rows(self.feature_map, xs, ys).to(xs.dtype))  # (B, P, d+1)
+        return torch.cat(parts, dim=-1)
+
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        return self.net(vectorise(xs, ys)).squeeze(-1)                       # (B, P)
+        return self.net(self.features(xs, ys)).squeeze(-1)                   # (B, P)
+
+
+class LinearOnScalar(nn.Module):
+    """a * psi(A)_{n,d+1} + b: linear regression on the feature map's estimate (Fig. 6)."""
+
+    def __init__(self, config: ModelConfig, d: int, points: int):
+        super().__init__()
+        self.feature_map = config.feature_map
+        self.linear = nn.Linear(1, 1)
+
+    def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        scalar = feature_scalar(self.feature_map, xs, ys).to(xs.dtype)      # (B, P)
+        return self.linear(scalar.unsqueeze(-1)).squeeze(-1)
+
+
+def one_layer(config: ModelConfig, d: int, points: int) -> nn.Module:
+    """Eq. 9: relu(psi(A)_{n,:} W1) W2, the MLP of eq. 14 on the feature-map row."""
+    return PromptMLP(config, d, points, inputs="features")
+
+
+def simplified_gpt(config: ModelConfig, d: int, points: int) -> nn.Module:
+    return SGPT(d, points, config.n_layer, config.n_embd, config.phi)
 
 
 MODELS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
     "gpt2": GPT2InContext,
-    "mlp": VectorisedMLP,
+    "mlp": PromptMLP,
+    "sgpt": simplified_gpt,
+    "onelayer": one_layer,
+    "linear_on_scalar": LinearOnScalar,
 }
 
 

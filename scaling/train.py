@@ -28,6 +28,44 @@ from .tasks import Prompts, ShiftConfig, TaskFamily, TaskPool, derive_seed, fres
 
 
 @dataclass(frozen=True)
+class Curriculum:
+    """Garg et al.'s curriculum: the input dimension and the prompt length grow in steps during training.
+
+    At step s the batch has min(d, dims_start + dims_inc * (s // dims_every)) live input coordinates (the
+    others are zeroed before labelling, as Garg et al. do) and min(N+1, points_start + points_inc *
+    (s // points_every)) points (pairs plus query). A start of 0 turns that curriculum off (the default).
+    Garg et al.: dims 5 -> 20, +1 every 2000 steps; points 11 -> 41, +2 every 2000 (linear tasks) and
+    26 -> 101, +5 every 2000 (ReLU-network and tree tasks). Evaluation always uses the full d and N.
+    """
+
+    dims_start: int = 0
+    dims_inc: int = 1
+    dims_every: int = 2000
+    points_start: int = 0
+    points_inc: int = 2
+    points_every: int = 2000
+
+    def __post_init__(self):
+        for field in ("dims_start", "points_start"):
+            check(getattr(self, field) >= 0, field, f"must be >= 0 (0 = off), got {getattr(self, field)}")
+        check(self.points_start != 1, "points_start", "a prompt needs at least 2 points (a pair and a query)")
+        for field in ("dims_inc", "dims_every", "points_inc", "points_every"):
+            check(getattr(self, field) >= 1, field, f"must be >= 1, got {getattr(self, field)}")
+
+    def dims(self, step: int, d: int) -> int:
+        """Live input coordinates at ``step`` for a task of dimension d."""
+        if not self.dims_start:
+            return d
+        return min(d, self.dims_start + self.dims_inc * (step // self.dims_every))
+
+    def points(self, step: int, points: int) -> int:
+        """Points per prompt (pairs plus the query) at ``step`` for a cell of ``points`` = N+1."""
+        if not self.points_start:
+            return points
+        return min(points, self.points_start + self.points_inc * (step // self.points_every))
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     steps: int = 1000
     batch_size: int = 64
@@ -37,6 +75,7 @@ class TrainConfig:
     log_every: int = field(default=10, metadata={"key": False})   # steps between train/loss points
     precision: str = "float32"    # float32 | bfloat16 (autocast)
     device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
+    curriculum: Curriculum = field(default_factory=Curriculum)    # off unless a start is set
 
     def __post_init__(self):
         for field in ("steps", "batch_size", "checkpoint_every", "log_every"):
@@ -85,6 +124,22 @@ def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return (pred[:, 1:] - ys[:, 1:]).pow(2).mean()
 
 
+def truncated_batch(pool: TaskPool, step: int, batch_size: int, points: int, dims: int) -> Prompts:
+    """TaskPool.batch with the inputs' coordinates >= ``dims`` zeroed before labelling (Garg's curriculum).
+
+    The same generator calls as TaskPool.batch, so the tasks of step s are those the pool would draw.
+    """
+    gen = generator(pool.seed, "batch", step, pool.device)
+    if pool.finite:
+        idx = torch.randint(int(pool.T), (batch_size,), generator=gen, device=pool.device)
+        params = pool.tasks(idx)
+    else:
+        params = pool.family.draw(batch_size, gen)
+    xs = pool.family.inputs(batch_size, points, gen)                          # (B, P, d)
+    xs[..., dims:] = 0
+    return pool.family.label(params, xs, gen)
+
+
 class CellTrainer:
     """The training state of one cell: pool, model, optimiser and step, checkpointable at any step."""
 
@@ -112,9 +167,17 @@ class CellTrainer:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def train_step(self) -> float:
+    def train_batch(self, step: int) -> Prompts:
+        """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""
         train = self.cell.train
-        batch = self.pool.batch(self.step, train.batch_size, self.points)
+        points = train.curriculum.points(step, self.points)
+        dims = train.curriculum.dims(step, self.cell.task.d)
+        if dims == self.cell.task.d:
+            return self.pool.batch(step, train.batch_size, points)
+        return truncated_batch(self.pool, step, train.batch_size, points, dims)
+
+    def train_step(self) -> float:
+        batch = self.train_batch(self.step)
         self.model.train()
         with self._autocast():
             pred = self.model(batch.xs, batch.ys)
