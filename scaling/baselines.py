@@ -70,10 +70,39 @@ def ridge_weights(xs: torch.Tensor, ys: torch.Tensor, lam: float | torch.Tensor)
     d = xs.shape[-1]
     lam = torch.as_tensor(lam, dtype=torch.float64, device=xs.device)
     if lam.ndim == 0 and float(lam) == 0.0:
-        return (torch.linalg.pinv(grams, hermitian=True, rtol=1e-10) @ rhs.unsqueeze(-1)).squeeze(-1)
+        return min_norm_least_squares(xs, ys, grams, rhs)
     eye = torch.eye(d, dtype=torch.float64, device=xs.device)
     regularised = grams + lam.reshape(-1, 1, 1, 1) * eye                     # (B, P, d, d)
     return torch.linalg.solve(regularised, rhs)
+
+
+def psd_solve(A: torch.Tensor, b: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """A^+ b for PSD matrices A (..., m, m), b (..., m): a Cholesky solve, and the pseudo-inverse for the
+    matrices whose Cholesky fails or has a pivot below rtol times the largest diagonal (singular ones)."""
+    L, info = torch.linalg.cholesky_ex(A)
+    out = torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+    pivots = L.diagonal(dim1=-2, dim2=-1) ** 2                               # (..., m)
+    scale = A.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(torch.finfo(A.dtype).tiny)
+    bad = (info != 0) | (pivots < rtol * scale).any(-1) | ~torch.isfinite(out).all(-1)
+    if bad.any():
+        out[bad] = (torch.linalg.pinv(A[bad], hermitian=True, rtol=rtol) @ b[bad].unsqueeze(-1)).squeeze(-1)
+    return out
+
+
+def min_norm_least_squares(xs: torch.Tensor, ys: torch.Tensor, grams: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """pinv(G_n) b_n of every prefix, (B, P, d), as batched Cholesky solves (one eigendecomposition per
+    prefix is ~50x slower): prefixes of n >= d pairs solve G_n w = b_n; shorter ones (G_n singular) take the
+    min-norm solution X_n^T (X_n X_n^T)^+ y_n from the n x n kernel matrix, one batched solve per n."""
+    xs, ys = xs.double(), ys.double()
+    B, P, d = xs.shape
+    w = torch.zeros(B, P, d, dtype=torch.float64, device=xs.device)
+    if P > d:
+        w[:, d:] = psd_solve(grams[:, d:], rhs[:, d:])
+    for n in range(1, min(d, P)):
+        X = xs[:, :n]                                                        # (B, n, d)
+        alpha = psd_solve(X @ X.transpose(1, 2), ys[:, :n])                  # (B, n)
+        w[:, n] = (X * alpha.unsqueeze(-1)).sum(1)
+    return w
 
 
 def ridge_path(xs: torch.Tensor, ys: torch.Tensor, lambdas: tuple[float, ...]) -> torch.Tensor:
