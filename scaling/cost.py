@@ -51,7 +51,9 @@ def model_params(s: StepShape) -> int:
     k, P = s.width, s.N + 1
     if s.arch == "gpt2":
         read_in = (s.d + 1 if s.layout == "stacked" else s.d) * k + k
-        return s.layers * (12 * k * k + 13 * k) + s.tokens * k + 2 * k + read_in + k + 1
+        positions = P if s.layout == "stacked" else 2 * P
+        # blocks, positions, a one-token vocabulary, final layer norm, read-in, read-out
+        return s.layers * (12 * k * k + 13 * k) + positions * k + k + 2 * k + read_in + k + 1
     if s.arch == "sgpt":
         return s.layers * 2 * k * k + k
     inputs = {"mlp": P * (s.d + 1)}.get(s.arch, s.d + 1)
