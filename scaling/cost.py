@@ -175,3 +175,19 @@ def describe_compute(plan) -> str:
     except (OSError, ValueError) as err:
         return f"estimated training compute: unavailable ({err})"
     return sweep_estimate([p.cell for p in plan.cells], table).line(table.get("device", "machine"))
+
+
+def markdown_table(table: dict) -> str:
+    """The measured rows as the README's table (``python -m scaling.cost``)."""
+    lines = ["| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table["rows"]:
+        shape = StepShape(**{k: r[k] for k in StepShape.__dataclass_fields__})
+        lines.append(f"| {r['arch']} | {r['N']} | {r['d']} | {r['width']} | {r['layers']} | {r['batch']} |"
+                     f" {r['flops'] / 1e9:.1f} | {r['seconds']:.2f} | {r['peak_bytes'] / 2 ** 20:.0f} |"
+                     f" {step_seconds(shape, table):.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table(load_table()))
