@@ -24,6 +24,7 @@ b_n = sum_{j<n} x_j y_j in float64:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from typing import Any, Callable, Protocol
@@ -66,14 +67,67 @@ def ridge_weights(xs: torch.Tensor, ys: torch.Tensor, lam: float | torch.Tensor)
 
     ``lam`` may be a scalar or a (B,) tensor (a lambda per prompt).
     """
+    with one_thread():
+        return _ridge_weights(xs, ys, lam)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run torch ops on one intra-op thread: the many tiny batched solves gain nothing from threads, and
+    on a shared CPU each parallel region waits for a descheduled thread (10x slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _ridge_weights(xs: torch.Tensor, ys: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
     grams, rhs = prefix_grams(xs, ys)
     d = xs.shape[-1]
     lam = torch.as_tensor(lam, dtype=torch.float64, device=xs.device)
     if lam.ndim == 0 and float(lam) == 0.0:
-        return (torch.linalg.pinv(grams, hermitian=True, rtol=1e-10) @ rhs.unsqueeze(-1)).squeeze(-1)
+        return min_norm_least_squares(xs, ys, grams, rhs)
     eye = torch.eye(d, dtype=torch.float64, device=xs.device)
     regularised = grams + lam.reshape(-1, 1, 1, 1) * eye                     # (B, P, d, d)
     return torch.linalg.solve(regularised, rhs)
+
+
+def psd_solve(A: torch.Tensor, b: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """A^+ b for PSD matrices A (..., m, m), b (..., m): a Cholesky solve, and the pseudo-inverse for the
+    matrices whose Cholesky fails or has a pivot below rtol times the largest diagonal (singular ones)."""
+    L, info = torch.linalg.cholesky_ex(A)
+    out = torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+    pivots = L.diagonal(dim1=-2, dim2=-1) ** 2                               # (..., m)
+    scale = A.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(torch.finfo(A.dtype).tiny)
+    bad = (info != 0) | (pivots < rtol * scale).any(-1) | ~torch.isfinite(out).all(-1)
+    if bad.any():
+        out[bad] = (torch.linalg.pinv(A[bad], hermitian=True, rtol=rtol) @ b[bad].unsqueeze(-1)).squeeze(-1)
+    return out
+
+
+def min_norm_least_squares(xs: torch.Tensor, ys: torch.Tensor, grams: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """pinv(G_n) b_n of every prefix, (B, P, d), as two batched Cholesky solves (one eigendecomposition per
+    prefix is ~10x slower): prefixes of n >= d pairs solve G_n w = b_n; shorter ones (G_n singular) take the
+    min-norm solution X_n^T (X_n X_n^T)^+ y_n, every n at once from kernel matrices of the first m = d - 1
+    pairs masked to their n x n block and padded with the identity (which leaves the padding's weights 0)."""
+    xs, ys = xs.double(), ys.double()
+    B, P, d = xs.shape
+    w = torch.zeros(B, P, d, dtype=torch.float64, device=xs.device)
+    if P > d:
+        w[:, d:] = psd_solve(grams[:, d:], rhs[:, d:])
+    m = min(d, P) - 1
+    if m >= 1:
+        X = xs[:, :m]                                                        # (B, m, d)
+        n = torch.arange(1, m + 1, device=xs.device)
+        used = torch.arange(m, device=xs.device) < n.unsqueeze(1)            # (m_n, m): pair j < n
+        block = (used.unsqueeze(-1) & used.unsqueeze(-2)).double()           # (m_n, m, m)
+        pad = torch.diag_embed((~used).double())                             # (m_n, m, m)
+        kernels = (X @ X.transpose(1, 2)).unsqueeze(1) * block + pad         # (B, m_n, m, m)
+        alpha = psd_solve(kernels, ys[:, :m].unsqueeze(1) * used)            # (B, m_n, m)
+        w[:, 1:m + 1] = alpha @ X                                            # (B, m_n, d)
+    return w
 
 
 def ridge_path(xs: torch.Tensor, ys: torch.Tensor, lambdas: tuple[float, ...]) -> torch.Tensor:

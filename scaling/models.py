@@ -94,6 +94,7 @@ class GPT2InContext(nn.Module):
             vocab_size=1, n_positions=points if stacked else 2 * points, n_embd=config.n_embd,
             n_layer=config.n_layer, n_head=config.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
             use_cache=False, bos_token_id=None, eos_token_id=None,
+            activation_function="gelu_pytorch_tanh",   # GPT-2's tanh GELU (gelu_new) as one fused kernel
         )
         phi = config.phi
         backbone._attn_implementation = config.attn_implementation if phi == "softmax" else hf_attention(phi)

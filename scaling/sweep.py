@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .cost import describe_compute
 from .pack import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, resolve_tracking_uri
@@ -75,6 +76,7 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
     for state in status.values():
         counts[state.split(" ")[0]] = counts.get(state.split(" ")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
+    out.write(describe_compute(plan) + "\n")
 
 
 class Progress:

@@ -151,7 +151,8 @@ class CellTrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cell.seed, "init"))
             self.model = build_model(cell.model, cell.task.d, self.points).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cell.train.lr)
+        # fused: one kernel per step for all parameters (CPU and CUDA), the same update as the loop
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cell.train.lr, fused=True)
         self.step = 0
 
     def state_dict(self) -> dict:

@@ -86,6 +86,7 @@ def test_dry_run_lists_state_and_runs_nothing(workspace, capsys):
     assert main([str(path), "--dry-run", "--tracking-uri", uri, "--storage", storage]) == 0
     out = capsys.readouterr().out
     assert "mlp T=4 N=4 seed=0" in out and "totals: 2 pending" in out
+    assert "estimated training compute" in out and "FLOP over 2 cells" in out
     assert not (path.parent / "mlflow.db").exists()
 
 

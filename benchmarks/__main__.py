@@ -1,0 +1,75 @@
+"""The benchmark suite: ``python -m benchmarks [--quick] [--only NAME] [--json PATH] [--reference PATH]``.
+
+Prints one line per benchmark: its name, PASS/FAIL/SKIP/INFO, the ratio ours / reference with its target,
+and both sides with their throughput; writes the same as JSON (default benchmarks/results.json). Each
+ratio comes from the two sides timed alternately in this run (medians over repeats), never from stored
+absolute times. Exit status 1 when a benchmark with a target fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+SUITES = ("training", "baselines", "cost", "sweep_overhead", "packing")
+
+
+def run_suite(name: str, quick: bool, update_cost_table: bool):
+    if name == "training":
+        from . import training
+        return training.run(quick)
+    if name == "baselines":
+        from . import baselines
+        return baselines.run(quick)
+    if name in ("sweep_overhead", "packing"):
+        from importlib import import_module
+
+        from .common import Row
+        return [Row(row) for row in import_module(f".{name}", __package__).run(quick)]
+    from . import step_cost
+    return step_cost.run(quick, update_cost_table)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke test, ~1 min)")
+    parser.add_argument("--only", choices=SUITES, action="append", help="run only this benchmark (repeatable)")
+    parser.add_argument("--json", default=str(Path(__file__).with_name("results.json")), help="results file")
+    parser.add_argument("--reference", default=None,
+                        help="a local checkout of dtsip/in-context-learning (default $ICL_REFERENCE): its own"
+                             " model is the reference side of the training benchmark")
+    parser.add_argument("--update-cost-table", action="store_true",
+                        help="write the measured step costs to scaling/cost_table.json")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.reference:
+        os.environ["ICL_REFERENCE"] = str(Path(args.reference).resolve())
+    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, cuda: {torch.cuda.is_available()}"
+          f"{' (quick)' if args.quick else ''}", flush=True)
+    results, start = [], time.perf_counter()
+    for name in args.only or SUITES:
+        for result in run_suite(name, args.quick, args.update_cost_table):
+            print(result.line(), flush=True)
+            results.append(result)
+    elapsed = time.perf_counter() - start
+    failed = [r.name for r in results if r.status == "FAIL"]
+    print(f"# {len(results)} benchmarks in {elapsed:.0f} s; "
+          f"{'FAILED: ' + ', '.join(failed) if failed else 'every target met'}")
+    Path(args.json).write_text(json.dumps({"quick": args.quick, "seconds": elapsed, "torch": torch.__version__,
+                                           "threads": torch.get_num_threads(),
+                                           "results": [r.as_dict() for r in results]}, indent=1, default=str))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
