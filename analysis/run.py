@@ -139,9 +139,11 @@ def fit_and_write(result: AnalysisResult, bootstrap: int) -> None:
 
 
 def fit_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as fit.py and verdicts.py group it: ``param.task.*`` also as ``task.*``, so different
-    task settings (the task panels of Figs. 4-8) are never pooled into one fit or verdict."""
-    tasks = {c: c[len("param."):] for c in table.columns if c.startswith("param.task.")}
+    """The table as fit.py and verdicts.py group it: the ``param.task.*`` settings that vary also as
+    ``task.*``, so different task settings (the task panels of Figs. 4-8) are never pooled into one fit
+    or verdict (settings shared by every cell split nothing and stay out of the tables)."""
+    tasks = {c: c[len("param."):] for c in table.columns
+             if c.startswith("param.task.") and table[c].nunique(dropna=False) > 1}
     return table.assign(**{short: table[c] for c, short in tasks.items()})
 
 
