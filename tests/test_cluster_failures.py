@@ -125,4 +125,6 @@ def test_worker_node_lost_mid_trial_finishes_from_its_checkpoint(cluster, tmp_pa
     losses = [m.step for m in client.get_metric_history(run_id, "train/loss")]
     assert losses == list(range(every, steps + 1, every))      # whole history, no step twice
     resumed = [m.value for m in client.get_metric_history(run_id, "trial/resumed_from")]
-    assert resumed == [killed_at]                               # one restart, from the last checkpoint
+    # One restart, from the last checkpoint: the one seen when the node was removed, or a later one the
+    # dying worker still wrote before it stopped (removal is not instantaneous); never from scratch.
+    assert len(resumed) == 1 and killed_at <= resumed[0] < steps and resumed[0] % every == 0, (resumed, killed_at)
