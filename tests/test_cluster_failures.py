@@ -21,7 +21,7 @@ from scaling.plan import load_plan
 from scaling.sweep import main, run_sweep
 from scaling.trial import CheckpointStore
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

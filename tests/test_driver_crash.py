@@ -11,7 +11,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def driver(path, uri, storage, log):

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from scaling.plan import load_plan
 from scaling.trial import CheckpointStore
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 STEPS, EVERY = 1200, 40
 

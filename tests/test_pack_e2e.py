@@ -63,7 +63,6 @@ def driver(path, uri, storage, log):
                             env=env, cwd=path.parent)
 
 
-@pytest.mark.slow
 def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
     """Two packs of 2 (run.pack: 2); the driver dies once a pack is complete; the rerun finishes the rest."""
     tiny_sweep.update(name="packcrash", run={"pack": 2, "max_concurrent": 1})

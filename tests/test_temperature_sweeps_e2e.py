@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from scaling.sweep import run_sweep
 from scaling.tiny_llm import save_tiny_llama
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).parent.parent / "sweeps"
 
 
