@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 import traceback
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -176,7 +174,7 @@ def run_pack(config: dict[str, Any], report=None) -> dict[str, Any]:
     own checkpoints. A member that fails (e.g. diverges to NaN) is marked failed in its run and does
     not stop the others; the trial then raises, naming it, so Tune retries the pack (from checkpoints).
     """
-    from .trial import CheckpointStore, cap_gpu_memory, trial_device
+    from .trial import CheckpointStore, cap_gpu_memory, finish_trained, trial_device
 
     cells = [Cell.from_dict(m["cell"]) for m in config["members"]]
     torch.set_num_threads(max(1, int(config["resources"].get("cpu", 1))))
@@ -196,12 +194,7 @@ def run_pack(config: dict[str, Any], report=None) -> dict[str, Any]:
             raise
         for trainer, (cell, log) in zip(trainers, todo):
             try:
-                log.log_losses([], final=True)
-                curves = trainer.evaluate()
-                with tempfile.TemporaryDirectory() as tmp:
-                    weights = Path(tmp) / "model.pt"
-                    torch.save(trainer.model.state_dict(), weights)
-                    log.finish(cell, curves, weights)
+                finish_trained(trainer, cell, log)
             except Exception:
                 log.fail(traceback.format_exc())
                 errors[cell.key] = f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"

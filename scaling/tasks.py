@@ -384,15 +384,22 @@ class TaskPool:
             return {k: v[idx] for k, v in self._resident.items()}
         return self._gather(idx)
 
-    def batch(self, step: int, batch_size: int, points: int) -> Prompts:
-        """The training batch of ``step``: batch_size prompts of ``points`` (x, y) pairs each."""
+    def batch(self, step: int, batch_size: int, points: int, dims: int | None = None) -> Prompts:
+        """The training batch of ``step``: batch_size prompts of ``points`` (x, y) pairs each.
+
+        ``dims`` zeroes the input coordinates from ``dims`` on before labelling (Garg et al.'s curriculum
+        on d); the tasks and random numbers of step s stay those of the full batch.
+        """
         gen = generator(self.seed, "batch", step, self.device)
         if self.finite:
             idx = torch.randint(int(self.T), (batch_size,), generator=gen, device=self.device)
             params = self.tasks(idx)
         else:
             params = self.family.draw(batch_size, gen)
-        return self.family.label(params, self.family.inputs(batch_size, points, gen), gen)
+        xs = self.family.inputs(batch_size, points, gen)                      # (B, P, d)
+        if dims is not None:
+            xs[..., dims:] = 0
+        return self.family.label(params, xs, gen)
 
 
 def fresh_prompts(family: TaskFamily, count: int, points: int, seed: int, purpose: str = "eval",

@@ -124,22 +124,6 @@ def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return (pred[:, 1:] - ys[:, 1:]).pow(2).mean()
 
 
-def truncated_batch(pool: TaskPool, step: int, batch_size: int, points: int, dims: int) -> Prompts:
-    """TaskPool.batch with the inputs' coordinates >= ``dims`` zeroed before labelling (Garg's curriculum).
-
-    The same generator calls as TaskPool.batch, so the tasks of step s are those the pool would draw.
-    """
-    gen = generator(pool.seed, "batch", step, pool.device)
-    if pool.finite:
-        idx = torch.randint(int(pool.T), (batch_size,), generator=gen, device=pool.device)
-        params = pool.tasks(idx)
-    else:
-        params = pool.family.draw(batch_size, gen)
-    xs = pool.family.inputs(batch_size, points, gen)                          # (B, P, d)
-    xs[..., dims:] = 0
-    return pool.family.label(params, xs, gen)
-
-
 class CellTrainer:
     """The training state of one cell: pool, model, optimiser and step, checkpointable at any step."""
 
@@ -173,9 +157,7 @@ class CellTrainer:
         train = self.cell.train
         points = train.curriculum.points(step, self.points)
         dims = train.curriculum.dims(step, self.cell.task.d)
-        if dims == self.cell.task.d:
-            return self.pool.batch(step, train.batch_size, points)
-        return truncated_batch(self.pool, step, train.batch_size, points, dims)
+        return self.pool.batch(step, train.batch_size, points, dims if dims < self.cell.task.d else None)
 
     def train_step(self) -> float:
         batch = self.train_batch(self.step)

@@ -74,6 +74,17 @@ def cap_gpu_memory(device: torch.device, gpu: float) -> None:
         torch.cuda.set_per_process_memory_fraction(gpu, device)
 
 
+def finish_trained(trainer: CellTrainer, cell: Cell, log: CellLog):
+    """Flush the whole loss history (or fail), evaluate, and log curves, weights and status=complete."""
+    log.log_losses([], final=True)
+    curves = trainer.evaluate()
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / "model.pt"
+        torch.save(trainer.model.state_dict(), weights)
+        log.finish(cell, curves, weights)
+    return curves
+
+
 def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
     """Train, evaluate and log one cell; ``report`` receives progress dicts (tune.report in a trial)."""
     cell = Cell.from_dict(config["cell"])
@@ -101,12 +112,7 @@ def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
                 report({"step": trainer.step, "progress": trainer.step / cell.train.steps,
                         "loss": losses[-1][1] if losses else float("nan")})
             losses = []
-        log.log_losses([], final=True)                     # the whole loss history, or the cell fails
-        curves = trainer.evaluate()
-        with tempfile.TemporaryDirectory() as tmp:
-            weights = Path(tmp) / "model.pt"
-            torch.save(trainer.model.state_dict(), weights)
-            log.finish(cell, curves, weights)
+        curves = finish_trained(trainer, cell, log)
     except Exception:
         log.fail(traceback.format_exc())
         raise

@@ -4,7 +4,7 @@ import torch
 
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.train import CellTrainer, Curriculum, TrainConfig, truncated_batch
+from scaling.train import CellTrainer, Curriculum, TrainConfig
 
 GARG_LINEAR = Curriculum(dims_start=5, dims_inc=1, dims_every=2000, points_start=11, points_inc=2, points_every=2000)
 GARG_RELU = Curriculum(dims_start=5, points_start=26, points_inc=5, points_every=2000)
@@ -54,7 +54,7 @@ def test_curriculum_batches_zero_inputs_beyond_current_d_and_label_them_so():
 
 def test_truncated_batch_at_full_d_is_the_pools_batch():
     t = trainer({})
-    ours, pools = truncated_batch(t.pool, 5, 8, 11, 6), t.pool.batch(5, 8, 11)
+    ours, pools = t.pool.batch(5, 8, 11, dims=6), t.pool.batch(5, 8, 11)
     assert torch.equal(ours.xs, pools.xs) and torch.equal(ours.ys, pools.ys)
 
 
