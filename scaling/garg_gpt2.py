@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
+from .models import interleaved_tokens
+
 CHECKPOINT_FILE = "state.pt"
 _LEGACY_BUFFER = re.compile(r"^_backbone\.h\.\d+\.attn\.(bias|masked_bias)$")
 
@@ -53,13 +55,9 @@ class InterleavedGPT2(nn.Module):
 
     def interleaved_tokens(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         """xs (B, N+1, d <= n_dims), ys (B, N+1) -> tokens (B, 2(N+1), n_dims): x_0, y_0, x_1, y_1, ..."""
-        batch, points, d = xs.shape
-        if d > self.n_dims:
-            raise ValueError(f"inputs have dimension {d} > the model's n_dims = {self.n_dims}")
-        x_tokens = nn.functional.pad(xs, (0, self.n_dims - d))  # (B, N+1, n_dims)
-        y_tokens = torch.zeros_like(x_tokens)
-        y_tokens[..., 0] = ys  # (B, N+1, n_dims)
-        return torch.stack((x_tokens, y_tokens), dim=2).reshape(batch, 2 * points, self.n_dims)
+        if xs.shape[-1] > self.n_dims:
+            raise ValueError(f"inputs have dimension {xs.shape[-1]} > the model's n_dims = {self.n_dims}")
+        return interleaved_tokens(xs, ys, self.n_dims)
 
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         tokens = self.interleaved_tokens(xs, ys)  # (B, 2(N+1), n_dims)

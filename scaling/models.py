@@ -83,6 +83,16 @@ class ModelConfig:
         return self.attention or DEFAULT_ATTENTION.get(self.arch, "")
 
 
+def interleaved_tokens(xs: torch.Tensor, ys: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """Garg et al.'s tokens x_0, y_0, x_1, y_1, ...: (B, 2P, width), x zero-padded to ``width`` (default d)
+    and y in the first coordinate of a zero vector."""
+    B, P, d = xs.shape
+    tokens = xs.new_zeros(B, 2 * P, width or d)                              # (B, 2P, width)
+    tokens[:, 0::2, :d] = xs
+    tokens[:, 1::2, 0] = ys
+    return tokens
+
+
 class GPT2InContext(nn.Module):
     """GPT-2 backbone with linear read-in/read-out on interleaved or stacked tokens."""
 
@@ -103,10 +113,7 @@ class GPT2InContext(nn.Module):
         self.read_out = nn.Linear(config.n_embd, 1)
 
     def forward_interleaved(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        B, P, d = xs.shape
-        tokens = torch.zeros(B, 2 * P, d, dtype=xs.dtype, device=xs.device)   # (B, 2P, d)
-        tokens[:, 0::2] = xs
-        tokens[:, 1::2, 0] = ys
+        tokens = interleaved_tokens(xs, ys)                                  # (B, 2P, d)
         hidden = self.backbone(inputs_embeds=self.read_in(tokens)).last_hidden_state  # (B, 2P, k)
         return self.read_out(hidden[:, 0::2]).squeeze(-1)                    # (B, P)
 
