@@ -6,9 +6,6 @@ node; worker nodes have *logical* GPUs, so GPU scheduling is real while the tria
 a cell that no single node can hold is refused before anything is written; a worker node removed in the
 middle of a trial leads to the trial finishing from its checkpoint, with one complete loss history.
 """
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,6 +14,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 
+from drivers import start_driver
 from scaling.plan import load_plan
 from scaling.sweep import main, run_sweep
 from scaling.trial import CheckpointStore
@@ -98,11 +96,8 @@ def test_worker_node_lost_mid_trial_finishes_from_its_checkpoint(cluster, tmp_pa
                                      {"model": ["gpt2"]}, steps=steps, every=every)
     key = load_plan(path).cells[0].cell.key
     store = CheckpointStore(f"{storage}/lost")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "driver.log", "w") as log:
-        driver = subprocess.Popen([sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri,
-                                   "--storage", storage, "--address", cluster.address],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        driver = start_driver(path, uri, storage, log, "--address", cluster.address)
         try:
             deadline = time.monotonic() + 240
             while (store.step(key) or 0) < 2 * every:             # two checkpoints written: mid-trial

@@ -1,24 +1,16 @@
 """The driver killed with SIGKILL mid-sweep, then rerun: exactly one complete run per cell, no complete
 cell retrained, partial cells continued from their checkpoints, and results equal to an uninterrupted run.
 """
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from drivers import start_driver
+
 pytestmark = pytest.mark.e2e
-
-
-def driver(path, uri, storage, log):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri,
-                             "--storage", storage, "--num-cpus", "2"], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, cwd=path.parent)
 
 
 def runs_by_key(uri):
@@ -36,7 +28,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
     uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
 
     with open(tmp_path / "first.log", "w") as log:
-        first = driver(path, uri, storage, log)
+        first = start_driver(path, uri, storage, log)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:                 # kill once a cell is complete and another has begun
             text = (tmp_path / "first.log").read_text()
@@ -54,7 +46,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
     assert 1 <= len(complete_before) < 3
 
     with open(tmp_path / "second.log", "w") as log:
-        second = driver(path, uri, storage, log)
+        second = start_driver(path, uri, storage, log)
         assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
     text = (tmp_path / "second.log").read_text()
     assert "already complete" in text and f"{3 - len(complete_before)} of 3 cells to run" in text
@@ -75,7 +67,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
     clean.write_text(yaml.safe_dump(tiny_sweep))
     clean_uri = f"sqlite:///{tmp_path}/clean.db"
     with open(tmp_path / "clean.log", "w") as log:
-        assert driver(clean, clean_uri, str(tmp_path / "storage2"), log).wait(timeout=300) == 0
+        assert start_driver(clean, clean_uri, str(tmp_path / "storage2"), log).wait(timeout=300) == 0
     clean_client = MlflowClient(clean_uri)
     clean_runs = clean_client.search_runs([clean_client.get_experiment_by_name("crash-clean").experiment_id],
                                           "tags.kind = 'cell'")

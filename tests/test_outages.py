@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -15,6 +14,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from drivers import start_driver
 from scaling.plan import load_plan
 from scaling.trial import CheckpointStore
 
@@ -36,13 +36,6 @@ def write_sweep(tmp_path, tiny_sweep, name):
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(tiny_sweep))
     return path
-
-
-def start_driver(path, uri, storage, log, **env):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1", **env}
-    return subprocess.Popen([sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri,
-                             "--storage", storage, "--num-cpus", "2"], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, cwd=path.parent)
 
 
 def wait_for_checkpoint(path, storage, driver, log_path, timeout=240):

@@ -1,22 +1,18 @@
 """Packed sweeps end to end: the same MLflow runs (keys, names, metrics) as unpacked ones, and a packed
 sweep whose driver is killed resumes without retraining complete members or duplicating runs.
 """
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import ray
 import yaml
 from mlflow.tracking import MlflowClient
 
+from drivers import start_driver
 from scaling.sweep import run_sweep
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def runs(uri, experiment):
@@ -55,14 +51,6 @@ def test_packed_and_unpacked_sweeps_log_the_same_cells_and_numbers(tmp_path, tin
             assert [v for _, v in p_metrics[metric]] == pytest.approx([v for _, v in points], rel=1e-4, abs=1e-6)
 
 
-def driver(path, uri, storage, log):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri,
-                             "--storage", storage, "--num-cpus", "2"], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, cwd=path.parent)
-
-
 def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
     """Two packs of 2 (run.pack: 2); the driver dies once a pack is complete; the rerun finishes the rest."""
     tiny_sweep.update(name="packcrash", run={"pack": 2, "max_concurrent": 1})
@@ -72,7 +60,7 @@ def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
     path.write_text(yaml.safe_dump(tiny_sweep))
     uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
     with open(tmp_path / "first.log", "w") as log:
-        first = driver(path, uri, storage, log)
+        first = start_driver(path, uri, storage, log)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and " 2/4 done" not in (tmp_path / "first.log").read_text():
             time.sleep(0.2)
@@ -84,7 +72,7 @@ def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
     assert 2 <= len(complete_before) < 4
 
     with open(tmp_path / "second.log", "w") as log:
-        assert driver(path, uri, storage, log).wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
+        assert start_driver(path, uri, storage, log).wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
     assert f"{4 - len(complete_before)} of 4 cells to run" in (tmp_path / "second.log").read_text()
     client, after = runs(uri, "packcrash")
     assert len(after) == 4 and len({r.data.tags["cell_key"] for r in after}) == 4
