@@ -27,7 +27,6 @@ from typing import Callable
 
 import torch
 from torch import nn
-from transformers import GPT2Config, GPT2Model
 
 from .attention import ATTENTIONS, additive_mask, hf_attention, stacked_prefix_mask
 from .config import check, check_choice
@@ -97,6 +96,10 @@ class GPT2InContext(nn.Module):
     """GPT-2 backbone with linear read-in/read-out on interleaved or stacked tokens."""
 
     def __init__(self, config: ModelConfig, d: int, points: int):
+        # imported here: transformers costs over a second at import, paid by every trial process and
+        # CLI start, while MLP, SGPT and feature-map cells never use it
+        from transformers import GPT2Config, GPT2Model
+
         super().__init__()
         self.layout, self.d, self.points = config.layout, d, points
         stacked = config.layout == "stacked"
@@ -169,6 +172,10 @@ class PromptMLP(nn.Module):
             parts.append(feature_rows(self.feature_map, xs, ys).to(xs.dtype))  # (B, P, d+1)
         return torch.cat(parts, dim=-1)
 
+    def head_layers(self) -> list[nn.Module]:
+        """The layers after ``features``: the part with parameters (scaling.pack stacks them)."""
+        return list(self.net)
+
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         return self.net(self.features(xs, ys)).squeeze(-1)                   # (B, P)
 
@@ -181,9 +188,14 @@ class LinearOnScalar(nn.Module):
         self.feature_map = config.feature_map
         self.linear = nn.Linear(1, 1)
 
+    def features(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        return feature_scalar(self.feature_map, xs, ys).to(xs.dtype).unsqueeze(-1)   # (B, P, 1)
+
+    def head_layers(self) -> list[nn.Module]:
+        return [self.linear]
+
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        scalar = feature_scalar(self.feature_map, xs, ys).to(xs.dtype)      # (B, P)
-        return self.linear(scalar.unsqueeze(-1)).squeeze(-1)
+        return self.linear(self.features(xs, ys)).squeeze(-1)               # (B, P)
 
 
 def one_layer(config: ModelConfig, d: int, points: int) -> nn.Module:
