@@ -170,9 +170,10 @@ class TaskFamily:
 
     def noise_levels(self, count: int, gen: torch.Generator) -> torch.Tensor:
         """Per-prompt sigma: (count,)."""
-        levels = torch.tensor(self.levels(), device=gen.device)
+        levels = self.levels()
         if len(levels) == 1:
-            return levels.expand(count).clone()
+            return torch.full((count,), levels[0], device=gen.device)
+        levels = torch.tensor(levels, device=gen.device)
         return levels[torch.randint(len(levels), (count,), generator=gen, device=gen.device)]
 
     def label(self, params: dict[str, torch.Tensor], xs: torch.Tensor, gen: torch.Generator) -> Prompts:
@@ -231,7 +232,7 @@ class LinearRegression(TaskFamily):
         return {"beta": torch.randn(count, d, generator=gen, device=gen.device) / math.sqrt(d)}
 
     def signal(self, params, xs):
-        return torch.einsum("bpd,bd->bp", xs, params["beta"])               # (B, P)
+        return torch.bmm(xs, params["beta"].unsqueeze(-1)).squeeze(-1)       # (B, P)
 
     def signal_second_moment(self):
         d, mu, t = self.config.d, self.shift.task_mean, self.shift.task_scale
