@@ -5,13 +5,16 @@ that step in lockstep (same training settings but the learning rate). Each membe
 would have alone: its own CellTrainer (task pool, model initialised from its own seed, Adam with its own
 learning rate), so its batch at step s, its checkpoint (under its own cell key, in the format of an
 unpacked cell) and its MLflow run are those of the cell trained alone. Only the forward and backward pass
-are shared: the members' parameters are stacked into (K, ...) tensors and the template model runs once
-under ``torch.func.vmap(functional_call)`` on the stacked (K, B, N+1, d) batches. The loss is the sum of
-the members' losses, so member k's gradient is the gradient of its own loss; results equal the unpacked
-ones up to floating-point rounding of the batched matrix products.
+are shared, in segments between checkpoints (StackedMembers): the members' parameters and Adam moments
+are stacked into (K, ...) tensors, the parameter-free features of the K batches are computed as one batch,
+each Linear layer of the head is one batched matrix product, and one Adam update (each member's own
+learning rate) moves all members; at the segment's end every member gets its slice back. Per training
+step a pack therefore costs about what one cell costs, not K times. The loss is the sum of the members'
+losses, so member k's gradient is the gradient of its own loss; results equal the unpacked ones up to
+floating-point rounding of the batched matrix products.
 
-``PACKABLE_ARCHS`` lists the architectures checked to run under vmap; ``pack_groups`` is the planner's
-decision (``run.pack``: ``auto`` packs up to ``AUTO_PACK_SIZE`` cells whose estimated cost per training
+``PACKABLE_ARCHS`` lists the architectures built as features then a Linear/ReLU head; ``pack_groups``
+is the planner's decision (``run.pack``: ``auto`` packs up to ``AUTO_PACK_SIZE`` cells whose estimated cost per training
 step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots;
 an integer K packs up to K cells of a packable architecture of any size; ``off`` or 1 never packs).
 """
@@ -23,12 +26,11 @@ import traceback
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.func import functional_call, vmap
 
 from .cells import Cell
 from .config import canonical, to_dict
 from .tracking import CellLog
-from .train import CellTrainer, prefix_loss
+from .train import CellTrainer
 
 PACKABLE_ARCHS = ("mlp", "onelayer", "linear_on_scalar")
 AUTO_PACK_SIZE = 8
@@ -103,54 +105,175 @@ def pack_key(keys: Sequence[str]) -> str:
     return "pack-" + hashlib.sha256(",".join(keys).encode()).hexdigest()[:11]
 
 
+class StackedAdam:
+    """torch.optim.Adam's update (no weight decay, no amsgrad) on parameters stacked over K members.
+
+    Each member keeps its own learning rate (a (K, 1, ...) tensor) and its own moments, so member k's
+    slice moves exactly as its own Adam would move it alone. Moments and the step count are read from the
+    members' torch Adam states and written back to them (``write_back``): a member's checkpoint stays that
+    of an unpacked cell, and a segment may start from members resumed from checkpoints.
+    """
+
+    def __init__(self, params: dict[str, torch.Tensor], members: Sequence[CellTrainer]):
+        group = members[0].optimizer.param_groups[0]
+        self.beta1, self.beta2 = group["betas"]
+        self.eps = group["eps"]
+        self.params = params
+        owned = [dict(m.model.named_parameters()) for m in members]
+        states = {name: [m.optimizer.state.get(own[name], {}) for m, own in zip(members, owned)]
+                  for name in params}                                   # name -> each member's Adam state
+        self.exp_avg = {name: self._stack(states[name], "exp_avg", p) for name, p in params.items()}
+        self.exp_avg_sq = {name: self._stack(states[name], "exp_avg_sq", p) for name, p in params.items()}
+        steps = {int(st.get("step", 0)) for per_param in states.values() for st in per_param}
+        if len(steps) != 1:
+            raise ValueError(f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one")
+        self.step = steps.pop()
+        lr = torch.tensor([m.optimizer.param_groups[0]["lr"] for m in members], dtype=torch.float32)
+        self.lr = {name: lr.to(p.device).view(-1, *[1] * (p.dim() - 1)) for name, p in params.items()}
+
+    @staticmethod
+    def _stack(states: list[dict], key: str, like: torch.Tensor) -> torch.Tensor:
+        return torch.stack([st[key] if key in st else torch.zeros_like(like[0]) for st in states])
+
+    @torch.no_grad()
+    def update(self, grads: dict[str, torch.Tensor]) -> None:
+        """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
+        self.step += 1
+        names = list(self.params)
+        params, grads = [self.params[n] for n in names], [grads[n] for n in names]
+        m, v = [self.exp_avg[n] for n in names], [self.exp_avg_sq[n] for n in names]
+        torch._foreach_lerp_(m, grads, 1 - self.beta1)
+        torch._foreach_mul_(v, self.beta2)
+        torch._foreach_addcmul_(v, grads, grads, 1 - self.beta2)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, (1 - self.beta2 ** self.step) ** 0.5)
+        torch._foreach_add_(denom, self.eps)
+        steps = torch._foreach_div(m, denom)
+        torch._foreach_mul_(steps, [self.lr[n] for n in names])
+        torch._foreach_div_(steps, 1 - self.beta1 ** self.step)
+        torch._foreach_sub_(params, steps)
+
+    def write_back(self, members: Sequence[CellTrainer]) -> None:
+        """Each member's torch Adam state becomes its slice of the stacked moments and the step count."""
+        for k, member in enumerate(members):
+            own = dict(member.model.named_parameters())
+            for name in self.params:
+                member.optimizer.state[own[name]] = {
+                    "step": torch.tensor(float(self.step), dtype=torch.float32, device=own[name].device),
+                    "exp_avg": self.exp_avg[name][k].clone(), "exp_avg_sq": self.exp_avg_sq[name][k].clone()}
+
+
+class StackedMembers:
+    """K members (same architecture, all at one step) as one model with (K, ...) parameters.
+
+    A packable model is a parameter-free ``features(xs, ys)`` followed by ``head_layers()`` (Linear and
+    ReLU layers). The features of the K members' batches are computed as one batch of K*B prompts; each
+    Linear layer becomes one batched matrix product over the members' stacked weights, and so does each
+    product of its backward pass, written out here (a tiny model's step is a few dozen tensor operations,
+    and autograd's bookkeeping would cost as much as the arithmetic). Member k's gradient is that of its
+    own prefix loss (scaling.train.prefix_loss), as autograd computes it; tests compare the two.
+    """
+
+    def __init__(self, members: Sequence[CellTrainer]):
+        self.members = list(members)
+        self.template = members[0].model
+        names = {id(p): name for name, p in self.template.named_parameters()}
+        self.layers = []                                 # ("linear", weight name, bias name | None) | ("relu",)
+        for layer in self.template.head_layers():
+            if isinstance(layer, torch.nn.Linear):
+                self.layers.append(("linear", names[id(layer.weight)],
+                                    None if layer.bias is None else names[id(layer.bias)]))
+            elif isinstance(layer, torch.nn.ReLU):
+                self.layers.append(("relu",))
+            else:
+                raise TypeError(f"cannot pack a head layer {type(layer).__name__}; packable: Linear, ReLU")
+        with torch.no_grad():
+            self.params = {name: torch.stack([dict(m.model.named_parameters())[name] for m in members])
+                           for name in names.values()}                        # name -> (K, ...)
+        self.optimizer = StackedAdam(self.params, members)
+        self.step = members[0].step
+        bf16 = members[0].cell.train.precision == "bfloat16"
+        self.dtype = torch.bfloat16 if bf16 else torch.float32                # autocast's matmul dtype
+
+    @torch.no_grad()
+    def losses_and_grads(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The members' losses at the current step (K,) and their gradients (name -> (K, ...))."""
+        batches = [m.train_batch(self.step) for m in self.members]
+        xs = torch.stack([b.xs for b in batches])                               # (K, B, P, d)
+        ys = torch.stack([b.ys for b in batches])                               # (K, B, P)
+        K, B, P = ys.shape
+        h = self.template.features(xs.flatten(0, 1), ys.flatten(0, 1))          # (K*B, P, F)
+        inputs = []                                                             # each layer's input
+        h = h.reshape(K, B * P, -1).to(self.dtype)                              # (K, B*P, F)
+        for layer in self.layers:
+            inputs.append(h)
+            if layer[0] == "relu":
+                h = torch.relu(h)
+            elif layer[2] is None:
+                h = torch.bmm(h, self.params[layer[1]].to(self.dtype).transpose(1, 2))
+            else:
+                h = torch.baddbmm(self.params[layer[2]].to(self.dtype).unsqueeze(1), h,
+                                  self.params[layer[1]].to(self.dtype).transpose(1, 2))
+        diff = h.reshape(K, B, P).float() - ys                                  # (K, B, P)
+        diff[:, :, 0] = 0                                                       # column 0: no context, no loss
+        count = B * (P - 1)
+        losses = diff.pow(2).sum(dim=(1, 2)) / count                            # prefix_loss per member
+        grad = (diff * (2 / count)).reshape(K, B * P, 1).to(self.dtype)         # d loss_k / d output
+        grads = {}
+        for i in reversed(range(len(self.layers))):
+            layer = self.layers[i]
+            if layer[0] == "relu":
+                grad = grad * (inputs[i] > 0)                                   # relu's backward
+                continue
+            weight = self.params[layer[1]]
+            grads[layer[1]] = torch.bmm(grad.transpose(1, 2), inputs[i]).float()   # (K, out, in)
+            if layer[2] is not None:
+                grads[layer[2]] = grad.sum(dim=1).float()                          # (K, out)
+            if i > 0:
+                grad = torch.bmm(grad, weight.to(self.dtype))                      # (K, B*P, in)
+        return losses, grads
+
+    def train_step(self) -> torch.Tensor:
+        losses, grads = self.losses_and_grads()
+        self.optimizer.update(grads)
+        self.step += 1
+        return losses
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Members' models, Adam states and steps become their slices of the stacked state."""
+        for k, member in enumerate(self.members):
+            for name, p in member.model.named_parameters():
+                p.copy_(self.params[name][k])
+            member.step = self.step
+        self.optimizer.write_back(self.members)
+
+
 class PackTrainer:
-    """K CellTrainers trained together: stacked forward/backward, each member's own optimiser step."""
+    """K CellTrainers trained together in segments: stacked forward/backward and Adam (StackedMembers)."""
 
     def __init__(self, trainers: Sequence[CellTrainer]):
         self.trainers = list(trainers)
-        self.template = trainers[0].model
-        self.names = [name for name, _ in self.template.named_parameters()]
-
-    def _stacked_loss(self, members: Sequence[CellTrainer]) -> torch.Tensor:
-        """The losses of ``members`` at their (common) step: (K,)."""
-        batches = [m.train_batch(m.step) for m in members]
-        xs = torch.stack([b.xs for b in batches])                           # (K, B, N+1, d)
-        ys = torch.stack([b.ys for b in batches])                           # (K, B, N+1)
-        params = {name: torch.stack([dict(m.model.named_parameters())[name] for m in members])
-                  for name in self.names}                                   # name -> (K, ...)
-        buffers = {name: b for name, b in self.template.named_buffers()}
-
-        def one(p, x, y):
-            return functional_call(self.template, ({**p}, buffers), (x, y))  # (B, N+1)
-
-        for m in members:
-            m.model.train()
-        with members[0]._autocast():
-            pred = vmap(one)(params, xs, ys)                                # (K, B, N+1)
-        return torch.stack([prefix_loss(pred[k].float(), ys[k]) for k in range(len(members))])
-
-    def train_step(self, members: Sequence[CellTrainer]) -> list[float]:
-        """One step of every member (all at the same step); their losses."""
-        losses = self._stacked_loss(members)                                # (K,)
-        for m in members:
-            m.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        for m in members:
-            m.optimizer.step()
-            m.step += 1
-        return losses.detach().tolist()
 
     def train_until(self, members: Sequence[CellTrainer], stop: int,
                     on_loss: Callable[[int, int, float], None] | None = None) -> None:
-        """Train ``members`` (all at one step) to step ``stop``; on_loss(member index, step, loss)."""
+        """Train ``members`` (all at one step) to step ``stop``; on_loss(member index, step, loss).
+
+        The members' own models and optimisers hold the result afterwards (a checkpoint boundary).
+        """
         train = members[0].cell.train
         stop = min(stop, train.steps)
-        while members[0].step < stop:
-            losses = self.train_step(members)
-            step = members[0].step
+        if members[0].step >= stop:
+            return
+        stacked = StackedMembers(members)
+        indices = [self.trainers.index(m) for m in members]
+        while stacked.step < stop:
+            losses = stacked.train_step()
+            step = stacked.step
             if on_loss and (step % train.log_every == 0 or step == train.steps):
-                for m, loss in zip(members, losses):
-                    on_loss(self.trainers.index(m), step, loss)
+                for i, loss in zip(indices, losses.tolist()):
+                    on_loss(i, step, loss)
+        stacked.write_back()
 
     @property
     def done_training(self) -> bool:
@@ -200,7 +323,7 @@ def run_pack(config: dict[str, Any], report=None) -> dict[str, Any]:
                 errors[cell.key] = f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
     if errors:
         raise PackMemberError("; ".join(errors.values()))
-    final = {"step": max(c.train.steps for c in cells), "progress": 1.0, "done": 1}
+    final = {"step": max(c.train.steps for c in cells), "progress": 1.0, "finished": 1}
     if report:
         report(final)
     return final

@@ -38,6 +38,7 @@ def train_packed(cells, resume_at: dict[int, int] | None = None) -> list[CellTra
 @pytest.mark.parametrize("arch", [
     {"arch": "mlp", "width": 16},
     {"arch": "onelayer", "width": 8, "feature_map": "linear"},
+    {"arch": "linear_on_scalar", "feature_map": "hilbert"},        # a Linear with a bias
 ])
 def test_packed_members_equal_unpacked_cells(arch):
     cells = [cell(T=4, seed=0, model=arch), cell(T=8, seed=1, model=arch), cell(T=float("inf"), seed=2, model=arch),
@@ -112,3 +113,28 @@ def test_run_pack_setting_is_validated(value, ok):
     else:
         with pytest.raises(SweepError, match="run.pack"):
             plan_document(document)
+
+
+def test_a_packed_members_checkpoint_resumes_alone_to_the_same_numbers():
+    """After a packed segment a member's state (model, torch Adam state, step) is an unpacked cell's:
+    loaded into a cell trained alone from there, it ends where the cell trained alone all the way ends."""
+    cells = [cell(T=4, seed=0), cell(T=8, seed=1, train={**tiny_cell_dict()["train"], "lr": 3e-3})]
+    trainers = [CellTrainer(c) for c in cells]
+    PackTrainer(trainers).train_until(trainers, 10)
+    for c, packed, alone in zip(cells, trainers, train_alone(cells)):
+        state = packed.state_dict()
+        assert state["step"] == 10 and float(state["optimizer"]["state"][0]["step"]) == 10
+        resumed = CellTrainer(c)
+        resumed.load_state_dict(state)
+        resumed.train_until(c.train.steps)
+        for x, y in zip(alone.model.parameters(), resumed.model.parameters()):
+            torch.testing.assert_close(y, x, **TOL)
+
+
+def test_bfloat16_packs_match_bfloat16_cells_to_bfloat16_precision():
+    """Under bf16 autocast the stacked products run in bf16 as autograd's do alone."""
+    train = {**tiny_cell_dict()["train"], "precision": "bfloat16"}
+    cells = [cell(T=4, seed=0, train=train), cell(T=8, seed=1, train=train)]
+    for a, p in zip(train_alone(cells), train_packed(cells)):
+        for x, y in zip(a.model.parameters(), p.model.parameters()):
+            torch.testing.assert_close(y, x, rtol=2e-2, atol=2e-2)
