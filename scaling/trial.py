@@ -117,7 +117,7 @@ def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
         log.fail(traceback.format_exc())
         raise
     model_curve = curves[curves["predictor"] == "model"]
-    final = {"step": trainer.step, "progress": 1.0, "done": 1,
+    final = {"step": trainer.step, "progress": 1.0, "finished": 1,
              "err_last": float(model_curve["err"].iloc[-1])}
     if report:
         report(final)
@@ -138,7 +138,7 @@ def run_temperature_job(cell: Cell, device: torch.device, log: CellLog, report=N
     except Exception:
         log.fail(traceback.format_exc())
         raise
-    final = {"step": 0, "progress": 1.0, "done": 1, **result.summary}
+    final = {"step": 0, "progress": 1.0, "finished": 1, **result.summary}
     if report:
         report(final)
     return final
