@@ -5,6 +5,14 @@ evaluate, no Ray, no MLflow, no checkpoints), ours is ``python -m scaling.sweep`
 fresh process: Ray start, Tune trials, MLflow logging to SQLite, checkpoints) on 2 CPUs. The overhead per
 cell is (sweep wall time - bare time) / cells; target: at most 3 s per cell, measured with packing off (one
 trial per cell) and with the default (``run.pack: auto``). ``run(quick)``: 10 cells instead of 50.
+
+Cells of a minute or more (``long_rows``): two GPT-2 cells (the quick profiles' size) whose step count is
+calibrated so that each trains for ``LONG_CELL_SECONDS`` alone. The reference is their bare training
+(CellTrainer.train_until, no Ray, MLflow or checkpoints), the two side by side in two processes on the two
+cores, as the sweep runs them; ours is the whole ``python -m scaling.sweep`` of the two cells in a fresh
+process (Ray start, Tune, MLflow, checkpoints, evaluation and all). Target: the sweep's wall time within
+1.3x of the bare training's (the cells' summed bare times over the 2 cores). ``--quick`` runs 10-second
+cells and reports the ratio without judging it.
 """
 from __future__ import annotations
 
@@ -19,6 +27,8 @@ from pathlib import Path
 import yaml
 
 TARGET_SECONDS_PER_CELL = 3.0
+LONG_CELL_SECONDS = 60.0
+TARGET_LONG_RATIO = 1.3
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -79,8 +89,81 @@ def row(name: str, cells: int, bare: float, wall: float) -> dict:
             "overhead_per_cell_s": round(per_cell, 2), "cells": cells}
 
 
+def long_cells(steps: int) -> dict:
+    """Two GPT-2 cells (2 layers, width 64, d = 5, N = 20, batch 64) of ``steps`` steps, one CPU each."""
+    return {
+        "name": "long_cells",
+        "defaults": {"task": {"family": "linear", "d": 5, "noise_std": 0.1},
+                     "train": {"steps": steps, "batch_size": 64, "lr": 1e-3, "checkpoint_every": max(1, steps // 5),
+                               "log_every": 20, "device": "cpu"},
+                     "eval": {"prompts": 256, "bootstrap": 100}, "N": 20},
+        "models": {"gpt2": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 64, "resources": {"cpu": 1}}},
+        "grid": {"model": ["gpt2"], "T": ["inf"], "seed": [0, 1]},
+    }
+
+
+BARE_TRAINING = """
+import sys, time, torch, yaml
+from scaling.plan import plan_document
+from scaling.train import CellTrainer
+torch.set_num_threads(1)
+cell = plan_document(yaml.safe_load(open(sys.argv[1]))).cells[int(sys.argv[2])].cell
+trainer = CellTrainer(cell)
+start = time.perf_counter()
+trainer.train_until(cell.train.steps)
+print(time.perf_counter() - start)
+"""
+
+
+def calibrated_steps(seconds: float) -> int:
+    """Steps of a long cell that train for about ``seconds`` on one thread here."""
+    import torch
+
+    from scaling.plan import plan_document
+    from scaling.train import CellTrainer
+
+    torch.set_num_threads(1)
+    trainer = CellTrainer(plan_document(long_cells(1000)).cells[0].cell)
+    trainer.train_until(5)
+    start = time.perf_counter()
+    trainer.train_until(45)
+    return max(1, int(seconds / ((time.perf_counter() - start) / 40)))
+
+
+def bare_side_by_side(document: dict) -> list[float]:
+    """Each cell's bare training time, the cells trained at once in one process each (one core each)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "long.yaml"
+        path.write_text(yaml.safe_dump(document))
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        procs = [subprocess.Popen([sys.executable, "-c", BARE_TRAINING, str(path), str(i)], env=env,
+                                  stdout=subprocess.PIPE, text=True) for i in range(2)]
+        outputs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"bare training failed: {outputs}")
+    return [float(out.strip().splitlines()[-1]) for out in outputs]
+
+
+def long_rows(quick: bool) -> list[dict]:
+    """Row: the whole sweep of two cells of a minute (quick: 10 s) against their bare training."""
+    seconds = 10.0 if quick else LONG_CELL_SECONDS
+    steps = calibrated_steps(seconds)
+    document = long_cells(steps)
+    bare = bare_side_by_side(document)
+    wall = sweep_seconds(document, "off")
+    reference = sum(bare) / 2                   # the bare times summed, spread over the 2 cores
+    ratio = wall / reference
+    status = "INFO" if quick else ("PASS" if ratio <= TARGET_LONG_RATIO else "FAIL")
+    return [{"name": f"sweep_long_cells[2 GPT-2 cells of {steps} steps, ~{seconds:g} s each, whole sweep vs bare]",
+             "reference": round(reference, 2), "ours": round(wall, 2), "reference_rate": round(2 / reference, 4),
+             "ours_rate": round(2 / wall, 4), "unit": "s", "ratio": round(ratio, 3),
+             "target": f"sweep / bare <= {TARGET_LONG_RATIO:g}" + (" (judged on 1-minute cells)" if quick else ""),
+             "status": status, "bare_training_s": [round(b, 2) for b in bare], "steps": steps}]
+
+
 def run(quick: bool) -> list[dict]:
-    """Rows: overhead per cell (``ratio``, seconds) with packing off and with the default packing."""
+    """Rows: overhead per cell (``ratio``, seconds) with packing off and with the default packing; the
+    whole sweep of two minute-long cells against their bare training."""
     cells = 10 if quick else 50
     document = tiny_sweep(cells)
     repeats = 1 if quick else 2
@@ -91,7 +174,7 @@ def run(quick: bool) -> list[dict]:
             walls[pack].append(sweep_seconds(document, pack))
     bare_s = statistics.median(bare)
     return [row(f"sweep_overhead[{cells} tiny cells, pack={pack}]", cells, bare_s, statistics.median(w))
-            for pack, w in walls.items()]
+            for pack, w in walls.items()] + long_rows(quick)
 
 
 if __name__ == "__main__":
