@@ -7,8 +7,10 @@ panels of Figs. 4-8). Each layout returns its figures by file stem and notes for
 left out, a panel whose wanted value is absent from the sweep).
 
 - fig1 / fig8: (A) error vs T at N = 10; (B) error vs N at T = 1e5 and 1e6; fig8 a row per task.
-- fig2: error vs n of SGPT, GPT-2 and the tuned ridge.  fig3: the same, a panel per noise level.
-  The right panel (ridge error vs lambda) is drawn only if the cells log it; they do not yet (note).
+- fig2: error vs n of SGPT, GPT-2 and the tuned ridge, and on the right ridge error vs lambda at the
+  scanned n (cells with ``eval.lambda_n``) with the models' errors at that n.  fig3: the same, a left
+  panel per noise level and a right panel with a curve per level.
+  Any other layout whose cells scanned lambda gets those panels as a figure of their own, ``ridge_lambda``.
 - fig4: error vs n per task (decision tree, ReLU teacher, sparse linear) with its baselines.
 - fig5: error vs N (train = test) per task.  fig6: error vs N per task at the sweep's fixed T.
 - fig7: as fig8 with (B) at T = 1e5 only: MLPs on vectorised input, on psi_K features, on both.
@@ -80,28 +82,57 @@ def task_and_context(table: pd.DataFrame, name: str, N_A: float, Ts_B: list[floa
     return drawn
 
 
-def context_panels(table: pd.DataFrame, name: str, diagonal: bool, by_level: bool = False) -> Drawn:
-    """Figs. 2-6: error vs n (or vs N at n = N) in a panel per task, or per noise level."""
+def context_panels(table: pd.DataFrame, name: str, diagonal: bool, by_level: bool = False,
+                   scans: pd.DataFrame | None = None) -> Drawn:
+    """Figs. 2-6: error vs n (or vs N at n = N) in a panel per task, or per noise level; with ``scans``
+    (Figs. 2-3), ridge error vs lambda on the right, a panel per scanned n with a curve per level."""
     drawn, colors = Drawn(), plots.model_colors(table)
     panels = [(task, part, None) for task, part in task_rows(table)]
+    levels = [None]
     if by_level:
         found = plots.levels(table)
         panels = [("", table, level) for level in found] or panels
+        levels = found or levels
         if not found:
             drawn.notes.append("no per-level rows (model|noise_std=...): one panel over all prompts")
-    fig, axes = plots.grid(1, len(panels))
+    right = lambda_panels(scans, levels) if scans is not None else []
+    if scans is not None and not right:
+        drawn.notes.append("right panel (ridge error vs lambda) omitted: no cell scanned lambda "
+                           "(set eval.lambda_n in the sweep)")
+    fig, axes = plots.grid(1, len(panels) + len(right))
     for ax, (task, part, level) in zip(axes[0], panels):
         title = level or task or "all prompts"
         axis = "N" if diagonal else "n"
         plots.draw_context(ax, part, colors, diagonal=diagonal, level=level, title=f"error vs {axis}: {title}")
-    drawn.figures[name] = plots.legend_below(fig, f"{name}: context scaling")
+    for ax, (n, drawn_levels) in zip(axes[0][len(panels):], right):
+        plots.draw_lambda(ax, scans, table, colors, n=n, levels=drawn_levels, title=lambda_title(n))
+    drawn.figures[name] = plots.legend_below(fig, f"{name}: context scaling" + (", ridge vs lambda" if right else ""))
     return drawn
 
 
-def with_lambda_note(drawn: Drawn) -> Drawn:
-    drawn.notes.append("right panel (ridge error vs lambda) omitted: the cells do not log ridge error per "
-                       "lambda (scaling.baselines.ridge_curve computes it)")
-    return drawn
+def lambda_panels(scans: pd.DataFrame | None, levels: list[str | None]) -> list[tuple[int, list]]:
+    """(n, levels drawn) of each ridge-vs-lambda panel: a panel per scanned n, holding a curve for each
+    of ``levels`` the scan has (None: all prompts)."""
+    if scans is None or scans.empty:
+        return []
+    found = set(plots.levels(scans))
+    drawn = [level for level in levels if level is None or level in found]
+    return [(int(n), drawn) for n in sorted(scans["n"].unique())] if drawn else []
+
+
+def lambda_title(n: int) -> str:
+    return f"ridge error vs lambda, n = {n}"
+
+
+def lambda_figure(table: pd.DataFrame, scans: pd.DataFrame, name: str) -> plots.plt.Figure:
+    """The ridge-vs-lambda panels alone (layouts other than Figs. 2-3): a panel per scanned n, a curve
+    over all prompts and one per level the scan has."""
+    panels = lambda_panels(scans, [None, *plots.levels(scans)])
+    fig, axes = plots.grid(1, len(panels))
+    colors = plots.model_colors(table)
+    for ax, (n, levels) in zip(axes[0], panels):
+        plots.draw_lambda(ax, scans, table, colors, n=n, levels=levels, title=lambda_title(n))
+    return plots.legend_below(fig, f"{name}: ridge error vs lambda")
 
 
 def fixed_T(table: pd.DataFrame, name: str, wanted: float) -> Drawn:
@@ -125,10 +156,12 @@ def smoke(table: pd.DataFrame, name: str) -> Drawn:
     return drawn
 
 
-LAYOUTS: dict[str, Callable[[pd.DataFrame, str], Drawn]] = {
+SCANS = ("fig2", "fig3")      # the layouts whose figure holds the lambda scans (its right panels)
+
+LAYOUTS: dict[str, Callable[..., Drawn]] = {
     "fig1": lambda t, name: task_and_context(t, name, 10, [1e5, 1e6]),
-    "fig2": lambda t, name: with_lambda_note(context_panels(t, name, diagonal=False)),
-    "fig3": lambda t, name: with_lambda_note(context_panels(t, name, diagonal=False, by_level=True)),
+    "fig2": lambda t, name, scans=None: context_panels(t, name, diagonal=False, scans=scans),
+    "fig3": lambda t, name, scans=None: context_panels(t, name, diagonal=False, by_level=True, scans=scans),
     "fig4": lambda t, name: context_panels(t, name, diagonal=False),
     "fig5": lambda t, name: context_panels(t, name, diagonal=True),
     "fig6": lambda t, name: fixed_T(t, name, 1e5),
@@ -145,15 +178,24 @@ def layout_name(experiment: str) -> str:
     return match.group(1) if match and match.group(1) in LAYOUTS else "generic"
 
 
-def layout_named(name: str) -> Callable[[pd.DataFrame, str], Drawn]:
+def layout_named(name: str) -> Callable[..., Drawn]:
     if name not in LAYOUTS:
         raise ValueError(f"unknown figure layout {name!r}; known: {sorted(LAYOUTS)}")
     return LAYOUTS[name]
 
 
-def draw(table: pd.DataFrame, experiment: str, layout: str | None = None) -> Drawn:
-    """The figures of a sweep in its layout (``layout`` overrides the choice by name)."""
+def draw(table: pd.DataFrame, experiment: str, layout: str | None = None,
+         scans: pd.DataFrame | None = None) -> Drawn:
+    """The figures of a sweep in its layout (``layout`` overrides the choice by name); ``scans`` are the
+    cells' ridge-vs-lambda rows (``analysis.load.split_scans``)."""
     name = layout or layout_name(experiment)
-    drawn = layout_named(name)(table, name if name not in ("generic",) else experiment)
+    title = name if name not in ("generic",) else experiment
+    scans = scans if scans is not None else pd.DataFrame(columns=["n", "lam", "predictor"])
+    if name in SCANS:
+        drawn = layout_named(name)(table, title, scans=scans)
+    else:
+        drawn = layout_named(name)(table, title)
+        if len(scans):
+            drawn.figures["ridge_lambda"] = lambda_figure(table, scans, title)
     drawn.notes.insert(0, f"figure layout: {name}")
     return drawn

@@ -7,7 +7,8 @@ count; the others are listed as missing.
 
 Columns: sweep, cell_key, run_id, model, T (float, inf = fresh tasks), N, seed, predictor ('model' for the
 trained model, else the baseline's name), n, err, err_lo, err_hi, prompts, then every cell param as
-``param.<name>`` (e.g. ``param.task.d``).
+``param.<name>`` (e.g. ``param.task.d``); and ``lam`` when cells scanned ridge's lambda (``split_scans``
+takes those rows apart).
 """
 from __future__ import annotations
 
@@ -89,6 +90,15 @@ def load_table(tracking_uri: str, experiment: str, cache_dir: Path | None = None
     table.attrs.update(downloads=sum(fetched for _, fetched in read),
                        runs={r.info.run_id: r.info.run_name for r in complete})
     return table, missing
+
+
+def split_scans(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The curves (a row per cell, predictor and n) and the ridge-vs-lambda scans (the rows with a
+    ``lam``, from cells with ``eval.lambda_n``; seed 001 Figs. 2-3, right panels), apart."""
+    if "lam" not in table:
+        return table, table.iloc[0:0].assign(lam=pd.Series(dtype=float))
+    scan = table["lam"].notna().to_numpy()
+    return table[~scan].drop(columns="lam").reset_index(drop=True), table[scan].reset_index(drop=True)
 
 
 def missing_cells(runs: list) -> pd.DataFrame:

@@ -181,6 +181,36 @@ def draw_task(ax, table: pd.DataFrame, colors: dict, *, N: int, title: str, leve
     finish(ax, "pretraining tasks T", title, trained.empty, _top(trained))
 
 
+LEVEL_STYLES = ["-", "--", ":", "-."]
+
+
+def draw_lambda(ax, scans: pd.DataFrame, table: pd.DataFrame, colors: dict, *, n: int, title: str,
+                levels: list[str | None] = (None,)) -> None:
+    """Ridge error against lambda at context length n (seed 001 Figs. 2-3, right panels): per level (None:
+    all prompts; 'noise_std=0.1': that level's prompts, a line style each) the scan's curve (band over
+    seeds, or the bootstrap interval of one seed) with its minimum marked, and each model's error at the
+    same n on the same prompts as a horizontal line in the model's colour."""
+    top = 0.0
+    for k, level in enumerate(levels):
+        style, suffix = LEVEL_STYLES[k % len(LEVEL_STYLES)], f" ({level})" if level else ""
+        curve = over_seeds(rows_at(scans[scans["n"] == n], level), ["lam"]).sort_values("lam")
+        if curve.empty:
+            continue
+        ax.plot(curve["lam"], curve["err"], style, color="0.3", linewidth=1.4, label=f"ridge vs lambda{suffix}")
+        ax.fill_between(curve["lam"], curve["lo"], curve["hi"], color="0.3", alpha=0.12, linewidth=0)
+        best = curve.loc[curve["err"].idxmin()]
+        ax.plot([best["lam"]], [best["err"]], "v", color="0.3", ms=6, label="best lambda")
+        top = max(top, float(curve["err"].max()))
+        trained = rows_at(table[table["n"] == n], level)
+        trained = trained[trained["base"] == "model"]
+        trained = trained[trained["N"] == trained.groupby("model")["N"].transform("max")]
+        for model, part in trained.groupby("model"):
+            ax.axhline(float(part["err"].mean()), linestyle=style, color=colors[model], linewidth=1.3,
+                       label=f"{model}{suffix}")
+    ax.set_xscale("log")
+    finish(ax, "ridge lambda", title, top == 0.0, top or 1.0)
+
+
 def grid(rows: int, cols: int) -> tuple[plt.Figure, np.ndarray]:
     fig, axes = plt.subplots(rows, cols, figsize=(PANEL_W * cols, PANEL_H * rows + 0.6), squeeze=False)
     return fig, axes

@@ -1,7 +1,8 @@
 """The analysis of one sweep, or a comparison of two: load the table, fit, judge, draw, report, log.
 
 One sweep (``analyse``) writes into its output folder: ``table.parquet``, ``fits.csv``, ``verdicts.csv``,
-the layout's figures (``figures.py``) as PNG and SVG, ``report.html``; and logs them to MLflow as a run
+``ridge_lambda.parquet`` when cells scanned ridge's lambda, the layout's figures (``figures.py``) as PNG
+and SVG, ``report.html``; and logs them to MLflow as a run
 tagged ``kind=analysis`` under the sweep's parent run (so the UI shows it beside the cells).
 
 Two sweeps (``compare``): both tables, ``differences.csv`` (err of A and B at matching (model, T, N,
@@ -21,7 +22,7 @@ import yaml
 from . import compare as comparing
 from . import figures, plots
 from .fit import fit_all
-from .load import load_table
+from .load import load_table, split_scans
 from .report import write_comparison, write_report
 from .verdicts import answer_line, context_verdicts, format_verdicts, task_verdicts
 
@@ -42,6 +43,7 @@ class AnalysisResult:
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
     tracking_uri: str = ""
+    scans: pd.DataFrame | None = None          # ridge error vs lambda rows (analysis.load.split_scans)
     document: dict = field(default_factory=dict)
 
     def answer(self) -> str:
@@ -101,10 +103,11 @@ def read(name: str, document: dict, uri: str, out: Path, planned: dict[str, str]
     notes: list[str] = []
     if planned is not None:
         table, missing, notes = restrict_to_plan(table, missing, planned)
+    table, scans = split_scans(table)
     if table.empty:
         raise AnalysisError(f"experiment {name!r} has no complete cells of this sweep yet")
     out.mkdir(parents=True, exist_ok=True)
-    result = AnalysisResult(name, out, table, missing, tracking_uri=uri, document=document)
+    result = AnalysisResult(name, out, table, missing, tracking_uri=uri, document=document, scans=scans)
     result.notes += notes
     return result
 
@@ -118,7 +121,7 @@ def analyse(sweep: str | None, experiment: str | None = None, profile: str = "",
     uri = resolve_tracking_uri(tracking_uri)
     result = read(name, document, uri, (out or Path("analysis_out") / name).resolve(), planned)
     fit_and_write(result, bootstrap)
-    drawn = figures.draw(result.table, name, layout)
+    drawn = figures.draw(result.table, name, layout, result.scans)
     result.notes += drawn.notes
     for stem, fig in drawn.figures.items():
         result.files += plots.save(fig, result.out / stem)
@@ -132,6 +135,9 @@ def fit_and_write(result: AnalysisResult, bootstrap: int) -> None:
     """Fits and verdicts into the result, and the table, fits and verdicts into its folder."""
     result.table.to_parquet(result.out / "table.parquet", index=False)
     result.files.append(result.out / "table.parquet")
+    if result.scans is not None and len(result.scans):
+        result.scans.to_parquet(result.out / "ridge_lambda.parquet", index=False)
+        result.files.append(result.out / "ridge_lambda.parquet")
     result.fits, result.verdicts = fits_and_verdicts(result.table, bootstrap)
     for frame, stem in ((result.fits, "fits"), (result.verdicts, "verdicts")):
         frame.to_csv(result.out / f"{stem}.csv", index=False)

@@ -14,7 +14,8 @@ b_n = sum_{j<n} x_j y_j in float64:
   level's marginal likelihood N(y_<n; 0, X X^T / d + sigma^2 I) (Bai et al.'s Bayes algorithm selection).
 - ``ridge_per_level``: the oracle ridge with each prompt's own level, lambda = d sigma_prompt^2.
 - ``ridge_tuned``: one lambda per context length n, chosen from a grid on a separate seeded validation
-  set drawn from the task (options: lambdas, prompts, seed); ``ridge_curve`` gives error vs lambda.
+  set drawn from the task (options: lambdas, prompts, seed). Ridge error against lambda at a fixed n (Figs.
+  2-3, right panels) is ``scaling.train.lambda_scan``, on a cell's evaluation prompts.
 - ``ridge_validation``: lambda chosen per prompt and prefix by a train/validation split of the prompt's
   own pairs (seed 003, post-ICL validation; options: lambdas, val_fraction, refit).
 - ``bayes_discrete``: the discrete MMSE over a finite pool of linear tasks (``discrete_mmse``).
@@ -30,14 +31,13 @@ import re
 from typing import Any, Callable, Protocol
 
 import numpy as np
-import pandas as pd
 import torch
 import yaml
 
 from .baseline_cache import CachedPredictor, default_jobs, map_prompts
 from .baseline_fits import nn_student_predictions, prefix_fits
 from .config import canonical
-from .tasks import Prompts, ShiftConfig, TaskConfig, fresh_prompts, make_family
+from .tasks import Prompts, TaskConfig, fresh_prompts, make_family
 
 
 class Predictor(Protocol):
@@ -130,10 +130,13 @@ def min_norm_least_squares(xs: torch.Tensor, ys: torch.Tensor, grams: torch.Tens
     return w
 
 
-def ridge_path(xs: torch.Tensor, ys: torch.Tensor, lambdas: tuple[float, ...]) -> torch.Tensor:
-    """Ridge weights of every prefix for every lambda (> 0), (K, B, P, d), from one eigendecomposition
-    G_n = V diag(e) V^T: w = V diag(1 / (e + lambda)) V^T b_n."""
+def ridge_path(xs: torch.Tensor, ys: torch.Tensor, lambdas: tuple[float, ...],
+               positions: list[int] | None = None) -> torch.Tensor:
+    """Ridge weights of every prefix (or of the prefixes at ``positions``, G of them) for every lambda
+    (> 0), (K, B, P or G, d), from one eigendecomposition G_n = V diag(e) V^T: w = V diag(1 / (e + lambda)) V^T b_n."""
     grams, rhs = prefix_grams(xs, ys)
+    if positions is not None:
+        grams, rhs = grams[:, positions], rhs[:, positions]
     e, V = torch.linalg.eigh(grams)                                          # (B, P, d), (B, P, d, d)
     proj = torch.einsum("bpij,bpi->bpj", V, rhs)                             # V^T b: (B, P, d)
     lam = torch.tensor(lambdas, dtype=torch.float64, device=xs.device).reshape(-1, 1, 1, 1)
@@ -207,15 +210,18 @@ def ridge_per_level(task: TaskConfig, options: dict) -> Predictor:
     return predict
 
 
-def ridge_errors(prompts: Prompts, lambdas: tuple[float, ...]) -> torch.Tensor:
-    """Squared error of ridge at every lambda and position: (K, B, P)."""
-    return (ridge_path_predictions(prompts, lambdas) - prompts.ys.double()) ** 2
+def ridge_errors(prompts: Prompts, lambdas: tuple[float, ...], positions: list[int] | None = None) -> torch.Tensor:
+    """Squared error of ridge at every lambda and position (or at ``positions``): (K, B, P or G)."""
+    ys = prompts.ys.double() if positions is None else prompts.ys.double()[:, positions]
+    return (ridge_path_predictions(prompts, lambdas, positions) - ys) ** 2
 
 
-def ridge_path_predictions(prompts: Prompts, lambdas: tuple[float, ...]) -> torch.Tensor:
-    """Ridge predictions at every lambda (> 0) and position, float64: (K, B, P)."""
-    weights = ridge_path(prompts.xs, prompts.ys, lambdas)                    # (K, B, P, d)
-    return (weights * prompts.xs.double()).sum(-1)
+def ridge_path_predictions(prompts: Prompts, lambdas: tuple[float, ...],
+                           positions: list[int] | None = None) -> torch.Tensor:
+    """Ridge predictions at every lambda (> 0) and position (or at ``positions``), float64: (K, B, P or G)."""
+    weights = ridge_path(prompts.xs, prompts.ys, lambdas, positions)         # (K, B, P or G, d)
+    xs = prompts.xs.double() if positions is None else prompts.xs.double()[:, positions]
+    return (weights * xs).sum(-1)
 
 
 def ridge_tuned(task: TaskConfig, options: dict) -> Predictor:
@@ -237,27 +243,6 @@ def ridge_tuned(task: TaskConfig, options: dict) -> Predictor:
         chosen = index.reshape(1, 1, -1).expand(1, *preds.shape[1:])
         return preds.gather(0, chosen).squeeze(0).to(prompts.ys.dtype)
     return predict
-
-
-def ridge_curve(task: TaskConfig, n: int, lambdas: tuple[float, ...] = DEFAULT_LAMBDAS, prompts: int = 1280,
-                seed: int = 0, shift: ShiftConfig | None = None, split_by: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """Normalised ridge error vs lambda at context length n (right panels of seed 001 Fig. 2-3).
-
-    Columns: lam, n, err, subset ('all', or 'noise_std=0.1' etc. for each value of each meta in
-    ``split_by``, default the family's ``default_split``), each subset normalised by its own E[y^2].
-    """
-    family = make_family(task, shift)
-    test = fresh_prompts(family, prompts, n + 1, seed, purpose="ridge-curve")
-    errors = ridge_errors(test, lambdas)[:, :, n]                            # (K, B)
-    rows = [{"lam": lam, "n": n, "err": float(errors[k].mean()) / family.y_second_moment(), "subset": "all"}
-            for k, lam in enumerate(lambdas)]
-    for meta in (family.default_split if split_by is None else split_by):
-        values = test.meta[meta]
-        for value in values.unique().tolist():
-            norm = family.group_second_moment(meta, value)
-            rows += [{"lam": lam, "n": n, "err": float(errors[k][values == value].mean()) / norm,
-                      "subset": f"{meta}={value:g}"} for k, lam in enumerate(lambdas)]
-    return pd.DataFrame(rows)
 
 
 def ridge_validation(task: TaskConfig, options: dict) -> Predictor:

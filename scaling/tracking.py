@@ -281,6 +281,8 @@ class CellLog:
         now = int(time.time() * 1000)
         steps = "step" if "step" in curves.columns else "n"
         rows = curves[curves["err"].notna()]
+        if "lam" in rows:       # a lambda scan has many values per n: it lives in curves.parquet only
+            rows = rows[rows["lam"].isna()]
         metrics = [Metric(curve_metric_key(predictor), float(err), now, int(step))
                    for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
         metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]

@@ -21,7 +21,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from .baselines import Predictor, applicable_baselines, parse_baseline
+from .baselines import DEFAULT_LAMBDAS, Predictor, applicable_baselines, parse_baseline, ridge_errors
 from .config import ConfigError, check, check_choice
 from .models import build_model
 from .tasks import Prompts, ShiftConfig, TaskFamily, TaskPool, derive_seed, fresh_prompts, generator, make_family
@@ -98,10 +98,17 @@ class EvalConfig:
     # per-prompt meta names to split errors by (rows named f"{predictor}|{name}={value:g}"); empty means
     # the family's default (linear_mixed_noise: noise_std; others: none)
     split_by: tuple[str, ...] = ()
+    # context lengths at which to scan ridge regression's error against lambda on the evaluation prompts
+    # (seed 001 Figs. 2-3, right panels: rows ``ridge_lambda`` with a ``lam`` column); empty: no scan
+    lambda_n: tuple[int, ...] = ()
+    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS              # the scan's grid (1e-4 .. 1e3, 4 per decade)
 
     def __post_init__(self):
         check(self.prompts >= 2, "prompts", f"must be >= 2, got {self.prompts}")
         check(all(n >= 1 for n in self.n), "n", f"context lengths must be >= 1, got {list(self.n)}")
+        check(all(n >= 1 for n in self.lambda_n), "lambda_n", f"context lengths must be >= 1, got {list(self.lambda_n)}")
+        check(len(self.lambdas) >= 1 and all(lam > 0 for lam in self.lambdas), "lambdas",
+              f"must be one or more values > 0, got {list(self.lambdas)}")
         check(0 < self.ci < 1, "ci", f"must be in (0, 1), got {self.ci}")
         check(self.bootstrap >= 1, "bootstrap", f"must be >= 1, got {self.bootstrap}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -198,8 +205,12 @@ class CellTrainer:
         family = make_family(self.cell.task, config.shift)
         baselines, skipped = applicable_baselines(config.baselines, self.cell.task, pool=self.pool)
         prompts = fresh_prompts(family, config.prompts, self.points, self.cell.seed, device=self.device)
-        curves = evaluate({"model": self.model_predictor(), **baselines}, prompts, family.y_second_moment(),
-                          config, self.cell.N, self.cell.seed, family=family)
+        norm = family.y_second_moment()
+        curves = evaluate({"model": self.model_predictor(), **baselines}, prompts, norm, config, self.cell.N,
+                          self.cell.seed, family=family)
+        if config.lambda_n:
+            curves = pd.concat([curves, lambda_scan(prompts, norm, config, self.cell.N, self.cell.seed, family)],
+                               ignore_index=True)
         curves.attrs["skipped_baselines"] = skipped
         return curves
 
@@ -245,6 +256,38 @@ def error_rows(name: str, errors: torch.Tensor, grid: list[int], config: EvalCon
              "prompts": errors.shape[0]} for k, n in enumerate(grid)]
 
 
+def subsets(prompts: Prompts, splits: tuple[str, ...], norm: float,
+            family: TaskFamily | None) -> list[tuple[str, torch.Tensor, float]]:
+    """(name suffix, prompt mask (P,), normaliser) of every row group: all prompts ('', norm), then for
+    every meta name in ``splits`` and value it takes ('|name=value', its prompts, E[y^2] given the value;
+    ``norm`` without a family)."""
+    out = [("", torch.ones(len(prompts), dtype=torch.bool), norm)]
+    for meta in splits:
+        values = prompts.meta[meta].cpu()
+        for value in values.unique().tolist():
+            group_norm = family.group_second_moment(meta, value) if family is not None else norm
+            out.append((f"|{meta}={value:g}", values == value, group_norm))
+    return out
+
+
+def lambda_scan(prompts: Prompts, norm: float, config: EvalConfig, N: int, seed: int,
+                family: TaskFamily | None = None) -> pd.DataFrame:
+    """Ridge regression's normalised error against lambda at each context length of ``config.lambda_n``
+    (up to N) on the evaluation prompts (seed 001 Figs. 2-3, right panels: the effect of regularisation
+    at a fixed number of examples). Rows as ``evaluate``'s, predictor ``ridge_lambda`` (and its split
+    rows), with the lambda in ``lam``; the interval is the bootstrap over prompts at each lambda."""
+    grid = sorted({n for n in config.lambda_n if n <= N}) or [N]
+    lambdas = list(config.lambdas)
+    squared = ridge_errors(prompts, tuple(lambdas), positions=grid).cpu()     # (K, P, G)
+    rows = []
+    for g, n in enumerate(grid):
+        for suffix, chosen, subset_norm in subsets(prompts, split_names(config, family), norm, family):
+            errors = squared[:, chosen, g].T / subset_norm                     # (P', K)
+            rows += [{**row, "n": n, "lam": row["n"]}
+                     for row in error_rows("ridge_lambda" + suffix, errors, lambdas, config, seed)]
+    return pd.DataFrame(rows)
+
+
 def evaluate(predictors: dict[str, Predictor], prompts: Prompts, norm: float, config: EvalConfig, N: int,
              seed: int, family: TaskFamily | None = None) -> pd.DataFrame:
     """One row per (predictor, n): mean normalised error, bootstrap interval, number of prompts.
@@ -261,13 +304,8 @@ def evaluate(predictors: dict[str, Predictor], prompts: Prompts, norm: float, co
     rows = []
     for name, predictor in predictors.items():
         squared = squared_errors(predictor, prompts, config.batch_size)[:, grid]        # (P, K)
-        rows += error_rows(name, squared / norm, grid, config, seed)
-        for meta in splits:
-            values = prompts.meta[meta].cpu()
-            for value in values.unique().tolist():
-                group_norm = family.group_second_moment(meta, value) if family is not None else norm
-                rows += error_rows(f"{name}|{meta}={value:g}", squared[values == value] / group_norm, grid,
-                                   config, seed)
+        for suffix, chosen, subset_norm in subsets(prompts, splits, norm, family):
+            rows += error_rows(name + suffix, squared[chosen] / subset_norm, grid, config, seed)
     frame = pd.DataFrame(rows)
     if frame["err"].isna().any():
         bad = frame.loc[frame["err"].isna(), "predictor"].unique().tolist()

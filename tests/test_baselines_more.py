@@ -11,9 +11,9 @@ from sklearn.linear_model import Lasso
 from sklearn.neighbors import KNeighborsRegressor
 
 from scaling.baselines import (BASELINES, BaselineNotApplicable, build_baselines, discrete_mmse,
-                               mixture_ridge_predictions, parse_baseline, ridge_curve, ridge_predictions)
+                               mixture_ridge_predictions, parse_baseline, ridge_predictions)
 from scaling.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
-from scaling.train import EvalConfig, evaluate
+from scaling.train import EvalConfig, evaluate, lambda_scan
 
 LIN = TaskConfig(d=4, noise_std=0.3)
 MIXED = TaskConfig(family="linear_mixed_noise", d=4, noise_stds=(0.1, 0.5))
@@ -150,11 +150,35 @@ def test_ridge_tuned_picks_near_bayes_lambda_on_its_own_validation_set():
     assert torch.equal(predictor(other), build_baselines(("ridge_tuned",), task)["ridge_tuned"](other))
 
 
-def test_ridge_curve_is_lowest_near_the_bayes_lambda_per_level():
-    curve = ridge_curve(MIXED, n=8, prompts=4000, lambdas=(0.004, 0.04, 1.0, 25.0))
-    assert set(curve["subset"]) == {"all", "noise_std=0.1", "noise_std=0.5"}
-    best = curve.loc[curve.groupby("subset")["err"].idxmin()].set_index("subset")["lam"]
-    assert best["noise_std=0.1"] == 0.04 and best["noise_std=0.5"] == 1.0
+def test_lambda_scan_is_ridge_error_per_lambda_and_lowest_at_the_bayes_lambda_per_level():
+    family = make_family(MIXED)
+    prompts = fresh_prompts(family, 4000, 13, seed=0)
+    lambdas = (0.004, 0.04, 1.0, 25.0)                                      # Bayes: d sigma^2 = 0.04 and 1.0
+    config = EvalConfig(prompts=4000, bootstrap=50, lambda_n=(8, 12, 40), lambdas=lambdas)
+    scan = lambda_scan(prompts, family.y_second_moment(), config, 12, 0, family)
+    assert sorted(scan["n"].unique()) == [8, 12]                              # n beyond N = 12 dropped
+    assert set(scan["predictor"]) == {"ridge_lambda", "ridge_lambda|noise_std=0.1", "ridge_lambda|noise_std=0.5"}
+    at = scan.set_index(["predictor", "n", "lam"])
+    for lam in lambdas:                                                       # the plain formula, per lambda
+        direct = (ridge_predictions(prompts, lam)[:, 8].double() - prompts.ys[:, 8].double()) ** 2
+        assert at.loc[("ridge_lambda", 8, lam), "err"] == pytest.approx(float(direct.mean()) / family.y_second_moment(),
+                                                                         rel=1e-5)
+        low = prompts.meta["noise_std"] == 0.1
+        assert at.loc[("ridge_lambda|noise_std=0.1", 8, lam), "err"] == pytest.approx(
+            float(direct[low].mean()) / family.group_second_moment("noise_std", 0.1), rel=1e-5)
+    row = at.loc[("ridge_lambda", 8, 1.0)]
+    assert row["err_lo"] <= row["err"] <= row["err_hi"] and row["prompts"] == 4000
+    level_rows = scan[(scan["n"] == 8) & scan["predictor"].str.contains("|", regex=False)]
+    best = level_rows.loc[level_rows.groupby("predictor")["err"].idxmin()].set_index("predictor")["lam"]
+    assert best["ridge_lambda|noise_std=0.1"] == 0.04 and best["ridge_lambda|noise_std=0.5"] == 1.0
+
+
+def test_cells_without_lambda_n_scan_nothing_and_lambdas_must_be_positive():
+    assert EvalConfig().lambda_n == ()
+    with pytest.raises(ValueError, match="lambdas"):
+        EvalConfig(lambda_n=(5,), lambdas=(0.0, 1.0))
+    with pytest.raises(ValueError, match="lambda_n"):
+        EvalConfig(lambda_n=(0,))
 
 
 def test_ridge_validation_selects_per_prompt_from_its_own_pairs():

@@ -1,56 +1,116 @@
-"""Every sweeps/figK.yaml of seed 001 plans (full and quick profile) with the families and baselines it
-names; files naming families or baselines not registered on this branch are skipped, saying which."""
+"""Every sweeps/figK.yaml of seed 001 plans, full and quick, with the lattice FIGURES.md gives for it, and
+``python -m scaling.sweep sweeps/figK.yaml --dry-run`` lists it without creating a store."""
+import math
 from pathlib import Path
 
 import pytest
 
-from scaling.baselines import BASELINES, parse_baseline
-from scaling.plan import load_plan, read_document
-from scaling.tasks import FAMILIES
+from scaling.plan import load_plan
+from scaling.sweep import main
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
-FIGURES = [f"fig{k}.yaml" for k in range(1, 9)]
+FIGURES = [f"fig{k}" for k in range(1, 9)]
 
 
-def names_used(document, key):
-    """Every value of ``key`` (family, or each entry of baselines) anywhere in the document."""
-    found = set()
-    if isinstance(document, dict):
-        for k, v in document.items():
-            if k == key:
-                found.update(v if isinstance(v, list) else [v])
-            found |= names_used(v, key)
-    elif isinstance(document, list):
-        for v in document:
-            found |= names_used(v, key)
-    return found
+def cells(figure, profile=""):
+    return [p.cell for p in load_plan(SWEEPS / f"{figure}.yaml", profile).cells]
 
 
-def missing_registrations(path):
-    document, _ = read_document(path)
-    families = names_used(document, "family") - set(FAMILIES)
-    baselines = {parse_baseline(b)[0] if b.split("(")[0] in BASELINES else b
-                 for b in names_used(document, "baselines")} - set(BASELINES)
-    return sorted(families) + sorted(baselines)
+def tasks(plan):
+    """Each task of the plan as (family, d, the family's own setting)."""
+    own = {"linear": "noise_std", "linear_mixed_noise": "noise_stds", "sparse_linear": "sparsity",
+           "relu_net": "hidden", "decision_tree": "depth"}
+    return {(c.task.family, c.task.d, getattr(c.task, own[c.task.family])) for c in plan}
+
+
+def models(plan):
+    """Each model as (label, arch, the sizes and inputs that define it)."""
+    return {(c.model.label, c.model.arch, c.model.n_layer if c.model.arch in ("gpt2", "sgpt") else c.model.width,
+             c.model.n_head if c.model.arch == "gpt2" else c.model.inputs, c.model.feature_map) for c in plan}
+
+
+def test_fig1_gpt2_against_the_vectorised_mlp_on_linear_regression():
+    plan = cells("fig1")
+    assert tasks(plan) == {("linear", 8, 0.22)}
+    assert models(plan) == {("gpt2", "gpt2", 8, 8, ""), ("mlp", "mlp", 1024, "vectorised", "")}
+    assert {c.model.n_embd for c in plan if c.model.arch == "gpt2"} == {256}
+    assert {c.N for c in plan} == {5, 10, 20, 30, 40}
+    assert {1e5, 1e6} <= {c.T for c in plan} and math.inf in {c.T for c in plan}
+
+
+def test_fig2_sgpt_gpt2_and_tuned_ridge_with_the_lambda_scan():
+    plan = cells("fig2")
+    assert tasks(plan) == {("linear", 20, 0.5)}
+    assert {(c.model.arch, c.model.n_layer, c.model.n_embd) for c in plan} == {("sgpt", 8, 256), ("gpt2", 8, 256)}
+    assert {c.eval.n for c in plan} == {tuple(range(10, 41, 5))} and {c.N for c in plan} == {40}
+    assert all("ridge_tuned" in c.eval.baselines and c.eval.lambda_n for c in plan)
+
+
+def test_fig3_two_noise_levels_per_level_ridge_and_in_context_validation():
+    plan = cells("fig3")
+    assert tasks(plan) == {("linear_mixed_noise", 20, (0.1, 0.5))}
+    assert {c.eval.n for c in plan} == {()} and {c.N for c in plan} == {40}          # every n in 1..40
+    assert all({"ridge_per_level", "ridge_validation"} <= set(c.eval.baselines) and c.eval.lambda_n for c in plan)
+
+
+def test_fig4_three_nonlinear_families_two_million_tasks_and_the_papers_baselines():
+    plan = cells("fig4")
+    assert tasks(plan) == {("decision_tree", 20, 4), ("relu_net", 20, 100), ("sparse_linear", 20, 3)}
+    assert {c.T for c in plan} == {2e6}
+    assert {c.model.arch for c in plan} == {"sgpt", "gpt2"}
+    assert all({"xgboost", "nn_student", "lasso", "least_squares"} <= set(c.eval.baselines) for c in plan)
+    assert {c.eval.n for c in plan} == {(*range(1, 92, 10), 100)}
+
+
+def test_fig5_one_layer_models_on_the_four_tasks():
+    plan = cells("fig5")
+    assert {t[:2] for t in tasks(plan)} == {(f, 8) for f in ("linear", "sparse_linear", "relu_net", "decision_tree")}
+    assert {c.N for c in plan} == {10, 20, 30, 40, 50}
+    assert {(c.model.arch, c.model.n_layer if c.model.arch == "sgpt" else c.model.feature_map) for c in plan} == {
+        ("sgpt", 1), ("onelayer", "l1_attention")}
+
+
+def test_fig6_row_and_scalar_forms_of_psi_L_and_psi_H():
+    plan = cells("fig6")
+    assert tasks(plan) == {("linear", 8, 0.22), ("relu_net", 8, 100)}
+    assert {(c.model.arch, c.model.feature_map) for c in plan} == {
+        (a, k) for a in ("onelayer", "linear_on_scalar") for k in ("linear", "hilbert")}
+    assert len({c.T for c in plan}) == 1
+
+
+def test_fig7_mlps_on_vectorised_input_features_and_both():
+    plan = cells("fig7")
+    assert tasks(plan) == {("linear", 8, 0.22), ("relu_net", 8, 100)}
+    assert {(c.model.inputs, c.model.feature_map) for c in plan} == {
+        ("vectorised", ""), *((i, k) for i in ("features", "both") for k in ("linear", "hilbert"))}
+    assert {5, 10, 20, 30, 40, 60, 80} <= {c.N for c in plan}
+    assert {1e5} <= {c.T for c in plan} and len({c.T for c in plan}) >= 5
+
+
+def test_fig8_gpt2_and_sgpt_on_linear_and_relu_tasks():
+    plan = cells("fig8")
+    assert tasks(plan) == {("linear", 8, 0.22), ("relu_net", 8, 100)}
+    assert {(c.model.arch, c.model.n_layer) for c in plan} == {("gpt2", 8), ("sgpt", 8)}
+    assert {1e5, 1e6} <= {c.T for c in plan} and 10 in {c.N for c in plan}
+
+
+@pytest.mark.parametrize("figure", FIGURES)
+def test_full_profile_is_the_reference_recipe_and_quick_runs_on_cpus(figure):
+    assert all(c.train.steps == 500000 and c.train.lr == 1e-4 and c.train.batch_size == 64 for c in cells(figure))
+    plan = load_plan(SWEEPS / f"{figure}.yaml", "quick")
+    assert plan.name == f"{figure}-quick"
+    assert all(p.resources.gpu == 0 for p in plan.cells), "quick profiles run on CPUs"
+    assert all(p.cell.train.steps <= 5000 for p in plan.cells)
 
 
 @pytest.mark.parametrize("profile", ["", "quick"])
 @pytest.mark.parametrize("figure", FIGURES)
-def test_figure_sweep_plans(figure, profile):
-    path = SWEEPS / figure
-    missing = missing_registrations(path)
-    if missing:
-        pytest.skip(f"{figure} needs the task-family/baseline branch for: {', '.join(missing)}")
-    plan = load_plan(path, profile)
-    assert plan.cells and plan.name == figure.removesuffix(".yaml") + (f"-{profile}" if profile else "")
-    if profile == "quick":
-        assert all(p.resources.gpu == 0 for p in plan.cells), "quick profiles run on CPUs"
-        assert all(p.cell.train.steps <= 5000 for p in plan.cells)
-    else:
-        assert all(p.cell.train.steps == 500000 and p.cell.train.lr == 1e-4 for p in plan.cells)
-
-
-def test_fig7_quick_restricted_to_the_linear_task_plans_here():
-    plan = load_plan(SWEEPS / "fig7.yaml", "quick", ["grid.task=[{family: linear, d: 8, noise_std: 0.22}]"])
-    assert {p.cell.model.label for p in plan.cells} == {"mlp", "mlp_both_psiH"}
-    assert {p.cell.N for p in plan.cells} == {5, 20, 40}
+def test_dry_run_lists_every_cell_and_creates_nothing(figure, profile, tmp_path, capsys):
+    args = [str(SWEEPS / f"{figure}.yaml"), "--dry-run", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+            "--storage", str(tmp_path / "storage")] + (["--profile", profile] if profile else [])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    planned = load_plan(SWEEPS / f"{figure}.yaml", profile).cells
+    assert f"totals: {len(planned)} pending" in out
+    assert all(p.cell.name in out for p in planned)
+    assert not list(tmp_path.iterdir())

@@ -4,6 +4,7 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import figures, plots
@@ -162,3 +163,57 @@ def test_task_panel_draws_inf_at_the_right_edge():
     gpt2 = lines_by_label(ax)["gpt2"]
     assert list(gpt2.get_xdata()) == [100, 1e5, 1e6, 4e6]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "1e5", "1e6", "inf"]
+
+
+def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):
+    """Ridge-vs-lambda rows as cells log them (scaling.train.lambda_scan on real prompts), per model's cell."""
+    from scaling.tasks import fresh_prompts, make_family
+    from scaling.train import EvalConfig, lambda_scan
+
+    family = make_family(task)
+    prompts = fresh_prompts(family, 600, N + 1, seed=0)
+    config = EvalConfig(prompts=600, bootstrap=20, lambda_n=(n,), lambdas=(0.01, 0.1, 1.0, 10.0, 100.0))
+    scan = lambda_scan(prompts, family.y_second_moment(), config, N, 0, family)
+    return pd.concat([scan.assign(sweep="s", cell_key=f"linear-{m}-Tinf-N{N}-s0", run_id=f"run-{m}", model=m,
+                                  T=math.inf, N=N, seed=0) for m in models], ignore_index=True)
+
+
+def test_fig2_draws_ridge_error_vs_lambda_beside_the_models():
+    from scaling.tasks import TaskConfig
+
+    table = full_table("fig2")
+    drawn = figures.draw(table, "fig2", scans=scan_table(TaskConfig(d=5, noise_std=0.5)))
+    fig = drawn.figures["fig2"]
+    assert titles(fig) == ["error vs n: all prompts", "ridge error vs lambda, n = 5"]
+    lines = lines_by_label(fig.axes[1])
+    assert {"ridge vs lambda", "best lambda", "sgpt", "gpt2"} <= set(lines)
+    curve = lines["ridge vs lambda"]
+    lam, err = curve.get_xdata(), curve.get_ydata()
+    assert list(lam) == [0.01, 0.1, 1.0, 10.0, 100.0] and lam[np.argmin(err)] == 1.0   # Bayes: d sigma^2 = 1.25
+    model_at_5 = table[(table["model"] == "gpt2") & (table["predictor"] == "model") & (table["n"] == 5)]["err"].mean()
+    assert lines["gpt2"].get_ydata()[0] == pytest.approx(model_at_5)
+    assert fig.axes[1].get_xscale() == "log"
+    assert not any("omitted" in note for note in drawn.notes)
+
+
+def test_fig3_draws_one_lambda_panel_with_a_curve_per_noise_level():
+    from scaling.tasks import TaskConfig
+
+    scans = scan_table(TaskConfig(family="linear_mixed_noise", d=5, noise_stds=(0.1, 0.5)))
+    fig = figures.draw(full_table("fig3"), "fig3", scans=scans).figures["fig3"]
+    assert titles(fig) == ["error vs n: noise_std=0.1", "error vs n: noise_std=0.5", "ridge error vs lambda, n = 5"]
+    lines = lines_by_label(fig.axes[2])
+    assert {"ridge vs lambda (noise_std=0.1)", "ridge vs lambda (noise_std=0.5)", "gpt2 (noise_std=0.1)"} <= set(lines)
+    low, high = (lines[f"ridge vs lambda (noise_std={s})"] for s in ("0.1", "0.5"))
+    assert low.get_xdata()[np.argmin(low.get_ydata())] < high.get_xdata()[np.argmin(high.get_ydata())]
+
+
+def test_lambda_panel_is_noted_when_absent_and_a_figure_of_its_own_in_other_layouts():
+    from scaling.tasks import TaskConfig
+
+    drawn = figures.draw(full_table("fig2"), "fig2")
+    assert titles(drawn.figures["fig2"]) == ["error vs n: all prompts"]
+    assert any("no cell scanned lambda" in note for note in drawn.notes)
+    scans = scan_table(TaskConfig(d=5, noise_std=0.5), models=("gpt2", "mlp"), n=8, N=10)
+    other = figures.draw(full_table("fig1"), "fig1", scans=scans)
+    assert titles(other.figures["ridge_lambda"]) == ["ridge error vs lambda, n = 8"]
