@@ -32,6 +32,8 @@ def cell_runs(uri: str, experiment: str) -> list:
 
 def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_sweep, capsys):
     path, uri, storage = workspace
+    tiny_sweep["defaults"]["eval"]["lambda_n"] = [2]           # the ridge-vs-lambda scan of Figs. 2-3
+    path.write_text(yaml.safe_dump(tiny_sweep))
     outcome = run_sweep(str(path), tracking_uri=uri, storage=storage)
     assert outcome.ok and len(outcome.completed) == 2 and outcome.skipped == 0
 
@@ -55,6 +57,9 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
         curves = pd.read_parquet(client.download_artifacts(run.info.run_id, "curves.parquet"))
         assert set(curves.columns) >= {"predictor", "n", "err", "err_lo", "err_hi", "prompts"}
         assert (curves["err_lo"] <= curves["err"]).all() and (curves["err"] <= curves["err_hi"]).all()
+        scan = curves[curves["lam"].notna()]
+        assert set(scan["predictor"]) == {"ridge_lambda"} and set(scan["n"]) == {2} and len(scan) == 29
+        assert not any(key.startswith("baseline/ridge_lambda") for key in run.data.metrics)
     assert len(set(r.data.tags["cell_key"] for r in runs)) == 2
 
     again = run_sweep(str(path), tracking_uri=uri, storage=storage)
@@ -74,7 +79,9 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
     assert table["cell_key"].nunique() == 4
     assert set(table["predictor"]) == {"model", "zero", "least_squares", "ridge"}
     assert set(table["T"]) == {4.0, math.inf} and set(table["seed"]) == {0, 1}
-    for name in ("table.parquet", "context_scaling.png", "task_scaling.png", "report.html"):
+    assert set(result.scans["lam"].notna()) == {True} and result.scans["cell_key"].nunique() == 4
+    for name in ("table.parquet", "ridge_lambda.parquet", "ridge_lambda.png", "context_scaling.png",
+                 "task_scaling.png", "report.html"):
         assert (path.parent / "out" / name).exists(), name
     analysis_runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("tiny").experiment_id],
                                                   "tags.kind = 'analysis'")
