@@ -53,7 +53,7 @@ FORMS: dict[str, Form] = {
     "joint": Form(("n", "T"), ("A", "B"), ("alpha", "beta"), ("sweep", "model", "predictor")),
 }
 PARAMS = ("E", "A", "alpha", "B", "beta")
-SELECTIONS = ("diagonal", "all")
+SELECTIONS = ("auto", "diagonal", "all")
 EXPONENT_BOUNDS = (0.0, 10.0)
 LOG_BOUNDS = (-50.0, 50.0)
 
@@ -81,13 +81,15 @@ def scaling_points(
     table: pd.DataFrame,
     axes: tuple[str, ...],
     keys: list[str],
-    select: str = "diagonal",
+    select: str = "auto",
     n_min: int = 1,
 ) -> pd.DataFrame:
     """The rows a scaling analysis uses: one per (keys, seed, axes) with its mean err.
 
     select="diagonal" keeps rows evaluated at the cell's own length (n == N, train and test on the
-    same context length as in seed 001 App. A); "all" keeps every evaluated n. When n is a fit axis
+    same context length as in seed 001 App. A); "all" keeps every evaluated n; "auto" (the default)
+    is "diagonal" for groups whose cells span several N and "all" for groups of one N, whose curve
+    over n is one cell trained on every prefix (seed 001 Figs. 2-4: one N = 40 cell per model). When n is a fit axis
     only n >= n_min is kept (n^-alpha needs n > 0); when T is a fit axis only finite T > 0 is kept.
     Rows with non-finite or non-positive err are dropped. Duplicates of (keys, seed, axes) left
     after selection (several cells evaluated at the same n under select="all") are averaged.
@@ -97,6 +99,9 @@ def scaling_points(
     rows = table
     if select == "diagonal":
         rows = rows[rows["n"] == rows["N"]]
+    elif select == "auto":
+        group_Ns = rows.groupby(keys, dropna=False)["N"].transform("nunique") if keys else rows["N"].nunique()
+        rows = rows[(group_Ns == 1) | (rows["n"] == rows["N"])]
     if "n" in axes:
         rows = rows[rows["n"] >= n_min]
     if "T" in axes:
@@ -371,7 +376,7 @@ def fit_scaling(
     form: str,
     *,
     by: tuple[str, ...] | None = None,
-    select: str = "diagonal",
+    select: str = "auto",
     n_min: int = 1,
     fixed_E: float | str | None = None,
     n_boot: int = 1000,

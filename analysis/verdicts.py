@@ -138,7 +138,7 @@ def scaling_verdicts(
     question: str,
     *,
     by: tuple[str, ...] | None = None,
-    select: str = "diagonal",
+    select: str = "auto",
     n_min: int = 1,
     threshold: float = 0.05,
     level: float = 0.9,
@@ -149,7 +149,8 @@ def scaling_verdicts(
     """One verdict row per group of the tidy table for `question` ("context" or "task").
 
     Groups and point selection are those of the fit of the same name (fit.group_keys,
-    fit.scaling_points: diagonal n == N by default, n >= n_min, finite T for task scaling).
+    fit.scaling_points: by default n == N where a group's cells span several N, every evaluated n
+    of a group of one N, n >= n_min, finite T for task scaling).
     """
     q = question_named(question)
     rng = np.random.default_rng(rng)

@@ -192,6 +192,15 @@ def test_scaling_points_selects_diagonal_finite_T_and_averages_duplicates():
     assert sorted(every.n.unique()) == [0, 5, 10]
 
 
+def test_auto_selection_is_the_diagonal_across_N_and_the_whole_curve_of_a_single_N():
+    base = dict(sweep="s", predictor="model", T=INF, seed=0)
+    lattice = [dict(base, model="mlp", N=N, n=n, err=1.0 / n) for N in (5, 10) for n in range(1, N + 1)]
+    one_cell = [dict(base, model="sgpt", N=40, n=n, err=1.0 / n) for n in (10, 20, 40)]
+    points = scaling_points(pd.DataFrame(lattice + one_cell), ("n",), ["sweep", "model", "T", "predictor"])
+    assert points[points.model == "mlp"].n.tolist() == [5, 10]                # n == N: train = test
+    assert points[points.model == "sgpt"].n.tolist() == [10, 20, 40]          # Figs. 2-4: n within the cell
+
+
 def test_groups_split_by_model_T_and_task_columns():
     rng = np.random.default_rng(0)
     parts = [context_table(rng, seeds=[0, 1], model=m).assign(**{"task.sigma": s})
