@@ -99,8 +99,9 @@ def scaling_points(
     rows = table
     if select == "diagonal":
         rows = rows[rows["n"] == rows["N"]]
-    elif select == "auto":
-        group_Ns = rows.groupby(keys, dropna=False)["N"].transform("nunique") if keys else rows["N"].nunique()
+    elif select == "auto":      # a lattice over N is judged per group without n (a task group's own key)
+        lattice = [k for k in keys if k != "n"]
+        group_Ns = rows.groupby(lattice, dropna=False)["N"].transform("nunique") if lattice else rows["N"].nunique()
         rows = rows[(group_Ns == 1) | (rows["n"] == rows["N"])]
     if "n" in axes:
         rows = rows[rows["n"] >= n_min]

@@ -199,6 +199,8 @@ def test_auto_selection_is_the_diagonal_across_N_and_the_whole_curve_of_a_single
     points = scaling_points(pd.DataFrame(lattice + one_cell), ("n",), ["sweep", "model", "T", "predictor"])
     assert points[points.model == "mlp"].n.tolist() == [5, 10]                # n == N: train = test
     assert points[points.model == "sgpt"].n.tolist() == [10, 20, 40]          # Figs. 2-4: n within the cell
+    task = scaling_points(pd.DataFrame(lattice + one_cell).assign(T=100.0), ("T",), ["sweep", "model", "n", "predictor"])
+    assert task[task.model == "mlp"].n.tolist() == [5, 10]                    # grouped by n, still the diagonal
 
 
 def test_groups_split_by_model_T_and_task_columns():
