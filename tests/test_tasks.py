@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from scaling.tasks import LinearRegression, TaskConfig, TaskPool, fresh_prompts
+from scaling.tasks import LinearRegression, TaskConfig, TaskPool, fresh_prompts, make_family
 
 
 def family(d=4, sigma=0.0):
@@ -38,6 +38,18 @@ def test_pools_are_nested_and_large_pools_regenerate_identically():
     big = TaskPool(family(), 10_000, seed=1, max_resident=0)       # forced lazy
     assert big._resident is None
     assert torch.equal(big.tasks(torch.arange(10))["beta"], small)
+
+
+def test_a_resident_pool_of_many_chunks_holds_the_tasks_a_lazy_one_regenerates():
+    teachers = make_family(TaskConfig(family="relu_net", d=3, hidden=20))   # 80 numbers a task
+    held = TaskPool(teachers, 1001, seed=2)
+    lazy = TaskPool(teachers, 1001, seed=2, max_resident=0)
+    assert held._resident is not None and lazy._resident is None
+    assert 1001 % held.chunk_size and 1001 // held.chunk_size >= 2             # several chunks, a partial last one
+    idx = torch.tensor([0, 1000, held.chunk_size, held.chunk_size - 1, 517])
+    for key in ("w1", "w2"):
+        assert held._resident[key].shape[0] == 1001
+        assert torch.equal(held.tasks(idx)[key], lazy.tasks(idx)[key])
 
 
 def test_infinite_pool_draws_fresh_tasks():
