@@ -5,7 +5,15 @@ context length n grows at a fixed number of pretraining tasks T, and task-scalin
 falls as T grows at a fixed n (Figs. 1, 7, 8: MLPs task-scale but do not context-scale).
 
 Each group, (sweep, model, T, predictor) for context and (sweep, model, n, predictor) for task
-scaling (finite T only), is judged from its points along the axis (fit.scaling_points):
+scaling (finite T only), is judged from its points along the axis (fit.scaling_points).
+
+The measure judged is the error relative to the zero predictor on the same prompts (same cell, same n,
+same noise level: ``err / err_zero``, column ``measure`` = "err/zero") wherever every row of the group
+has that partner, else the normalised error itself ("err"). Both estimate the same population quantity
+(errors are normalised by E[y^2]), but the ratio cancels the sampling noise of the query labels that a
+model and the zero predictor share: with 512 prompts the zero predictor's own error moves by ~0.05
+between context lengths, and a model that predicts nothing (Fig. 7's vectorised MLP, within 0.3% of the
+zero predictor at every n) would otherwise "fall" or "rise" with it.
 
 - drop: the paired relative drop of error from the smallest to the largest axis value,
   d_s = 1 - err_s(largest) / err_s(smallest) for each seed s that has both, averaged over seeds;
@@ -133,6 +141,23 @@ def judge_points(
     return out
 
 
+def relative_to_zero(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The table with a ``measure`` column and, in the groups (`keys`) where every row has the zero
+    predictor's row of the same cell, n and noise level (``zero`` or ``zero|<level>``) with a positive
+    error, err divided by that error (measure "err/zero"); other groups keep err (measure "err")."""
+    if table.empty or not {"cell_key", "predictor", "n"} <= set(table.columns):
+        return table.assign(measure="err")
+    name, _, level = (table["predictor"].astype(str).str.partition("|")[i] for i in (0, 1, 2))
+    pair = ["cell_key", "n", "_level"]
+    marked = table.assign(_level=level)
+    zeros = (marked[name == "zero"].groupby(pair, dropna=False)["err"].mean().rename("_zero").reset_index())
+    merged = marked.reset_index(drop=True).merge(zeros, on=pair, how="left")
+    ok = np.isfinite(merged["_zero"]) & (merged["_zero"] > 0)
+    whole = ok.groupby([merged[k] for k in keys], dropna=False).transform("all") if keys else ok.all()
+    return merged.assign(err=merged["err"].where(~whole, merged["err"] / merged["_zero"]),
+                         measure=np.where(whole, "err/zero", "err")).drop(columns=["_level", "_zero"])
+
+
 def scaling_verdicts(
     table: pd.DataFrame,
     question: str,
@@ -145,16 +170,20 @@ def scaling_verdicts(
     n_boot: int = 1000,
     trend_alpha: float = 0.05,
     rng: np.random.Generator | int = 0,
+    against_zero: bool = True,
 ) -> pd.DataFrame:
     """One verdict row per group of the tidy table for `question` ("context" or "task").
 
     Groups and point selection are those of the fit of the same name (fit.group_keys,
     fit.scaling_points: by default n == N where a group's cells span several N, every evaluated n
-    of a group of one N, n >= n_min, finite T for task scaling).
+    of a group of one N, n >= n_min, finite T for task scaling). `against_zero` judges err / err_zero
+    where the zero predictor ran on the same prompts (relative_to_zero; the module docstring says why).
     """
     q = question_named(question)
     rng = np.random.default_rng(rng)
     keys = group_keys(table, FORMS[question], by)
+    table = relative_to_zero(table, keys) if against_zero else table.assign(measure="err")
+    keys = [*keys, "measure"]       # constant within a group: carried into the verdict rows
     pts = scaling_points(table, (q.axis,), keys, select, n_min)
     rows = []
     for key, group in pts.groupby(keys, dropna=False, sort=True):

@@ -140,3 +140,39 @@ def test_baselines_are_left_out_of_the_answer_by_default():
 def test_unknown_question_lists_known():
     with pytest.raises(ValueError, match="context"):
         question_named("depth")
+
+
+def tracking_zero_table(drop_zero_of: str | None = None) -> pd.DataFrame:
+    """A model that predicts nothing: its error is the zero predictor's on the same prompts (to 0.1%),
+    and the zero predictor's sampled error happens to fall 20% from N = 5 to 40 (query-label noise)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for N, z in zip(NS, [1.1, 1.0, 0.95, 0.88]):
+        for seed in range(4):
+            key = f"mlp-N{N}-s{seed}"
+            zero = z * (1 + 0.01 * rng.normal())
+            for level, scale in (("", 1.0), ("|noise_std=0.5", 1.3)):
+                for predictor, err in (("zero", zero * scale), ("model", 0.999 * zero * scale)):
+                    if key == drop_zero_of and predictor == "zero" and not level:
+                        continue
+                    rows.append(dict(sweep="s", cell_key=key, model="mlp", T=1e5, N=N, seed=seed,
+                                     predictor=predictor + level, n=N, err=err))
+    return pd.DataFrame(rows)
+
+
+def test_verdicts_judge_error_relative_to_the_zero_predictor_on_the_same_prompts():
+    table = tracking_zero_table()
+    raw = context_verdicts(table, n_boot=300, against_zero=False)
+    assert set(raw.verdict) == {"context-scales"} and set(raw.measure) == {"err"}
+    paired = context_verdicts(table, n_boot=300)
+    assert set(paired.measure) == {"err/zero"}
+    assert len(paired) == 4       # model, zero, each plain and per noise level
+    assert set(paired.verdict) == {"does not context-scale"}
+    assert abs(one(paired, predictor="model|noise_std=0.5")["drop"]) < 1e-3
+
+
+def test_a_group_missing_a_zero_partner_keeps_the_plain_error():
+    paired = context_verdicts(tracking_zero_table(drop_zero_of="mlp-N20-s1"), n_boot=300)
+    assert one(paired, predictor="model").measure == "err"
+    assert one(paired, predictor="model").verdict == "context-scales"
+    assert one(paired, predictor="model|noise_std=0.5").measure == "err/zero"
