@@ -166,7 +166,7 @@ def run(quick: bool) -> list[dict]:
     whole sweep of two minute-long cells against their bare training."""
     cells = 10 if quick else 50
     document = tiny_sweep(cells)
-    repeats = 1 if quick else 2
+    repeats = 1     # the overhead is ~0.7 s per cell against a 3 s target: one repeat decides it
     bare, walls = [], {"off": [], "auto": []}
     for _ in range(repeats):                      # the sides alternate, so a load change hits both
         bare.append(bare_seconds(document))

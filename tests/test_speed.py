@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2Model
 
+from benchmarks.__main__ import SUITES
 from scaling.baselines import psd_solve, ridge_weights
 from scaling.cells import Cell
 from scaling.cost import (StepShape, fit_table, load_table, model_params, step_flops, step_peak_bytes, step_seconds,
@@ -116,7 +117,9 @@ def test_benchmark_suite_quick_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads(out.read_text())["results"]
+    written = json.loads(out.read_text())
+    results = written["results"]
+    assert list(written["suite_seconds"]) == list(SUITES) and all(v > 0 for v in written["suite_seconds"].values())
     names = {r["name"] for r in results}
     assert {"gpt2_train_cpu_best", "least_squares_batched", "ridge_batched", "cost_model_time"} <= names
     assert all(r["status"] in ("PASS", "INFO", "SKIP") for r in results)
