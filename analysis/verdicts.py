@@ -147,13 +147,14 @@ def relative_to_zero(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     error, err divided by that error (measure "err/zero"); other groups keep err (measure "err")."""
     if table.empty or not {"cell_key", "predictor", "n"} <= set(table.columns):
         return table.assign(measure="err")
-    name, _, level = (table["predictor"].astype(str).str.partition("|")[i] for i in (0, 1, 2))
+    parts = table["predictor"].astype(str).str.partition("|")      # name, "|", level
     pair = ["cell_key", "n", "_level"]
-    marked = table.assign(_level=level)
-    zeros = (marked[name == "zero"].groupby(pair, dropna=False)["err"].mean().rename("_zero").reset_index())
+    marked = table.assign(_level=parts[2])
+    zeros = (marked[parts[0] == "zero"].groupby(pair, dropna=False)["err"].mean().rename("_zero").reset_index())
     merged = marked.reset_index(drop=True).merge(zeros, on=pair, how="left")
     ok = np.isfinite(merged["_zero"]) & (merged["_zero"] > 0)
-    whole = ok.groupby([merged[k] for k in keys], dropna=False).transform("all") if keys else ok.all()
+    whole = (ok.groupby([merged[k] for k in keys], dropna=False).transform("all") if keys
+             else pd.Series(bool(ok.all()), index=ok.index))
     return merged.assign(err=merged["err"].where(~whole, merged["err"] / merged["_zero"]),
                          measure=np.where(whole, "err/zero", "err")).drop(columns=["_level", "_zero"])
 
