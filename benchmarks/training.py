@@ -18,7 +18,9 @@ for-loop Adam, data on the CPU), so the ratio isolates the step's own costs.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -139,6 +141,22 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
+def bf16_matmul_slowdown(device: torch.device, size: int = 256, repeats: int = 5) -> float:
+    """Seconds of a size x size bf16 matmul over the fp32 one on `device` (median of `repeats`)."""
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(size, size, device=device).to(dtype)
+        runs = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            a @ a
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            runs.append(time.perf_counter() - start)
+        times[dtype] = statistics.median(runs[1:])
+    return times[torch.bfloat16] / times[torch.float32]
+
+
 def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budget_s: float) -> list[Result]:
     size = QUICK if quick else FIG1
     batch = size["batch"]
@@ -157,16 +175,20 @@ def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budge
             model, draw = PlainSGPT(size["d"], size["N"] + 1, size["n_embd"], size["n_layer"]), plain_data(size, gen)
             ref_label = "plain SGPT loop: fp32, for-loop Adam, data on CPU"
     sides = {"reference": reference_step(model.to(device), draw, device),
-             "float32": our_step(arch, size, "float32", device),
-             "bfloat16": our_step(arch, size, "bfloat16", device)}
+             "float32": our_step(arch, size, "float32", device)}
+    slow_bf16 = bf16_matmul_slowdown(device)
+    if slow_bf16 <= 2.0:        # CPUs without bf16 units (AVX2 only) run bf16 matmuls ~100x slower
+        sides["bfloat16"] = our_step(arch, size, "bfloat16", device)
     medians = interleaved_medians(sides, repeats, warmup=1, budget_s=budget_s)
     rates = {k: batch / v for k, v in medians.items()}
     flops = step_flops(StepShape(arch, size["N"], size["d"], size["n_embd"], size["n_layer"], batch))
     where = "cpu" if device.type == "cpu" else "gpu"
     target = None if quick else TARGET_CPU if device.type == "cpu" else TARGET_GPU   # targets are for Fig. 1 size
-    best = max(("float32", "bfloat16"), key=rates.get)
+    best = max(("float32", "bfloat16"), key=lambda k: rates.get(k, 0.0))
     shape = f"{size['n_layer']}L/{size['n_head']}H/w{size['n_embd']} d={size['d']} N={size['N']} B={batch}"
     note = f"{shape}; ours {flops * rates[best] / batch / 1e9:.1f} GFLOP/s"
+    if "bfloat16" not in sides:
+        note += f"; bf16 not run: a bf16 matmul is {slow_bf16:.0f}x slower than fp32 here"
     if device.type == "cuda":
         peak = peak_flops(device)
         note += f", MFU {flops * rates[best] / batch / peak:.1%}" if peak else ", MFU n/a (unknown GPU peak)"
