@@ -393,5 +393,19 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def exit_now(code: int) -> None:
+    """End the CLI process without the interpreter's teardown (~1.5 s of freeing torch, Ray and MLflow
+    modules, per sweep): output flushed, logging closed and Ray shut down first; every MLflow write and
+    checkpoint is already committed by then (the sweep run is ended before main returns)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
