@@ -15,7 +15,8 @@ floating-point rounding of the batched matrix products.
 
 ``PACKABLE_ARCHS`` lists the architectures built as features then a Linear/ReLU head; ``pack_groups``
 is the planner's decision (``run.pack``: ``auto`` packs up to ``AUTO_PACK_SIZE`` cells whose estimated cost per training
-step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots;
+step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots
+when each part has enough work to pay for its own trial;
 an integer K packs up to K cells of a packable architecture of any size; ``off`` or 1 never packs).
 """
 from __future__ import annotations
@@ -35,6 +36,14 @@ from .train import CellTrainer
 PACKABLE_ARCHS = ("mlp", "onelayer", "linear_on_scalar")
 AUTO_PACK_SIZE = 8
 AUTO_PACK_MAX_FLOPS = 2e8       # estimated multiply-adds of one training step (forward) of one cell
+# Splitting auto packs over the cluster's slots: a part becomes its own trial only when it keeps at least
+# MIN_SPLIT_SECONDS of estimated training, since a trial's start (a worker process importing torch, Ray
+# Tune and MLflow) costs seconds of CPU by itself. The estimate is deliberately on the slow side, so
+# packs are split rather than serialised when in doubt: a fixed cost per step (Python, optimizer) plus
+# the step's FLOPs (forward and backward: 6 per multiply-add of one member's forward, times the members) at a low rate.
+MIN_SPLIT_SECONDS = 10.0
+PACK_STEP_OVERHEAD_S = 1e-3
+PACK_FLOP_RATE = 1e10
 
 
 def pack_signature(cell: Cell) -> str | None:
@@ -63,6 +72,21 @@ def step_cost(cell: Cell) -> float:
     return float(params) * cell.train.batch_size * (cell.N + 1)
 
 
+def pack_seconds(cell: Cell, members: int) -> float:
+    """Estimated training seconds of a pack of ``members`` cells like ``cell`` (see MIN_SPLIT_SECONDS)."""
+    return cell.train.steps * (PACK_STEP_OVERHEAD_S + 6 * members * step_cost(cell) / PACK_FLOP_RATE)
+
+
+def auto_parts(cell: Cell, count: int, slots: int) -> int:
+    """Into how many packs ``count`` auto-packable cells like ``cell`` go on ``slots`` trial slots: one
+    per slot, fewer when a part would train for less than MIN_SPLIT_SECONDS (8 cells of a few seconds
+    each are faster as one trial than as two that each start a worker process)."""
+    parts = max(1, min(slots, count))
+    while parts > 1 and pack_seconds(cell, -(-count // parts)) < MIN_SPLIT_SECONDS:
+        parts -= 1
+    return parts
+
+
 def pack_limit(pack: str | int, cell: Cell) -> int:
     """How many cells like ``cell`` one pack may hold under the setting ``run.pack``."""
     if pack_signature(cell) is None or pack in ("off", 1, 0):
@@ -77,9 +101,10 @@ def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambd
     """Indices of ``cells`` grouped into packs (in plan order); a group of one is an unpacked cell.
 
     ``cells`` are Cells; cells pack only with cells of the same signature and the same resources. Under
-    ``auto`` the packs of a signature are made small enough that there are at least ``slots`` of them
-    (the trials the cluster runs at once), so packing never leaves a slot idle: 8 such cells on 2 slots
-    make 2 packs of 4.
+    ``auto`` the packs of a signature are made small enough that there are ``slots`` of them (the trials
+    the cluster runs at once), so packing leaves no slot idle, unless the parts would be too short to pay
+    for their own trial (``auto_parts``): 8 cells of a minute on 2 slots make 2 packs of 4, 8 cells of
+    a second one pack of 8.
     """
     signatures = [(pack_signature(c), repr(resources_of(c))) for c in cells]
     open_groups: dict[tuple, list[int]] = {}
@@ -87,7 +112,8 @@ def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambd
     for i, cell in enumerate(cells):
         limit = pack_limit(pack, cell)
         if pack == "auto" and limit > 1:
-            limit = min(limit, max(1, -(-signatures.count(signatures[i]) // max(1, slots))))
+            count = signatures.count(signatures[i])
+            limit = min(limit, max(1, -(-count // auto_parts(cell, count, slots))))
         if limit <= 1:
             groups.append([i])
             continue

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from scaling.cells import Cell
-from scaling.pack import AUTO_PACK_SIZE, PackTrainer, pack_groups, pack_limit, pack_signature
+from scaling.pack import (AUTO_PACK_SIZE, MIN_SPLIT_SECONDS, PackTrainer, pack_groups, pack_limit, pack_seconds,
+                          pack_signature)
 from scaling.plan import SweepError, plan_document
 from scaling.train import CellTrainer
 from tests.conftest import tiny_cell_dict
@@ -93,9 +94,23 @@ def test_planner_packing_decision(name, cells, pack, expected):
     assert pack_groups(cells, pack) == expected, name
 
 
+LONG = {**tiny_cell_dict()["train"], "steps": 50_000}       # ~50 s of estimated training per pack
+
+
 @pytest.mark.parametrize("cells, slots, sizes", [(8, 2, [4, 4]), (8, 1, [8]), (20, 2, [8, 8, 4]), (3, 4, [1, 1, 1])])
 def test_auto_packs_fill_the_slots(cells, slots, sizes):
-    assert [len(g) for g in pack_groups([cell(T=2 ** i) for i in range(cells)], "auto", slots=slots)] == sizes
+    long_cells = [cell(T=2 ** i, train=LONG) for i in range(cells)]
+    assert pack_seconds(long_cells[0], 1) >= MIN_SPLIT_SECONDS
+    assert [len(g) for g in pack_groups(long_cells, "auto", slots=slots)] == sizes
+
+
+@pytest.mark.parametrize("steps, slots, sizes", [(20, 2, [8]), (20, 8, [8]), (20_000, 4, [2, 2, 2, 2]),
+                                                 (9_000, 4, [8])])
+def test_auto_packs_split_only_when_each_part_pays_for_its_trial(steps, slots, sizes):
+    """8 cells of 20 steps stay one pack on any number of slots (a trial's start costs more than their
+    training); 20k steps (~20 s of estimate per part) fill 4 slots, 9k steps (~9 s) stay one pack."""
+    cells = [cell(T=2 ** i, train={**tiny_cell_dict()["train"], "steps": steps}) for i in range(8)]
+    assert [len(g) for g in pack_groups(cells, "auto", slots=slots)] == sizes
 
 
 def test_auto_pack_size_is_capped():
