@@ -72,17 +72,19 @@ def step_cost(cell: Cell) -> float:
     return float(params) * cell.train.batch_size * (cell.N + 1)
 
 
-def pack_seconds(cell: Cell, members: int) -> float:
-    """Estimated training seconds of a pack of ``members`` cells like ``cell`` (see MIN_SPLIT_SECONDS)."""
-    return cell.train.steps * (PACK_STEP_OVERHEAD_S + 6 * members * step_cost(cell) / PACK_FLOP_RATE)
+def pack_seconds(cell: Cell, members: int, cost: float | None = None) -> float:
+    """Estimated training seconds of a pack of ``members`` cells like ``cell`` (see MIN_SPLIT_SECONDS);
+    ``cost``: the cell's step_cost, when already known."""
+    cost = step_cost(cell) if cost is None else cost
+    return cell.train.steps * (PACK_STEP_OVERHEAD_S + 6 * members * cost / PACK_FLOP_RATE)
 
 
 def auto_parts(cell: Cell, count: int, slots: int) -> int:
     """Into how many packs ``count`` auto-packable cells like ``cell`` go on ``slots`` trial slots: one
     per slot, fewer when a part would train for less than MIN_SPLIT_SECONDS (8 cells of a few seconds
     each are faster as one trial than as two that each start a worker process)."""
-    parts = max(1, min(slots, count))
-    while parts > 1 and pack_seconds(cell, -(-count // parts)) < MIN_SPLIT_SECONDS:
+    parts, cost = max(1, min(slots, count)), step_cost(cell)
+    while parts > 1 and pack_seconds(cell, -(-count // parts), cost) < MIN_SPLIT_SECONDS:
         parts -= 1
     return parts
 
@@ -109,11 +111,14 @@ def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambd
     signatures = [(pack_signature(c), repr(resources_of(c))) for c in cells]
     open_groups: dict[tuple, list[int]] = {}
     groups: list[list[int]] = []
+    parts: dict[tuple, int] = {}         # per signature: the same shapes and steps, so the same answer
     for i, cell in enumerate(cells):
         limit = pack_limit(pack, cell)
         if pack == "auto" and limit > 1:
             count = signatures.count(signatures[i])
-            limit = min(limit, max(1, -(-count // auto_parts(cell, count, slots))))
+            if signatures[i] not in parts:
+                parts[signatures[i]] = auto_parts(cell, count, slots)
+            limit = min(limit, max(1, -(-count // parts[signatures[i]])))
         if limit <= 1:
             groups.append([i])
             continue
