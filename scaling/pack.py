@@ -40,7 +40,8 @@ AUTO_PACK_MAX_FLOPS = 2e8       # estimated multiply-adds of one training step (
 # MIN_SPLIT_SECONDS of estimated training, since a trial's start (a worker process importing torch, Ray
 # Tune and MLflow) costs seconds of CPU by itself. The estimate is deliberately on the slow side, so
 # packs are split rather than serialised when in doubt: a fixed cost per step (Python, optimizer) plus
-# the step's FLOPs (forward and backward: 6 per multiply-add of one member's forward, times the members) at a low rate.
+# the step's FLOPs (forward and backward: 6 per multiply-add of one member's forward, times the members)
+# at a low rate.
 MIN_SPLIT_SECONDS = 10.0
 PACK_STEP_OVERHEAD_S = 1e-3
 PACK_FLOP_RATE = 1e10
