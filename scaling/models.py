@@ -4,8 +4,8 @@ Every model maps a prompt batch ``xs`` (B, N+1, d), ``ys`` (B, N+1) to a predict
 column n predicts ys[:, n] from the pairs 0..n-1 and the query xs[:, n] (the one predictor interface,
 shared with the baselines). ``MODELS`` is the registry (``arch``):
 
-- ``gpt2``: Hugging Face GPT2Model with a learnable linear read-in to the embedding width and a linear
-  read-out (App. A "GPT-2"). ``layout: interleaved`` (Garg et al. 2022): tokens x_1, y_1, x_2, y_2, ...
+- ``gpt2``: GPT-2 (scaling.gpt2; transformers' GPT2Model for the stacked layout, other phis and eager
+  attention) with a learnable linear read-in to the embedding width and a linear read-out (App. A "GPT-2"). ``layout: interleaved`` (Garg et al. 2022): tokens x_1, y_1, x_2, y_2, ...
   with y zero-padded to d, causal attention, predictions read at the x tokens. ``layout: stacked`` (eq. 2):
   tokens [x_j; y_j] in R^{d+1}, the query [x_n; 0]; one pass scores every prefix by appending the P query
   tokens after the P context tokens with the stacked-prefix mask (scaling.attention): query n sees the
@@ -31,6 +31,7 @@ from torch import nn
 from .attention import ATTENTIONS, additive_mask, hf_attention, stacked_prefix_mask
 from .config import check, check_choice
 from .feature_maps import FEATURE_MAPS, feature_rows, feature_scalar, query_rows, stacked_rows
+from .gpt2 import GPT2Backbone
 from .sgpt import SGPT
 
 DEFAULT_ATTENTION = {"gpt2": "softmax", "sgpt": "l1"}
@@ -96,68 +97,35 @@ class GPT2InContext(nn.Module):
     """GPT-2 backbone with linear read-in/read-out on interleaved or stacked tokens."""
 
     def __init__(self, config: ModelConfig, d: int, points: int):
-        # imported here: transformers costs over a second at import, paid by every trial process and
-        # CLI start, while MLP, SGPT and feature-map cells never use it
-        from transformers import GPT2Config, GPT2Model
-
         super().__init__()
         self.layout, self.d, self.points = config.layout, d, points
         stacked = config.layout == "stacked"
-        backbone = GPT2Config(
-            vocab_size=1, n_positions=points if stacked else 2 * points, n_embd=config.n_embd,
-            n_layer=config.n_layer, n_head=config.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-            use_cache=False, bos_token_id=None, eos_token_id=None,
-            activation_function="gelu_pytorch_tanh",   # GPT-2's tanh GELU (gelu_new) as one fused kernel
-        )
-        phi = config.phi
-        backbone._attn_implementation = config.attn_implementation if phi == "softmax" else hf_attention(phi)
+        positions = points if stacked else 2 * points
         self.read_in = nn.Linear(d + 1 if stacked else d, config.n_embd)
-        self.backbone = GPT2Model(backbone)
+        # The default (interleaved tokens, softmax attention through SDPA) runs scaling.gpt2, the same network
+        # and parameters without transformers' import (~4.5 s of CPU in every trial process); the stacked
+        # layout's prefix mask, the other phis and eager attention plug into transformers' GPT2Model.
+        self.own_backbone = not stacked and config.phi == "softmax" and config.attn_implementation == "sdpa"
+        if self.own_backbone:
+            self.backbone = GPT2Backbone(config.n_embd, config.n_layer, config.n_head, positions)
+        else:
+            self.backbone = hf_gpt2(config, positions)
         self.read_out = nn.Linear(config.n_embd, 1)
 
     def forward_interleaved(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """Predictions at the x tokens. With scaling.gpt2 the final y token is dropped (under causal
+        attention no x token sees it) and the last block keeps the x tokens after its attention, so its
+        output projection, MLP and the final norm never run at the y tokens: about 6% of a training step's
+        FLOPs at 8 layers and N = 40, outputs equal to the full pass's to float rounding (tests/test_gpt2.py)."""
         tokens = interleaved_tokens(xs, ys)                                  # (B, 2P, d)
         embeds = self.read_in(tokens)                                        # (B, 2P, k)
-        if self.runs_own_blocks:
-            hidden = self.x_token_hidden(embeds)                             # (B, P, k)
-        else:
+        if not self.own_backbone:
             hidden = self.backbone(inputs_embeds=embeds).last_hidden_state[:, 0::2]
+        elif self.backbone.recording:       # the temperature tools read every token's scores
+            hidden = self.backbone(embeds)[:, 0::2]
+        else:
+            hidden = self.backbone(embeds[:, :-1], keep_last=slice(0, None, 2))   # (B, P, k)
         return self.read_out(hidden).squeeze(-1)                             # (B, P)
-
-    @property
-    def runs_own_blocks(self) -> bool:
-        """Whether x_token_hidden may stand in for the backbone's forward: softmax attention through SDPA
-        (the default). Another phi, ``attn_implementation: eager`` or the temperature tools' recording
-        attention swap the backbone's attention implementation, and then the backbone itself runs."""
-        return self.backbone.config._attn_implementation == "sdpa" and not self.backbone.config.add_cross_attention
-
-    def x_token_hidden(self, embeds: torch.Tensor) -> torch.Tensor:
-        """GPT2Model's forward on interleaved tokens, read at the x tokens only: (B, 2P, k) -> (B, P, k).
-
-        The same operations on the same parameters (position embeddings, pre-norm blocks, causal SDPA
-        with each layer's ``scaling``, so attention_temperature applies; final norm) minus work whose
-        result no prediction reads: the final y token is dropped (under causal attention no x token
-        sees it), and the last block keeps the x tokens after its attention, so its output projection,
-        MLP and the final norm never run at the y tokens. About 6% of a training step's FLOPs at 8
-        layers and N = 40. Outputs equal the backbone's to float rounding (tests/test_models.py).
-        """
-        backbone = self.backbone
-        embeds = embeds[:, :-1]                   # the last y token: causal, so no x token attends to it
-        B, T, k = embeds.shape
-        hidden = backbone.drop(embeds + backbone.wpe.weight[:T])
-        last = len(backbone.h) - 1
-        for i, block in enumerate(backbone.h):
-            attn = block.attn
-            heads = [t.view(B, T, -1, attn.head_dim).transpose(1, 2)
-                     for t in attn.c_attn(block.ln_1(hidden)).split(attn.split_size, dim=2)]
-            mixed = nn.functional.scaled_dot_product_attention(
-                *heads, is_causal=True, scale=attn.scaling, dropout_p=attn.attn_dropout.p if self.training else 0.0)
-            mixed = mixed.transpose(1, 2).reshape(B, T, k)                    # (B, T, k)
-            if i == last:
-                mixed, hidden = mixed[:, 0::2].contiguous(), hidden[:, 0::2]  # x tokens only from here on
-            hidden = hidden + attn.resid_dropout(attn.c_proj(mixed))
-            hidden = hidden + block.mlp(block.ln_2(hidden))
-        return backbone.ln_f(hidden)
 
     def forward_stacked(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         P = xs.shape[1]
@@ -173,6 +141,22 @@ class GPT2InContext(nn.Module):
         if self.layout == "stacked":
             return self.forward_stacked(xs, ys)
         return self.forward_interleaved(xs, ys)
+
+
+def hf_gpt2(config: ModelConfig, positions: int) -> nn.Module:
+    """transformers' GPT2Model for the stacked layout, another phi or eager attention (imported here: it
+    costs ~4.5 s of CPU, paid only by the cells that need it)."""
+    from transformers import GPT2Config, GPT2Model
+
+    backbone = GPT2Config(
+        vocab_size=1, n_positions=positions, n_embd=config.n_embd,
+        n_layer=config.n_layer, n_head=config.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        use_cache=False, bos_token_id=None, eos_token_id=None,
+        activation_function="gelu_pytorch_tanh",   # GPT-2's tanh GELU (gelu_new) as one fused kernel
+    )
+    phi = config.phi
+    backbone._attn_implementation = config.attn_implementation if phi == "softmax" else hf_attention(phi)
+    return GPT2Model(backbone)
 
 
 def vectorise(xs: torch.Tensor, ys: torch.Tensor, points: int | None = None) -> torch.Tensor:
