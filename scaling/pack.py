@@ -30,6 +30,7 @@ import torch
 
 from .cells import Cell
 from .config import canonical, to_dict
+from .tasks import stacked_batches
 from .tracking import CellLog
 from .train import CellTrainer
 
@@ -230,9 +231,8 @@ class StackedMembers:
     @torch.no_grad()
     def losses_and_grads(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The members' losses at the current step (K,) and their gradients (name -> (K, ...))."""
-        batches = [m.train_batch(self.step) for m in self.members]
-        xs = torch.stack([b.xs for b in batches])                               # (K, B, P, d)
-        ys = torch.stack([b.ys for b in batches])                               # (K, B, P)
+        xs, ys = stacked_batches([m.pool for m in self.members], self.step,     # (K, B, P, d), (K, B, P)
+                                 *self.members[0].batch_shape(self.step))
         K, B, P = ys.shape
         h = self.template.features(xs.flatten(0, 1), ys.flatten(0, 1))          # (K*B, P, F)
         inputs = []                                                             # each layer's input

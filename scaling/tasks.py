@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -178,10 +178,23 @@ class TaskFamily:
 
     def label(self, params: dict[str, torch.Tensor], xs: torch.Tensor, gen: torch.Generator) -> Prompts:
         """Labels for inputs ``xs`` (B, P, d) under the tasks ``params`` (leading dim B)."""
-        sigma = self.noise_levels(xs.shape[0], gen)                          # (B,)
+        return self.labelled(params, xs, *self.label_noise(xs.shape[0], xs.shape[1], gen))
+
+    def label_noise(self, count: int, points: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random part of labelling: per-prompt sigma (count,) and standard noise (count, points)."""
+        sigma = self.noise_levels(count, gen)
+        return sigma, torch.randn((count, points), generator=gen, device=gen.device)
+
+    def labelled(self, params: dict[str, torch.Tensor], xs: torch.Tensor, sigma: torch.Tensor,
+                 noise: torch.Tensor) -> Prompts:
+        """The deterministic part: y = f(x) + sigma * noise (any number of prompts, one family)."""
         ys = self.signal(params, xs)                                          # (B, P)
-        noise = torch.randn(ys.shape, generator=gen, device=gen.device)
         return Prompts(xs, ys + sigma.unsqueeze(1) * noise, {"noise_std": sigma})
+
+    @property
+    def labels_like(self) -> tuple:
+        """Families with equal keys label alike: ``labelled`` may run once on their prompts together."""
+        return type(self), self.config, self.shift
 
     def params_per_task(self) -> int:
         """How many numbers one task's parameters hold (sets how a large pool is stored)."""
@@ -398,6 +411,11 @@ class TaskPool:
         ``dims`` zeroes the input coordinates from ``dims`` on before labelling (Garg et al.'s curriculum
         on d); the tasks and random numbers of step s stay those of the full batch.
         """
+        params, xs, sigma, noise = self.draws(step, batch_size, points, dims)
+        return self.family.labelled(params, xs, sigma, noise)
+
+    def draws(self, step: int, batch_size: int, points: int, dims: int | None = None) -> tuple:
+        """Every random number of ``batch``, in its order: (tasks' params, xs, sigma, noise)."""
         gen = generator(self.seed, "batch", step, self.device)
         if self.finite:
             idx = torch.randint(int(self.T), (batch_size,), generator=gen, device=self.device)
@@ -407,7 +425,30 @@ class TaskPool:
         xs = self.family.inputs(batch_size, points, gen)                      # (B, P, d)
         if dims is not None:
             xs[..., dims:] = 0
-        return self.family.label(params, xs, gen)
+        return (params, xs, *self.family.label_noise(batch_size, points, gen))
+
+
+def stacked_batches(pools: Sequence[TaskPool], step: int, batch_size: int, points: int,
+                    dims: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.pack's members).
+
+    The random numbers are drawn pool by pool (each from its own generator, so every member's batch is
+    the one it draws alone); the labelling, a dozen small tensor operations, runs once on all K batches
+    when the families label alike and their tasks' parameters have the same shapes.
+    """
+    draws = [pool.draws(step, batch_size, points, dims) for pool in pools]
+    family = pools[0].family
+    shapes = {k: v.shape[1:] for k, v in draws[0][0].items()}
+    if all(p.family.labels_like == family.labels_like for p in pools) and all(
+            {k: v.shape[1:] for k, v in d[0].items()} == shapes for d in draws):
+        params = {k: torch.cat([d[0][k] for d in draws]) for k in shapes}
+        xs, sigma, noise = (torch.cat([d[i] for d in draws]) for i in (1, 2, 3))
+        ys = family.labelled(params, xs, sigma, noise).ys
+    else:
+        prompts = [pool.family.labelled(*d) for pool, d in zip(pools, draws)]
+        xs, ys = torch.cat([p.xs for p in prompts]), torch.cat([p.ys for p in prompts])
+    K = len(pools)
+    return xs.view(K, batch_size, points, -1), ys.view(K, batch_size, points)
 
 
 def fresh_prompts(family: TaskFamily, count: int, points: int, seed: int, purpose: str = "eval",

@@ -159,12 +159,15 @@ class CellTrainer:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def batch_shape(self, step: int) -> tuple[int, int, int | None]:
+        """(batch size, points, input dims kept or None) of ``step``'s batch under the curriculum."""
+        train = self.cell.train
+        dims = train.curriculum.dims(step, self.cell.task.d)
+        return train.batch_size, train.curriculum.points(step, self.points), dims if dims < self.cell.task.d else None
+
     def train_batch(self, step: int) -> Prompts:
         """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""
-        train = self.cell.train
-        points = train.curriculum.points(step, self.points)
-        dims = train.curriculum.dims(step, self.cell.task.d)
-        return self.pool.batch(step, train.batch_size, points, dims if dims < self.cell.task.d else None)
+        return self.pool.batch(step, *self.batch_shape(step))
 
     def train_step(self) -> float:
         batch = self.train_batch(self.step)

@@ -64,3 +64,23 @@ def test_second_moment_normalises_the_zero_predictor_to_one():
     assert fam.y_second_moment() == 1.25
     assert abs(prompts.ys.pow(2).mean().item() / fam.y_second_moment() - 1) < 0.03
     assert prompts.meta["noise_std"].unique().tolist() == [0.5]
+
+
+def test_stacked_batches_are_each_pools_own_batch():
+    """scaling.pack's members: one labelling for all, the numbers each pool draws alone."""
+    from scaling.tasks import stacked_batches
+
+    relu = make_family(TaskConfig(family="relu_net", d=4, hidden=8, noise_std=0.2))
+    cases = [
+        [TaskPool(family(sigma=0.1), T, seed) for T, seed in [(1, 0), (4, 1), (math.inf, 2)]],   # one labelling
+        [TaskPool(family(sigma=0.1), 4, 0), TaskPool(family(sigma=0.5), 4, 0)],        # noise differs
+        [TaskPool(family(), 8, 0), TaskPool(relu, 8, 0)],                              # families differ
+    ]
+    for pools in cases:
+        for dims in (None, 2):
+            xs, ys = stacked_batches(pools, 7, 5, 6, dims)
+            assert xs.shape == (len(pools), 5, 6, 4) and ys.shape == (len(pools), 5, 6)
+            for k, pool in enumerate(pools):
+                alone = pool.batch(7, 5, 6, dims)
+                assert torch.equal(xs[k], alone.xs)
+                torch.testing.assert_close(ys[k], alone.ys, rtol=1e-6, atol=1e-7)
