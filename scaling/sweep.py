@@ -24,6 +24,7 @@ import logging
 import os
 import shlex
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +33,10 @@ from typing import TextIO
 from .cost import describe_compute
 from .pack import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
-from .tracking import STATUS_COMPLETE, Tracker, TrackingError, resolve_tracking_uri
+from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
 from .trial import CheckpointStore, tune_trainable
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -208,6 +211,14 @@ def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
     return tracker, None
 
 
+def preload_quietly() -> None:
+    """tracking.preload, whose failure only means the Tracker built after Ray's start reports it."""
+    try:
+        preload()
+    except Exception as err:  # noqa: BLE001 - reported where the store is opened
+        log.debug("preloading the tracking modules failed: %s", err)
+
+
 def check_storage(uri: str) -> None:
     """Fail before work starts when the checkpoint storage URI cannot be opened."""
     import pyarrow
@@ -293,7 +304,13 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
     import ray
     from ray import tune
 
+    preloading = None
+    if tracker is None:      # a new SQLite store: MLflow's import overlaps Ray's start (~1.5 s less per sweep)
+        preloading = threading.Thread(target=preload_quietly, name="mlflow-preload", daemon=True)
+        preloading.start()
     start_ray(address, num_cpus, num_gpus)
+    if preloading is not None:
+        preloading.join()
     check_feasible(pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")))
     tracker = tracker or Tracker(uri)
     experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": source})
