@@ -6,8 +6,9 @@ sampled with replacement (so T may be smaller than the batch), or on a fresh tas
 T = inf. Test prompts always use fresh tasks.
 
 All randomness flows from explicit ``torch.Generator``s derived from (seed, purpose, step) by
-``generator``: the batch at step s of a cell is the same batch after a restart, and the pool of T
-tasks is the same pool. Pools are *nested*: task i is the same for every T > i, so a task-scaling
+``generator``: the batch at step s of a cell is the same batch after a restart (training batches are
+drawn a block of steps at a time, from (seed, 'batch-block', block); TaskPool.batch), and the pool of
+T tasks is the same pool. Pools are *nested*: task i is the same for every T > i, so a task-scaling
 lattice uses common random numbers.
 
 Families (registry FAMILIES; seed 001 Sec. 4, Garg et al. 2022): ``linear``, ``linear_mixed_noise``
@@ -35,7 +36,7 @@ def derive_seed(seed: int, purpose: str, step: int = 0) -> int:
 
 
 def generator(seed: int, purpose: str, step: int = 0, device: str | torch.device = "cpu") -> torch.Generator:
-    """The generator for one purpose ('pool', 'batch', 'eval', 'init', ...) of one seed and step."""
+    """The generator for one purpose ('pool', 'batch-block', 'eval', 'init', ...) of one seed and step."""
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, purpose, step))
     return gen
@@ -190,11 +191,6 @@ class TaskFamily:
         """The deterministic part: y = f(x) + sigma * noise (any number of prompts, one family)."""
         ys = self.signal(params, xs)                                          # (B, P)
         return Prompts(xs, ys + sigma.unsqueeze(1) * noise, {"noise_std": sigma})
-
-    @property
-    def labels_like(self) -> tuple:
-        """Families with equal keys label alike: ``labelled`` may run once on their prompts together."""
-        return type(self), self.config, self.shift
 
     def params_per_task(self) -> int:
         """How many numbers one task's parameters hold (sets how a large pool is stored)."""
@@ -376,6 +372,7 @@ class TaskPool:
         per_task = family.params_per_task()
         self.chunk_size = max(1, min(1 << 14, (1 << 15) // max(per_task, 1)))
         self._resident = None
+        self._cached_block: tuple | None = None
         if self.finite and int(T) * per_task <= max_resident:
             self._resident = self._whole(int(T))
 
@@ -405,50 +402,70 @@ class TaskPool:
             return {k: v[idx] for k, v in self._resident.items()}
         return self._gather(idx)
 
-    def batch(self, step: int, batch_size: int, points: int, dims: int | None = None) -> Prompts:
+    def batch(self, step: int, batch_size: int, points: int, dims: int | None = None,
+              max_points: int | None = None) -> Prompts:
         """The training batch of ``step``: batch_size prompts of ``points`` (x, y) pairs each.
 
-        ``dims`` zeroes the input coordinates from ``dims`` on before labelling (Garg et al.'s curriculum
-        on d); the tasks and random numbers of step s stay those of the full batch.
+        Batches are drawn ``block_steps`` steps at a time, each block from its own generator
+        (seed, 'batch-block', block) at ``max_points`` (default ``points``) points per prompt: a few
+        tensor operations per block instead of a dozen per step, which is most of a tiny model's step.
+        Step s's batch is a pure function of (seed, batch_size, max_points, s), whatever was asked before.
+        ``points`` < ``max_points`` (a curriculum on the prompt length) reads the first ``points`` pairs
+        of the full batch; ``dims`` zeroes the input coordinates from ``dims`` on before labelling
+        (Garg et al.'s curriculum on d). The tasks and random numbers of step s stay those of the full
+        batch. The tensors returned may be views of the block: read them, do not write them.
         """
-        params, xs, sigma, noise = self.draws(step, batch_size, points, dims)
-        return self.family.labelled(params, xs, sigma, noise)
+        max_points = max_points or points
+        if points > max_points:
+            raise ValueError(f"points {points} exceed max_points {max_points}")
+        steps = self.block_steps(batch_size, max_points)
+        block = self._block(step // steps, steps, batch_size, max_points)
+        j = step % steps
+        xs = block["xs"][j, :, :points]
+        if dims is None:
+            return Prompts(xs, block["ys"][j, :, :points], {"noise_std": block["sigma"][j]})
+        xs = xs.clone()
+        xs[..., dims:] = 0
+        params = {k: v[j] for k, v in block["params"].items()}
+        return self.family.labelled(params, xs, block["sigma"][j], block["noise"][j, :, :points])
 
-    def draws(self, step: int, batch_size: int, points: int, dims: int | None = None) -> tuple:
-        """Every random number of ``batch``, in its order: (tasks' params, xs, sigma, noise)."""
-        gen = generator(self.seed, "batch", step, self.device)
+    BLOCK_NUMBERS = 1 << 20          # at most ~2^20 input numbers per block (4 MiB of float32)
+    MAX_BLOCK_STEPS = 32
+
+    def block_steps(self, batch_size: int, points: int) -> int:
+        """Steps per block: a power of two up to MAX_BLOCK_STEPS, fewer for large batches (memory)."""
+        per_step = batch_size * points * (self.family.config.d + 2)
+        steps = 1
+        while steps < self.MAX_BLOCK_STEPS and 2 * steps * per_step <= self.BLOCK_NUMBERS:
+            steps *= 2
+        return steps
+
+    def _block(self, index: int, steps: int, batch_size: int, points: int) -> dict:
+        """Block ``index``: ``steps`` batches drawn at once (cached: consecutive steps share it)."""
+        key = (index, steps, batch_size, points)
+        if self._cached_block is not None and self._cached_block[0] == key:
+            return self._cached_block[1]
+        gen = generator(self.seed, "batch-block", index, self.device)
+        count = steps * batch_size
         if self.finite:
-            idx = torch.randint(int(self.T), (batch_size,), generator=gen, device=self.device)
-            params = self.tasks(idx)
+            params = self.tasks(torch.randint(int(self.T), (count,), generator=gen, device=self.device))
         else:
-            params = self.family.draw(batch_size, gen)
-        xs = self.family.inputs(batch_size, points, gen)                      # (B, P, d)
-        if dims is not None:
-            xs[..., dims:] = 0
-        return (params, xs, *self.family.label_noise(batch_size, points, gen))
+            params = self.family.draw(count, gen)
+        xs = self.family.inputs(count, points, gen)                           # (S*B, P, d)
+        sigma, noise = self.family.label_noise(count, points, gen)
+        ys = self.family.labelled(params, xs, sigma, noise).ys
+        block = {"xs": xs.view(steps, batch_size, points, -1), "ys": ys.view(steps, batch_size, points),
+                 "sigma": sigma.view(steps, batch_size), "noise": noise.view(steps, batch_size, points),
+                 "params": {k: v.view(steps, batch_size, *v.shape[1:]) for k, v in params.items()}}
+        self._cached_block = (key, block)
+        return block
 
 
 def stacked_batches(pools: Sequence[TaskPool], step: int, batch_size: int, points: int,
-                    dims: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.pack's members).
-
-    The random numbers are drawn pool by pool (each from its own generator, so every member's batch is
-    the one it draws alone); the labelling, a dozen small tensor operations, runs once on all K batches
-    when the families label alike and their tasks' parameters have the same shapes.
-    """
-    draws = [pool.draws(step, batch_size, points, dims) for pool in pools]
-    family = pools[0].family
-    shapes = {k: v.shape[1:] for k, v in draws[0][0].items()}
-    if all(p.family.labels_like == family.labels_like for p in pools) and all(
-            {k: v.shape[1:] for k, v in d[0].items()} == shapes for d in draws):
-        params = {k: torch.cat([d[0][k] for d in draws]) for k in shapes}
-        xs, sigma, noise = (torch.cat([d[i] for d in draws]) for i in (1, 2, 3))
-        ys = family.labelled(params, xs, sigma, noise).ys
-    else:
-        prompts = [pool.family.labelled(*d) for pool, d in zip(pools, draws)]
-        xs, ys = torch.cat([p.xs for p in prompts]), torch.cat([p.ys for p in prompts])
-    K = len(pools)
-    return xs.view(K, batch_size, points, -1), ys.view(K, batch_size, points)
+                    dims: int | None = None, max_points: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.pack's members)."""
+    batches = [pool.batch(step, batch_size, points, dims, max_points) for pool in pools]
+    return torch.stack([b.xs for b in batches]), torch.stack([b.ys for b in batches])
 
 
 def fresh_prompts(family: TaskFamily, count: int, points: int, seed: int, purpose: str = "eval",

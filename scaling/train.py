@@ -159,11 +159,13 @@ class CellTrainer:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def batch_shape(self, step: int) -> tuple[int, int, int | None]:
-        """(batch size, points, input dims kept or None) of ``step``'s batch under the curriculum."""
+    def batch_shape(self, step: int) -> tuple[int, int, int | None, int]:
+        """(batch size, points, input dims kept or None, the cell's points) of ``step``'s batch under the
+        curriculum (TaskPool.batch's arguments)."""
         train = self.cell.train
         dims = train.curriculum.dims(step, self.cell.task.d)
-        return train.batch_size, train.curriculum.points(step, self.points), dims if dims < self.cell.task.d else None
+        return (train.batch_size, train.curriculum.points(step, self.points),
+                dims if dims < self.cell.task.d else None, self.points)
 
     def train_batch(self, step: int) -> Prompts:
         """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""

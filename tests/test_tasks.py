@@ -1,6 +1,7 @@
 """Task pools: deterministic, nested, sampled with replacement, normalised."""
 import math
 
+import pytest
 import torch
 
 from scaling.tasks import LinearRegression, TaskConfig, TaskPool, fresh_prompts, make_family
@@ -84,3 +85,34 @@ def test_stacked_batches_are_each_pools_own_batch():
                 alone = pool.batch(7, 5, 6, dims)
                 assert torch.equal(xs[k], alone.xs)
                 torch.testing.assert_close(ys[k], alone.ys, rtol=1e-6, atol=1e-7)
+
+
+def test_a_steps_batch_does_not_depend_on_what_was_asked_before():
+    """Batches come in blocks of steps; step s's is the same whether asked in order, alone or after others."""
+    in_order = TaskPool(family(sigma=0.1), 16, seed=5)
+    batches = [in_order.batch(s, 8, 6) for s in range(70)]
+    assert in_order.block_steps(8, 6) == 32                    # blocks 0, 1 and part of 2
+    jumping = TaskPool(family(sigma=0.1), 16, seed=5)
+    for s in (67, 3, 40, 31, 32, 0):
+        again = jumping.batch(s, 8, 6)
+        assert torch.equal(again.xs, batches[s].xs) and torch.equal(again.ys, batches[s].ys)
+    assert not torch.equal(batches[31].xs, batches[32].xs)
+
+
+def test_shorter_prompts_are_the_full_batchs_first_pairs_and_views_stay_unharmed():
+    pool = TaskPool(family(sigma=0.1), math.inf, seed=1)
+    full = pool.batch(9, 4, 10)
+    short = pool.batch(9, 4, 3, max_points=10)
+    assert torch.equal(short.xs, full.xs[:, :3]) and torch.equal(short.ys, full.ys[:, :3])
+    zeroed = pool.batch(9, 4, 10, dims=2)                        # labelled again, on a copy of the inputs
+    assert zeroed.xs[..., 2:].abs().max() == 0 and not torch.equal(zeroed.ys, full.ys)
+    fresh = TaskPool(family(sigma=0.1), math.inf, seed=1).batch(9, 4, 10)
+    assert torch.equal(pool.batch(9, 4, 10).xs, fresh.xs) and torch.equal(pool.batch(9, 4, 10).ys, fresh.ys)
+    with pytest.raises(ValueError, match="points 11 exceed max_points 10"):
+        pool.batch(9, 4, 11, max_points=10)
+
+
+def test_blocks_of_large_batches_hold_fewer_steps():
+    pool = TaskPool(family(d=20), math.inf, seed=0)
+    assert pool.block_steps(64, 41) == 16                       # Fig. 1: ~0.9 M numbers per block of 16
+    assert pool.block_steps(64, 1001) == 1                      # one step at a time past the memory bound
