@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from scaling.gpt2 import GPT2Backbone
+from scaling.gpt2 import GPT2Backbone, explicit_attention
 from scaling.models import ModelConfig, build_model
 
 
@@ -53,6 +53,41 @@ def test_predictions_and_gradients_equal_gpt2models(layers):
     assert grads.keys() == ref_grads.keys() and len(grads) > 0
     for name in grads:
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.bfloat16, 3e-2)])
+def test_explicit_attention_equals_sdpa(dtype, tol):
+    """The bf16-on-CPU path (explicit_attention) computes SDPA's causal attention, values and gradients."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 11, 8).to(dtype).requires_grad_() for _ in range(3))
+    grad = torch.randn(3, 2, 11, 8).to(dtype)
+    results = []
+    for attend in (lambda: explicit_attention(q, k, v, 0.3),
+                   lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)):
+        out = attend()
+        inputs_grad = torch.autograd.grad(out, (q, k, v), grad)
+        results.append([out.float(), *(g.float() for g in inputs_grad)])
+    for ours, ref in zip(*results):
+        torch.testing.assert_close(ours, ref, rtol=tol, atol=tol)
+    assert results[0][0].dtype == torch.float32 and explicit_attention(q, k, v, 0.3).dtype == dtype
+
+
+def test_bfloat16_autocast_follows_float32():
+    """Under CPU bf16 autocast (train.precision: bfloat16) predictions and gradients stay near float32's."""
+    ours, _ = pair(layers=2, heads=4, width=32, d=5, points=9, seed=3)
+    xs, ys = torch.randn(6, 9, 5), torch.randn(6, 9)
+    results = []
+    for precision in (torch.float32, torch.bfloat16):
+        ours.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == torch.bfloat16):
+            out = ours(xs, ys)
+            loss = (out.float() - ys).square().mean()
+        loss.backward()
+        results.append((out.detach().float(), torch.cat([p.grad.flatten() for p in ours.parameters() if p.grad is not None])))
+    (ref, ref_grad), (out, grad) = results
+    assert (out - ref).abs().max() < 0.05 * ref.abs().max()
+    assert (grad - ref_grad).norm() < 0.05 * ref_grad.norm()
+    assert not torch.equal(out, ref)            # bf16 really ran
 
 
 def test_full_pass_equals_gpt2models_hidden_states():
