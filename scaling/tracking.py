@@ -33,7 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import pandas as pd
 import yaml
@@ -45,6 +45,7 @@ STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
 # Trials flush training losses to the store at most this often (and at the end): a fast cell would
 # otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
 LOSS_FLUSH_SECONDS = 30.0
+MAX_BATCH_ENTITIES, MAX_BATCH_TAGS = 1000, 100     # MLflow's log_batch limits (metrics + params + tags; tags)
 
 
 class TrackingError(RuntimeError):
@@ -339,7 +340,13 @@ class CellLog:
 
     def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path | None,
                summary: dict[str, float] | None = None) -> None:
-        """Log the curves, summary, artifacts and, last, status=complete (few round trips: batched)."""
+        """Log the artifacts, then the buffered training losses, curves, summary and status=complete, then end
+        the run: three round trips for a cell of up to ~1000 points (log_batches).
+
+        status=complete is the last tag of the last batch, and a batch stores its metrics before its tags,
+        so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere
+        raises TrackingError (after retries) with the run still incomplete, and the retried trial redoes it.
+        """
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -347,23 +354,25 @@ class CellLog:
         rows = curves[curves["err"].notna()]
         if "lam" in rows:       # a lambda scan has many values per n: it lives in curves.parquet only
             rows = rows[rows["lam"].isna()]
-        metrics = [Metric(curve_metric_key(predictor), float(err), now, int(step))
-                   for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
+        metrics = [Metric("train/loss", value, ms, step) for step, value, ms in self.pending]
+        metrics += [Metric(curve_metric_key(predictor), float(err), now, int(step))
+                    for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
         metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]
         tags = [RunTag(name, f"{value:.6g}") for name, value in (summary or {}).items()]
         skipped = curves.attrs.get("skipped_baselines") or {}
         if skipped:     # baselines of the sweep's list not defined for this cell's task
             tags.append(RunTag("skipped_baselines", "; ".join(f"{k}: {v}" for k, v in skipped.items())[:4000]))
-        for start in range(0, max(len(metrics), len(tags)), 1000):    # every curve in one round trip
-            chunk, tag_chunk = metrics[start:start + 1000], tags[start:start + 1000]
-            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves")
         with tempfile.TemporaryDirectory() as tmp:         # the artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
             if weights_path is not None:
                 shutil.copyfile(weights_path, Path(tmp) / "model.pt")
             retrying(lambda: self.client.log_artifacts(self.run_id, tmp), "logging artifacts")
-        retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_COMPLETE), "tagging complete")
+        for chunk, tag_chunk in log_batches(metrics, tags + [RunTag("status", STATUS_COMPLETE)]):
+            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves")
+        if self.pending:
+            self.last_loss_step = self.pending[-1][0]
+            self.pending.clear()
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
 
     def fail(self, error: str) -> None:
@@ -374,6 +383,19 @@ class CellLog:
             retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run", 3)
         except TrackingError as err:
             log.warning("could not mark run %s failed: %s", self.run_id, err)
+
+
+def log_batches(metrics: list, tags: list) -> Iterator[tuple[list, list]]:
+    """(metrics, tags) chunks within MLflow's log_batch limits (<= 1000 entities, <= 100 tags), in order:
+    the metrics fill the first chunks and the tags ride with the last metrics, so the last tag given is
+    stored last. Nothing to log: no chunk."""
+    room = MAX_BATCH_ENTITIES - min(len(tags), MAX_BATCH_TAGS)        # metrics beside the first tags
+    head = max(0, len(metrics) - room)
+    for start in range(0, head, MAX_BATCH_ENTITIES):
+        yield metrics[start:min(start + MAX_BATCH_ENTITIES, head)], []
+    last = metrics[head:]
+    for start in range(0, max(len(tags), 1 if last else 0), MAX_BATCH_TAGS):
+        yield (last if start == 0 else []), tags[start:start + MAX_BATCH_TAGS]
 
 
 def curve_metric_key(predictor: str) -> str:

@@ -75,8 +75,7 @@ def cap_gpu_memory(device: torch.device, gpu: float) -> None:
 
 
 def finish_trained(trainer: CellTrainer, cell: Cell, log: CellLog):
-    """Flush the whole loss history (or fail), evaluate, and log curves, weights and status=complete."""
-    log.log_losses([], final=True)
+    """Evaluate, and log weights, the rest of the loss history, curves and status=complete (CellLog.finish)."""
     curves = trainer.evaluate()
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "model.pt"

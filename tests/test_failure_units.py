@@ -1,6 +1,8 @@
 """Failure handling in the small: exact resume, the loss buffer across a store outage, node fitting."""
 import io
 
+import pandas as pd
+
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -8,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from scaling.cells import Cell
 from scaling.plan import PlannedCell, Resources
 from scaling.sweep import unmet_requests
-from scaling.tracking import CellLog, Tracker
+from scaling.tracking import STATUS_COMPLETE, CellLog, Tracker, log_batches
 from scaling.train import CellTrainer
 
 from conftest import tiny_cell_dict
@@ -63,6 +65,49 @@ def test_loss_buffer_keeps_points_through_an_outage_and_flushes_each_step_once(t
     resumed = CellLog(Tracker(uri), run_id, last_loss_step=20)           # a resumed trial replays old points
     assert resumed.log_losses([(5, 1.0), (20, 0.125), (25, 0.0625)]) is True
     assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [5, 10, 15, 20, 25]
+
+
+@pytest.mark.parametrize("metrics, tags", [(0, 0), (0, 1), (5, 1), (999, 1), (1000, 1), (2500, 3), (1200, 150)])
+def test_log_batches_keep_mlflows_limits_and_put_the_last_tag_last(metrics, tags):
+    chunks = list(log_batches(list(range(metrics)), [f"t{i}" for i in range(tags)]))
+    assert all(len(m) + len(t) <= 1000 and len(t) <= 100 for m, t in chunks)
+    assert [x for m, _ in chunks for x in m] == list(range(metrics))         # every metric once, in order
+    assert [x for _, t in chunks for x in t] == [f"t{i}" for i in range(tags)]
+    if tags:
+        assert chunks[-1][1][-1] == f"t{tags - 1}"                          # e.g. status=complete: stored last
+        first_tags = next(i for i, (_, t) in enumerate(chunks) if t)
+        assert not any(m for m, _ in chunks[first_tags + 1:])                # tags only after every metric
+    if tags <= 100:
+        assert len(chunks) == -(-(metrics + tags) // 1000)                  # as few round trips as allowed
+
+
+def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_path, monkeypatch):
+    """A cell with more curve points than one batch holds: everything lands, status=complete last."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("finish")).info.run_id
+    log = CellLog(Tracker(uri), run_id, last_loss_step=0, flush_every=3600)
+    assert log.log_losses([(s, 1.0 / s) for s in range(1, 301)]) is False      # buffered, not flushed
+    n = list(range(1, 401))
+    curves = pd.DataFrame({"predictor": ["model"] * 400 + ["ridge"] * 400 + ["least_squares"] * 400,
+                           "n": n * 3, "err": [0.5] * 1200})
+    calls, real_log_batch = [], log.client.log_batch
+
+    def counted_log_batch(*args, **kwargs):
+        calls.append(kwargs)
+        return real_log_batch(*args, **kwargs)
+
+    monkeypatch.setattr(log.client, "log_batch", counted_log_batch)
+    log.finish(Cell.from_dict(tiny_cell_dict()), curves, None, summary={"err_last": 0.5})
+
+    run = client.get_run(run_id)
+    assert run.data.tags["status"] == STATUS_COMPLETE and run.info.status == "FINISHED"
+    assert run.data.tags["err_last"] == "0.5" and log.pending == [] and log.last_loss_step == 300
+    assert len(client.get_metric_history(run_id, "train/loss")) == 300
+    for key in ("eval/err", "baseline/ridge", "baseline/least_squares"):
+        assert [m.step for m in client.get_metric_history(run_id, key)] == n
+    assert len(calls) == 2 and "status" in [t.key for t in calls[-1]["tags"]]     # 1501 points + 2 tags
+    assert {f.path for f in client.list_artifacts(run_id)} == {"cell.yaml", "curves.parquet"}
 
 
 def planned(cpu=1.0, gpu=0.0, custom=None):
