@@ -30,7 +30,7 @@ import torch
 
 from .cells import Cell
 from .config import canonical, to_dict
-from .tasks import stacked_batches
+from .tasks import stacked_batches, stacked_block
 from .tracking import CellLog
 from .train import CellTrainer
 
@@ -46,6 +46,8 @@ AUTO_PACK_MAX_FLOPS = 2e8       # estimated multiply-adds of one training step (
 MIN_SPLIT_SECONDS = 10.0
 PACK_STEP_OVERHEAD_S = 1e-3
 PACK_FLOP_RATE = 1e10
+# a pack computes its members' features for up to this many numbers' worth of steps at once (16 MiB float32)
+FEATURE_BLOCK_NUMBERS = 1 << 22
 
 
 def pack_signature(cell: Cell) -> str | None:
@@ -227,14 +229,47 @@ class StackedMembers:
         self.step = members[0].step
         bf16 = members[0].cell.train.precision == "bfloat16"
         self.dtype = torch.bfloat16 if bf16 else torch.float32                # autocast's matmul dtype
+        self._features: tuple[range, torch.Tensor, torch.Tensor] | None = None  # (steps, (K, S, B, P, F), ys)
+        self._run_steps: int | None = None
+
+    def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current step's features (K, B, P, F) and labels (K, B, P) of every member.
+
+        Without a curriculum they come from features computed for several steps at once (a run of steps
+        of the members' batch blocks, cached; FEATURE_BLOCK_NUMBERS bounds its size): the features are
+        parameter-free, so a step's rows are those the model would compute from its batch alone.
+        """
+        B, points, dims, max_points = self.members[0].batch_shape(self.step)
+        pools = [m.pool for m in self.members]
+        cached = self._features
+        if cached is not None and self.step in cached[0]:
+            j = self.step - cached[0].start
+            return cached[1][:, j], cached[2][:, j]
+        block = stacked_block(pools, self.step, B, max_points) if dims is None and points == max_points else None
+        if block is None:                                   # a curriculum step: this step's batches alone
+            xs, ys = stacked_batches(pools, self.step, B, points, dims, max_points)
+            K = ys.shape[0]
+            return self.template.features(xs.flatten(0, 1), ys.flatten(0, 1)).unflatten(0, (K, B)), ys
+        steps, xs, ys = block
+        K, S = ys.shape[:2]
+        if self._run_steps is None:                          # steps per feature run: from one step's size
+            per_step = self.template.features(xs[:, 0].flatten(0, 1), ys[:, 0].flatten(0, 1)).numel()
+            run = S
+            while run > 1 and run * per_step > FEATURE_BLOCK_NUMBERS:
+                run //= 2
+            self._run_steps = run
+        run = self._run_steps
+        first = (self.step - steps.start) // run * run                       # runs are aligned in the block
+        xs, ys = xs[:, first:first + run], ys[:, first:first + run]
+        h = self.template.features(xs.flatten(0, 2), ys.flatten(0, 2)).unflatten(0, (K, run, B))
+        self._features = (range(steps.start + first, steps.start + first + run), h, ys)
+        return self.step_inputs()
 
     @torch.no_grad()
     def losses_and_grads(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The members' losses at the current step (K,) and their gradients (name -> (K, ...))."""
-        xs, ys = stacked_batches([m.pool for m in self.members], self.step,     # (K, B, P, d), (K, B, P)
-                                 *self.members[0].batch_shape(self.step))
+        h, ys = self.step_inputs()                                              # (K, B, P, F), (K, B, P)
         K, B, P = ys.shape
-        h = self.template.features(xs.flatten(0, 1), ys.flatten(0, 1))          # (K*B, P, F)
         inputs = []                                                             # each layer's input
         h = h.reshape(K, B * P, -1).to(self.dtype)                              # (K, B*P, F)
         for layer in self.layers:

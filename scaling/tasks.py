@@ -468,6 +468,21 @@ def stacked_batches(pools: Sequence[TaskPool], step: int, batch_size: int, point
     return torch.stack([b.xs for b in batches]), torch.stack([b.ys for b in batches])
 
 
+def stacked_block(pools: Sequence[TaskPool], step: int, batch_size: int,
+                  points: int) -> tuple[range, torch.Tensor, torch.Tensor] | None:
+    """The block holding ``step`` of every pool, stacked: (its steps, xs (K, S, B, P, d), ys (K, S, B, P));
+    xs[:, j], ys[:, j] are stacked_batches(pools, steps[j], batch_size, points). None when the pools
+    block their batches differently (then ask stacked_batches step by step)."""
+    sizes = {pool.block_steps(batch_size, points) for pool in pools}
+    if len(sizes) != 1:
+        return None
+    steps = sizes.pop()
+    index = step // steps
+    blocks = [pool._block(index, steps, batch_size, points) for pool in pools]
+    return (range(index * steps, (index + 1) * steps), torch.stack([b["xs"] for b in blocks]),
+            torch.stack([b["ys"] for b in blocks]))
+
+
 def fresh_prompts(family: TaskFamily, count: int, points: int, seed: int, purpose: str = "eval",
                   device: torch.device | str = "cpu") -> Prompts:
     """``count`` prompts with fresh (unseen) tasks: the evaluation set of a cell."""

@@ -62,6 +62,20 @@ def test_members_resumed_at_different_steps_catch_up_and_match():
             torch.testing.assert_close(y, x, **TOL)
 
 
+@pytest.mark.parametrize("feature_numbers", [1 << 22, 10000, 1])     # runs of 32, 4 and 1 steps
+@pytest.mark.parametrize("curriculum", [{}, {"dims_start": 1, "dims_every": 10, "points_start": 2,
+                                             "points_inc": 1, "points_every": 10}])
+def test_features_computed_for_runs_of_steps_equal_the_steps_own(monkeypatch, feature_numbers, curriculum):
+    """Over several batch blocks (80 steps, 32 per block), with and without a curriculum, and whatever
+    the run of steps whose features are computed at once: the numbers of the cells alone."""
+    monkeypatch.setattr("scaling.pack.FEATURE_BLOCK_NUMBERS", feature_numbers)
+    train = {**tiny_cell_dict()["train"], "steps": 80, "checkpoint_every": 25, "curriculum": curriculum}
+    cells = [cell(T=4, seed=0, train=train), cell(T=float("inf"), seed=1, train=train)]
+    for a, p in zip(train_alone(cells), train_packed(cells, resume_at={1: 50})):
+        for (name, x), (_, y) in zip(a.model.named_parameters(), p.model.named_parameters()):
+            torch.testing.assert_close(y, x, **TOL, msg=name)
+
+
 def test_members_train_on_their_own_losses_not_the_sum():
     """A member that diverges (huge lr) leaves the others exactly as they are alone."""
     bad = cell(T=4, seed=0, train={**tiny_cell_dict()["train"], "lr": 1e30})
