@@ -4,8 +4,8 @@ Both sides are the same 8 cells (T and seed differ; an MLP of width 16 on d = 2,
 ``STEPS`` steps, the length of the quick profiles' cells) run through ``scaling.sweep.run_sweep`` on one
 local Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage):
 the reference with ``run.pack: off`` (one Tune trial per cell, actors reused), ours with the default
-``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.pack: on 2 CPUs, 2 trials of
-4 cells, so both cores work).
+``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.pack: here one trial of the 8,
+since two parts of ~1 s of training each would not pay for a second trial's process start; auto_parts).
 
 Every sweep also pays a start-up that does not depend on its cells or on packing: Tune's experiment, a
 trial actor's process and imports, the sweep's MLflow run. It is measured in the same run as a third
