@@ -21,7 +21,8 @@ def runs_by_key(uri):
 
 def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_sweep):
     tiny_sweep["name"] = "crash"
-    tiny_sweep["defaults"]["train"].update(steps=240, checkpoint_every=20, log_every=20)
+    # cells of ~1.5 s of training: the kill (polling the log every 0.5 s) lands before the third completes
+    tiny_sweep["defaults"]["train"].update(steps=1200, checkpoint_every=100, log_every=100)
     tiny_sweep["grid"] = {"model": ["gpt2"], "T": [2, 4, 8], "seed": [0]}
     path = tmp_path / "crash.yaml"
     path.write_text(yaml.safe_dump(tiny_sweep))
@@ -59,7 +60,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
         if key in complete_before:
             assert run.info.end_time == complete_before[key]      # not retrained, not touched
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
-        assert steps == list(range(20, 241, 20))                  # whole history, no duplicates
+        assert steps == list(range(100, 1201, 100))               # whole history, no duplicates
 
     # Equal to an uninterrupted run of the same cells (same device, same seed).
     tiny_sweep["name"] = "crash-clean"
