@@ -41,9 +41,10 @@ class GPT2Linear(nn.Module):
 def explicit_attention(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Causal softmax attention as eager mixed precision computes it: scores in q's dtype, softmax in float32.
 
-    The scale is applied to q (B*H*T*d_head numbers, not B*H*T*T). For bf16 on the CPU: PyTorch's CPU flash-attention backward in bf16 is ~3x slower than its float32
-    one (Fig. 1 GPT-2 size, ~60 ms a layer, a third of the step), while these batched matmuls run on the
-    CPU's bf16 units (fwd + bwd ~25 ms a layer against ~85 ms for SDPA).
+    The scale is applied to q (B*H*T*d_head numbers, not B*H*T*T). For bf16 on the CPU: PyTorch's CPU
+    flash-attention backward in bf16 is ~3x slower than its float32 one (Fig. 1 GPT-2 size, ~60 ms a
+    layer, a third of the step), while these batched matmuls run on the CPU's bf16 units (fwd + bwd
+    ~25 ms a layer against ~85 ms for SDPA).
     """
     T = q.shape[-2]
     scores = torch.matmul(q * scale, key.transpose(-1, -2))

@@ -263,7 +263,8 @@ class StackedMembers:
         xs, ys = xs[:, first:first + run], ys[:, first:first + run]
         h = self.template.features(xs.flatten(0, 2), ys.flatten(0, 2)).unflatten(0, (K, run, B))
         self._features = (range(steps.start + first, steps.start + first + run), h, ys)
-        return self.step_inputs()
+        j = self.step - steps.start - first
+        return h[:, j], ys[:, j]
 
     @torch.no_grad()
     def losses_and_grads(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
