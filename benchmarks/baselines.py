@@ -1,10 +1,10 @@
 """Baselines: batched closed forms against per-prompt, per-prefix scikit-learn fits; the cache of the
 expensive baselines.
 
-- ``least_squares`` and ``ridge`` of scaling.baselines solve every prefix of every prompt in one batched
+- ``least_squares`` and ``ridge`` of scaling.science.baselines solve every prefix of every prompt in one batched
   float64 solve. The reference fits scikit-learn's LinearRegression / Ridge (no intercept) once per prompt
   and prefix, as Garg et al.'s evaluation loops do. Target: >= 50x, and agreement to 1e-6 (else FAIL).
-- ``lasso`` (a per-prompt library fit run over all cores, scaling.baseline_cache): a second evaluation
+- ``lasso`` (a per-prompt library fit run over all cores, scaling.science.baseline_cache): a second evaluation
   of the same prompts is a cache hit; the line reports computing vs reading the cached predictions.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import warnings
 import numpy as np
 import torch
 
-from scaling.baselines import build_baselines
-from scaling.tasks import TaskConfig, fresh_prompts, make_family
+from scaling.science.baselines import build_baselines
+from scaling.science.tasks import TaskConfig, fresh_prompts, make_family
 
 from .common import Result, interleaved_medians
 
@@ -55,7 +55,7 @@ def closed_form(name: str, prompts_count: int, N: int, d: int, repeats: int, tar
     # least squares is unique only once the prefix has d pairs; below that both sides give the min-norm fit
     gap = float(np.abs(box["ours"] - box["ref"]).max())
     fits = prompts_count * N
-    result = Result(f"{name}_batched", "sklearn per prompt and prefix", f"scaling.baselines.{name}, one solve",
+    result = Result(f"{name}_batched", "sklearn per prompt and prefix", f"scaling.science.baselines.{name}, one solve",
                     "fits/s", fits / medians["reference"], fits / medians["ours"], target,
                     note=f"{prompts_count} prompts x {N} prefixes, d={d}; max |ours - sklearn| = {gap:.1e}"
                          f" (tolerance {TOLERANCE:g})", extra={"max_abs_diff": gap})

@@ -4,7 +4,7 @@ Both sides are the same 8 cells (T and seed differ; an MLP of width 16 on d = 2,
 ``STEPS`` steps, the length of the quick profiles' cells) run through ``scaling.sweep.run_sweep`` on one
 local Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage):
 the reference with ``run.pack: off`` (one Tune trial per cell, actors reused), ours with the default
-``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.pack: here one trial of the 8,
+``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.packing: here one trial of the 8,
 since two parts of ~1 s of training each would not pay for a second trial's process start; auto_parts).
 
 Every sweep also pays a start-up that does not depend on its cells or on packing: Tune's experiment, a
@@ -76,8 +76,8 @@ def step_seconds(cells, device, steps: int) -> float:
     """Median seconds of one training step of ``cells`` stacked (one cell: a pack of one) on ``device``."""
     import torch
 
-    from scaling.pack import StackedMembers
-    from scaling.train import CellTrainer
+    from scaling.packing import StackedMembers
+    from scaling.science.train import CellTrainer
 
     stacked = StackedMembers([CellTrainer(c, device) for c in cells])
     times = []
@@ -120,7 +120,7 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
     """
     import torch
 
-    from scaling.pack import run_pack
+    from scaling.packing import run_pack
     from scaling.plan import plan_document
     from scaling.tracking import Tracker
     from scaling.trial import run_cell

@@ -20,7 +20,7 @@ import torch
 from scaling.cells import Cell
 from scaling.cost import (ADAM_BYTES_PER_PARAM, TABLE, StepShape, activation_elements, fit_table, load_table,
                           model_params, step_flops, step_peak_bytes, step_seconds)
-from scaling.train import CellTrainer, prefix_loss
+from scaling.science.train import CellTrainer, prefix_loss
 
 from .common import Result
 

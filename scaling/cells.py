@@ -5,7 +5,7 @@ training budget, the evaluation, T (pretraining tasks; inf = a fresh task per pr
 context length trained on) and the seed. Its key is a hash of its canonical form (fields at their
 default are left out, so adding a setting with a default keeps old keys); the key is the MLflow tag
 that makes sweeps resumable and idempotent. ``job`` says what the cell does: ``train`` (the default)
-trains and evaluates; the temperature jobs of scaling.temperature_jobs (seed 004) read ``temperature``. Resources and the sweep's name are not part of a cell.
+trains and evaluates; the temperature jobs of scaling.kinds.temperature (seed 004) read ``temperature``. Resources and the sweep's name are not part of a cell.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import canonical, check, flatten, from_dict, to_dict
-from .models import ModelConfig
-from .tasks import TaskConfig
-from .temperature_jobs import TemperatureConfig, check_job, job_label
-from .train import EvalConfig, TrainConfig
+from .science.models import ModelConfig
+from .science.tasks import TaskConfig
+from .kinds.temperature import TemperatureConfig, check_job, job_label
+from .science.train import EvalConfig, TrainConfig
 
 
 @dataclass(frozen=True)

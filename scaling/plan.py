@@ -38,8 +38,8 @@ import yaml
 
 from .cells import Cell
 from .config import ConfigError, check, from_dict
-from .models import ModelConfig
-from .temperature_jobs import absolute_paths
+from .science.models import ModelConfig
+from .kinds.temperature import absolute_paths
 
 # A GPT-2 cell's prompt is 2(N+1) tokens and its n_positions is derived from N. Garg et al.'s released
 # checkpoints have 202 positions, GPT-2's own 1024; no experiment here needs more than 1024 (N <= 511).
@@ -92,7 +92,7 @@ class RunConfig:
     max_failures: int = 2          # retries of a trial that dies, from its last checkpoint
     max_concurrent: int = 0        # 0 = as many as the resources allow
     storage: str = ""              # Tune state and per-cell checkpoints; "" = ./scaling_runs
-    # cells trained together as one batched ensemble (scaling.pack): auto (small cells, up to 8),
+    # cells trained together as one batched ensemble (scaling.packing): auto (small cells, up to 8),
     # off, or K (up to K cells of a packable architecture); results equal those of unpacked cells
     pack: bool | int | str = "auto"
 

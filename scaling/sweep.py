@@ -4,7 +4,7 @@
 2. Ask MLflow which cells are complete (tag ``status=complete`` under their ``cell_key``); only the rest
    run. A finished sweep trains nothing and says so; a sweep edited to add cells runs only the new ones.
 3. Run each remaining cell as one Ray Tune trial with the cell's resources (fractional or whole GPUs,
-   CPUs), or small cells of one shape as one trial of a batched ensemble (scaling.pack), on a local Ray
+   CPUs), or small cells of one shape as one trial of a batched ensemble (scaling.packing), on a local Ray
    started here (the embedded default) or an existing cluster (``--address auto``).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .cost import describe_compute
-from .pack import pack_groups, pack_key
+from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
 from .trial import CheckpointStore, tune_trainable
@@ -240,7 +240,7 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
 
 
 def trial_configs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[dict]:
-    """One Tune config per trial: a cell, or a pack of cells (``members``) chosen by scaling.pack."""
+    """One Tune config per trial: a cell, or a pack of cells (``members``) chosen by scaling.packing."""
     configs = []
     for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
         cells = [pending[i] for i in group]

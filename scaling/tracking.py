@@ -8,7 +8,7 @@ cell reuses its run instead of creating another. A cell run carries:
   (``running`` -> ``complete`` only once everything below is logged; ``failed`` with ``error``);
 - params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ...);
 - metrics: ``train/loss`` (step = training step), ``eval/err`` (step = context length n) and
-  ``baseline/<name>`` (step = n); cells of a temperature job (scaling.temperature_jobs) log their
+  ``baseline/<name>`` (step = n); cells of a temperature job (scaling.kinds.temperature) log their
   curves named ``tau=<tau>`` or ``<a>/<b>`` as ``temperature/<name>`` with ``=`` written ``_`` (MLflow
   names allow no ``=``), e.g. ``temperature/tau_1.5`` (step = the curves' ``step`` column, else n),
   and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;

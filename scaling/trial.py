@@ -18,9 +18,9 @@ import torch
 from pyarrow import fs as pafs
 
 from .cells import Cell
-from .temperature_jobs import run_job
+from .kinds.temperature import run_job
 from .tracking import CellLog
-from .train import CellTrainer, resolve_device
+from .science.train import CellTrainer, resolve_device
 
 
 class CheckpointStore:
@@ -125,7 +125,7 @@ def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
 
 def run_temperature_job(cell: Cell, device: torch.device, log: CellLog, report=None,
                         tracking_uri: str | None = None) -> dict[str, Any]:
-    """A cell whose job is not training (scaling.temperature_jobs): run it, log its curves and summary."""
+    """A cell whose job is not training (scaling.kinds.temperature): run it, log its curves and summary."""
     try:
         result = run_job(cell, device, report, tracking_uri)
         with tempfile.TemporaryDirectory() as tmp:
@@ -144,10 +144,10 @@ def run_temperature_job(cell: Cell, device: torch.device, log: CellLog, report=N
 
 
 def tune_trainable(config: dict[str, Any]) -> None:
-    """The Ray Tune function trainable: one trial = one cell, or a pack of cells (``members``, scaling.pack)."""
+    """The Ray Tune function trainable: one trial = one cell, or a pack of cells (``members``, scaling.packing)."""
     from ray import tune
 
-    from .pack import run_pack
+    from .packing import run_pack
 
     cell_config = config["cell_config"]
     (run_pack if "members" in cell_config else run_cell)(cell_config, report=tune.report)

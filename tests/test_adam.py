@@ -1,4 +1,4 @@
-"""scaling.adam.FusedAdam against torch.optim.Adam(fused=True): the same updates, interchangeable states."""
+"""scaling.science.adam.FusedAdam against torch.optim.Adam(fused=True): the same updates, interchangeable states."""
 import io
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from scaling.adam import FusedAdam
+from scaling.science.adam import FusedAdam
 
 
 def model_pair(seed: int = 0):
@@ -98,7 +98,7 @@ def test_training_a_cell_never_imports_torch_dynamo():
     code = textwrap.dedent("""
         import sys
         from scaling.cells import Cell
-        from scaling.train import CellTrainer
+        from scaling.science.train import CellTrainer
         from conftest import tiny_cell_dict
         trainer = CellTrainer(Cell.from_dict(tiny_cell_dict()), "cpu")
         trainer.train_until(3)

@@ -4,8 +4,8 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.baselines import build_baselines, ridge_predictions
-from scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
+from scaling.science.baselines import build_baselines, ridge_predictions
+from scaling.science.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import torch
 from sklearn.linear_model import Lasso
 from sklearn.neighbors import KNeighborsRegressor
 
-from scaling.baselines import (BASELINES, BaselineNotApplicable, build_baselines, discrete_mmse,
+from scaling.science.baselines import (BASELINES, BaselineNotApplicable, build_baselines, discrete_mmse,
                                mixture_ridge_predictions, parse_baseline, ridge_predictions)
-from scaling.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
-from scaling.train import EvalConfig, evaluate, lambda_scan
+from scaling.science.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
+from scaling.science.train import EvalConfig, evaluate, lambda_scan
 
 LIN = TaskConfig(d=4, noise_std=0.3)
 MIXED = TaskConfig(family="linear_mixed_noise", d=4, noise_stds=(0.1, 0.5))
@@ -238,8 +238,8 @@ def test_options_parse_and_unknown_names_list_the_known_ones():
 
 CHILD = """
 import sys, torch
-from scaling.baselines import build_baselines
-from scaling.tasks import TaskConfig, fresh_prompts, make_family
+from scaling.science.baselines import build_baselines
+from scaling.science.tasks import TaskConfig, fresh_prompts, make_family
 task = TaskConfig(d=3)
 prompts = fresh_prompts(make_family(task), 3, 6, seed=4)
 predictor = build_baselines(("decision_tree",), task)["decision_tree"]
@@ -289,8 +289,8 @@ def test_process_pool_gives_the_same_predictions_as_one_process():
     one = build_baselines(("decision_tree(n_jobs=1)",), TaskConfig(d=3))["decision_tree(n_jobs=1)"](prompts)
     two = build_baselines(("decision_tree(n_jobs=2)",), TaskConfig(d=3))["decision_tree(n_jobs=2)"]
     assert two.hits == 1 - 1 and torch.equal(two(prompts), one) and two.hits == 1   # n_jobs is not in the key
-    from scaling.baseline_cache import map_prompts
-    from scaling.baseline_fits import prefix_fits
+    from scaling.science.baseline_cache import map_prompts
+    from scaling.science.baseline_fits import prefix_fits
     assert torch.equal(map_prompts(prefix_fits, prompts, 2, kind="tree", options={}), one)
 
 
@@ -302,15 +302,15 @@ def test_eval_config_rejects_unknown_baselines_at_plan_time():
 
 
 def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
-    from scaling.baseline_fits import random_subset
-    from scaling.tasks import generator
+    from scaling.science.baseline_fits import random_subset
+    from scaling.science.tasks import generator
     in_prefix = torch.arange(10).expand(9, 10) < torch.arange(1, 10).unsqueeze(1)       # n = 1..9
     chosen = random_subset(in_prefix, 4, generator(0, "s"))
     assert chosen.sum(1).tolist() == [1, 2, 3, 4, 4, 4, 4, 4, 4] and not (chosen & ~in_prefix).any()
 
 
 def test_baselines_not_defined_for_a_task_are_left_out_with_the_reason():
-    from scaling.baselines import applicable_baselines
+    from scaling.science.baselines import applicable_baselines
 
     predictors, skipped = applicable_baselines(("zero", "ridge", "least_squares"),
                                                TaskConfig(family="relu_net", d=4))

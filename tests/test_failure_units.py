@@ -11,7 +11,7 @@ from scaling.cells import Cell
 from scaling.plan import PlannedCell, Resources
 from scaling.sweep import unmet_requests
 from scaling.tracking import STATUS_COMPLETE, CellLog, Tracker, log_batches
-from scaling.train import CellTrainer
+from scaling.science.train import CellTrainer
 
 from conftest import tiny_cell_dict
 

@@ -10,7 +10,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from scaling.llm_icl import (
+from scaling.temperature.llm_icl import (
     MiniLMRetriever,
     SciQItem,
     TfidfRetriever,
@@ -30,8 +30,8 @@ from scaling.llm_icl import (
     prompt_score_moments,
     query_text,
 )
-from scaling.temperature import attention_modules, attention_temperature
-from scaling.tiny_llm import char_tokenizer
+from scaling.temperature.patch import attention_modules, attention_temperature
+from scaling.temperature.tiny_llm import char_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOPIC_PARTNER = [0, 1, 3, 6, 8, 11, 13, 18, 28, 19]  # train item written on the same topic as test item k
@@ -253,7 +253,7 @@ def test_prompt_score_moments_on_prompts(tiny_lm, train, test_items):
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("datasets") is not None, reason="datasets installed")
 def test_hub_loader_explains_missing_datasets():
-    from scaling.llm_icl import load_sciq_from_hub
+    from scaling.temperature.llm_icl import load_sciq_from_hub
 
     with pytest.raises(ImportError, match="load_sciq"):
         load_sciq_from_hub("test")

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from scaling.models import ModelConfig, build_model, vectorise
+from scaling.science.models import ModelConfig, build_model, vectorise
 
 
 @pytest.mark.parametrize("config", [ModelConfig(arch="gpt2", n_layer=2, n_head=2, n_embd=16),

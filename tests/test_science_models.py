@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from scaling.attention import ATTENTIONS, causal_mask
+from scaling.science.attention import ATTENTIONS, causal_mask
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.models import ModelConfig, build_model
-from scaling.train import CellTrainer
+from scaling.science.models import ModelConfig, build_model
+from scaling.science.train import CellTrainer
 
 CONFIGS = {
     "gpt2_stacked": dict(arch="gpt2", layout="stacked", n_layer=2, n_head=2, n_embd=16),

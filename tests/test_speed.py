@@ -12,11 +12,11 @@ import torch
 from transformers import GPT2Config, GPT2Model
 
 from benchmarks.__main__ import SUITES
-from scaling.baselines import psd_solve, ridge_weights
+from scaling.science.baselines import psd_solve, ridge_weights
 from scaling.cells import Cell
 from scaling.cost import (StepShape, fit_table, load_table, model_params, step_flops, step_peak_bytes, step_seconds,
                           sweep_estimate)
-from scaling.models import ModelConfig, build_model
+from scaling.science.models import ModelConfig, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = StepShape("gpt2", N=40, d=8, width=256, layers=8, batch=64)

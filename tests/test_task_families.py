@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from scaling.config import ConfigError
-from scaling.tasks import (FAMILIES, ShiftConfig, TaskConfig, TaskPool, fresh_prompts, generator,
+from scaling.science.tasks import (FAMILIES, ShiftConfig, TaskConfig, TaskPool, fresh_prompts, generator,
                            make_family)
 
 D20 = {"d": 20}
@@ -123,7 +123,7 @@ def test_shifted_normaliser_is_the_test_distribution_second_moment(name):
 def test_training_batches_ignore_the_evaluation_shift():
     from tests.conftest import tiny_cell_dict
     from scaling.cells import Cell
-    from scaling.train import CellTrainer
+    from scaling.science.train import CellTrainer
     plain = Cell.from_dict(tiny_cell_dict())
     shifted = Cell.from_dict(tiny_cell_dict(eval={"prompts": 32, "bootstrap": 50, "shift": {"x_scale": 3.0}}))
     assert plain.key != shifted.key

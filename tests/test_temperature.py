@@ -8,8 +8,8 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from scaling.garg_gpt2 import InterleavedGPT2, load_garg_gpt2
-from scaling.temperature import (
+from scaling.temperature.garg import InterleavedGPT2, load_garg_gpt2
+from scaling.temperature.patch import (
     attention_modules,
     attention_temperature,
     heuristic_tau,

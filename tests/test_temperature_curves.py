@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from scaling.temperature_curves import (
+from scaling.temperature.curves import (
     figure1_curves,
     figure2_curves,
     figure4_curves,
     figure5_histograms,
 )
-from scaling.temperature_theory import (
+from scaling.temperature.theory import (
     isotropic_distribution,
     optimal_temperature,
     pretrained_parameters,

@@ -10,11 +10,11 @@ from mlflow.utils.validation import _validate_metric_name
 
 from scaling.cells import Cell
 from scaling.config import ConfigError, canonical
-from scaling.garg_gpt2 import InterleavedGPT2
+from scaling.temperature.garg import InterleavedGPT2
 from scaling.plan import load_plan
 from scaling.sweep import main
-from scaling.temperature_jobs import JOBS, best_tau, run_job
-from scaling.tiny_llm import save_tiny_llama
+from scaling.kinds.temperature import JOBS, best_tau, run_job
+from scaling.temperature.tiny_llm import save_tiny_llama
 from scaling.tracking import curve_metric_key
 from tests.conftest import tiny_cell_dict
 
@@ -144,7 +144,7 @@ def garg_checkpoint(tmp_path):
 
 
 def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_checkpoint):
-    from scaling.tasks import ShiftConfig, fresh_prompts, make_family
+    from scaling.science.tasks import ShiftConfig, fresh_prompts, make_family
 
     original, run_dir = garg_checkpoint
     shift = {"x_scale": math.sqrt(3), "task_scale": math.sqrt(3)}      # Sigma_x = 3 I; beta ~ N(0, I_3) as Garg's

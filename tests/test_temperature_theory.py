@@ -7,7 +7,7 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.temperature_theory import (
+from scaling.temperature.theory import (
     AttentionParams,
     PromptDistribution,
     attention_prediction,

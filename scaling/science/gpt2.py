@@ -11,8 +11,8 @@ other and an Adam state written by one resumes in the other; the initialisation 
 (N(0, 0.02), residual output projections N(0, 0.02 / sqrt(2 layers)), norms 1 and 0).
 
 Each attention module keeps its softmax scale in the float ``scaling`` (d_head^-1/2), the attribute
-scaling.temperature divides by tau, and reports its pre-softmax scores to a recorder attached under
-``SCORE_RECORDER`` (scaling.temperature.recording_score_moments). tests/test_gpt2.py checks outputs,
+scaling.temperature.patch divides by tau, and reports its pre-softmax scores to a recorder attached under
+``SCORE_RECORDER`` (scaling.temperature.patch.recording_score_moments). tests/test_gpt2.py checks outputs,
 gradients, temperature and recorded moments against transformers' GPT2Model.
 """
 from __future__ import annotations
@@ -151,5 +151,5 @@ class GPT2Backbone(nn.Module):
 
     @property
     def recording(self) -> bool:
-        """Whether a score recorder is attached (scaling.temperature.recording_score_moments)."""
+        """Whether a score recorder is attached (scaling.temperature.patch.recording_score_moments)."""
         return any(getattr(block.attn, SCORE_RECORDER, None) is not None for block in self.h)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
-from .models import interleaved_tokens
+from ..science.models import interleaved_tokens
 
 CHECKPOINT_FILE = "state.pt"
 _LEGACY_BUFFER = re.compile(r"^_backbone\.h\.\d+\.attn\.(bias|masked_bias)$")

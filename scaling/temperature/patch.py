@@ -1,4 +1,4 @@
-"""Attention temperature for GPT-2 (scaling.gpt2 or Hugging Face) and LLaMA models, and the moment heuristic for
+"""Attention temperature for GPT-2 (scaling.science.gpt2 or Hugging Face) and LLaMA models, and the moment heuristic for
 choosing it.
 
 Seed 004 (Demir & Dogan), eq. (1): Attention(Z) = V Z softmax((K Z)^T (Q Z) / tau). The LLM and GPT-2
@@ -29,11 +29,11 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from scaling.gpt2 import SCORE_RECORDER
+from scaling.science.gpt2 import SCORE_RECORDER
 
 MIN_TRANSFORMERS = (5, 4)
 RECORDING_ATTENTION = "score_moments_recording"
-_RECORDER_ATTR = SCORE_RECORDER        # scaling.gpt2's attention reports to it itself
+_RECORDER_ATTR = SCORE_RECORDER        # scaling.science.gpt2's attention reports to it itself
 
 
 def _check_transformers_version() -> None:

@@ -5,7 +5,7 @@ each demonstration reads "Support: ...\\nQuestion: ...\\nOutput: <answer>", demo
 most similar training items (Liu et al. 2022), a "noisy ratio" of them carry a relevant but wrong label
 (one of that question's SciQ distractors), the model answers greedily with at most 30 new tokens and
 is scored by exact match. Fig. 3 averages 12 Monte Carlo runs with every attention layer at
-temperature tau * sqrt(d_k) (scaling.temperature).
+temperature tau * sqrt(d_k) (scaling.temperature.patch).
 
 Choices made here: the reference relabels a random fraction of the whole training pool before
 retrieval, so a prompt's noisy share only averages to the ratio; here exactly round(ratio * k) of each
@@ -30,7 +30,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from scaling.temperature import ScoreMoments, attention_temperature, score_moments
+from scaling.temperature.patch import ScoreMoments, attention_temperature, score_moments
 
 SCIQ_FIELDS = ("question", "support", "correct_answer", "distractor1", "distractor2", "distractor3")
 MAX_NEW_TOKENS = 30

@@ -15,7 +15,7 @@ b_n = sum_{j<n} x_j y_j in float64:
 - ``ridge_per_level``: the oracle ridge with each prompt's own level, lambda = d sigma_prompt^2.
 - ``ridge_tuned``: one lambda per context length n, chosen from a grid on a separate seeded validation
   set drawn from the task (options: lambdas, prompts, seed). Ridge error against lambda at a fixed n (Figs.
-  2-3, right panels) is ``scaling.train.lambda_scan``, on a cell's evaluation prompts.
+  2-3, right panels) is ``scaling.science.train.lambda_scan``, on a cell's evaluation prompts.
 - ``ridge_validation``: lambda chosen per prompt and prefix by a train/validation split of the prompt's
   own pairs (seed 003, post-ICL validation; options: lambdas, val_fraction, refit).
 - ``bayes_discrete``: the discrete MMSE over a finite pool of linear tasks (``discrete_mmse``).
@@ -36,7 +36,7 @@ import yaml
 
 from .baseline_cache import CachedPredictor, default_jobs, map_prompts
 from .baseline_fits import nn_student_predictions, prefix_fits
-from .config import canonical
+from ..config import canonical
 from .tasks import Prompts, TaskConfig, fresh_prompts, make_family
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from scaling.temperature_theory import (
+from scaling.temperature.theory import (
     AttentionParams,
     PromptDistribution,
     attention_prediction,

@@ -1,9 +1,9 @@
 """A tiny random LLaMA and a character tokenizer, saved as a local model directory for quick runs.
 
 The LLM sweeps of seed 004 (Fig. 3) need LLaMA-2-7B weights, which are never downloaded here; their
-quick profiles and tests use this stand-in instead: ``python -m scaling.tiny_llm DIR`` writes a
+quick profiles and tests use this stand-in instead: ``python -m scaling.temperature.tiny_llm DIR`` writes a
 2-layer LlamaForCausalLM (hidden size 32, grouped-query attention) with random weights and a
-one-token-per-character tokenizer to DIR, loadable by scaling.llm_icl.load_causal_lm.
+one-token-per-character tokenizer to DIR, loadable by scaling.temperature.llm_icl.load_causal_lm.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def save_tiny_llama(directory: str | Path, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scaling.tiny_llm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scaling.temperature.tiny_llm", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="where to write the model, e.g. /tmp/scaling-tiny-llama")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

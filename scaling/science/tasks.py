@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .config import check, check_choice
+from ..config import check, check_choice
 
 
 def derive_seed(seed: int, purpose: str, step: int = 0) -> int:
@@ -463,7 +463,7 @@ class TaskPool:
 
 def stacked_batches(pools: Sequence[TaskPool], step: int, batch_size: int, points: int,
                     dims: int | None = None, max_points: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.pack's members)."""
+    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.packing's members)."""
     batches = [pool.batch(step, batch_size, points, dims, max_points) for pool in pools]
     return torch.stack([b.xs for b in batches]), torch.stack([b.ys for b in batches])
 

@@ -23,7 +23,7 @@ import torch
 
 from .adam import FusedAdam
 from .baselines import DEFAULT_LAMBDAS, Predictor, applicable_baselines, parse_baseline, ridge_errors
-from .config import ConfigError, check, check_choice
+from ..config import ConfigError, check, check_choice
 from .models import build_model
 from .tasks import Prompts, ShiftConfig, TaskFamily, TaskPool, derive_seed, fresh_prompts, generator, make_family
 
@@ -143,7 +143,7 @@ class CellTrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cell.seed, "init"))
             self.model = build_model(cell.model, cell.task.d, self.points).to(self.device)
-        # torch.optim.Adam(fused=True)'s kernel and state without torch.optim's ~1.1 s import (scaling.adam)
+        # torch.optim.Adam(fused=True)'s kernel and state without torch.optim's ~1.1 s import (scaling.science.adam)
         self.optimizer = FusedAdam(self.model.parameters(), lr=cell.train.lr)
         self.step = 0
 

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .config import ConfigError, check, check_choice
+from ..config import ConfigError, check, check_choice
 
 Z90 = 1.6448536269514722            # the 90% normal interval, the project's coverage for Monte Carlo rows
 LLM_PANELS = ("demos", "noisy_ratio")
@@ -73,8 +73,8 @@ class TemperatureConfig:
     batch_size: int = field(default=8, metadata={"key": False})     # prompts per forward pass
 
     def __post_init__(self):
-        from .temperature_theory import SHIFTS
-        from .temperature_curves import PARAMS_SOURCES
+        from ..temperature.theory import SHIFTS
+        from ..temperature.curves import PARAMS_SOURCES
 
         check(bool(self.taus) and all(t > 0 and math.isfinite(t) for t in self.taus), "taus",
               f"needs finite values > 0, got {list(self.taus)}")
@@ -95,7 +95,7 @@ class TemperatureConfig:
         if self.llm:
             check((Path(self.llm) / "config.json").is_file(), "llm",
                   f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
-                  f" downloaded: copy them there first (for the tiny test model: python -m scaling.tiny_llm {self.llm})")
+                  f" downloaded: copy them there first (for the tiny test model: python -m scaling.temperature.tiny_llm {self.llm})")
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)
             check(not value or Path(value).is_file(), name, f"no SciQ file at {value}")
@@ -166,8 +166,8 @@ def theory_context(cell, device, report=None, tracking_uri=None) -> JobResult:
     step (= n), err, err_lo, err_hi, prompts, figure, panel (the shift), curve (tau=1 | tau_opt |
     bayes_ridge), source (theory | simulation), x (= l / d), tau, err_raw, err_se, l, d.
     Summary: tau_opt at the largest l / d."""
-    from .temperature_curves import error_vs_context_curves
-    from .temperature_theory import isotropic_distribution, shifted_distribution
+    from ..temperature.curves import error_vs_context_curves
+    from ..temperature.theory import isotropic_distribution, shifted_distribution
 
     t = cell.temperature
     train = isotropic_distribution(cell.task.d, cell.task.noise_std)
@@ -184,7 +184,7 @@ def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Figs. 2b and 2c at l / d = 1. Columns as theory_context, with x = sigma_test, step = index of x,
     panel b (error vs sigma_test) or c (curve tau_opt: its tau vs sigma_test, err = Thm 4.6 at that tau
     for theory, NaN for the Monte Carlo minimiser, whose standard error is tau_se)."""
-    from .temperature_curves import figure2_curves
+    from ..temperature.curves import figure2_curves
 
     t = cell.temperature
     frame = figure2_curves(cell.task.d, cell.task.noise_std, l_over_d=(), sigma_tests=t.sigma_tests, m=t.m,
@@ -198,7 +198,7 @@ def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
 def theory_mean_shift(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Fig. 4: error vs l under an input-mean shift (shift_kwargs norm, default 2). Columns as
     theory_context with curve linear | linearized | bayes_ridge, x = l, n = step = l - 1."""
-    from .temperature_curves import figure4_curves
+    from ..temperature.curves import figure4_curves
 
     t = cell.temperature
     frame = figure4_curves(cell.task.d, cell.task.noise_std, t.shift_kwargs.get("norm", 2.0), t.ls, t.n_prompts, cell.seed)
@@ -213,7 +213,7 @@ def attention_histograms(cell, device, report=None, tracking_uri=None) -> JobRes
     tau of ``taus``. Columns: predictor ("<kind>/tau=<tau>" or "input"), n = step = bin index, x = bin
     centre, err = density (a histogram, not an error; err_lo = err_hi = err, prompts = 0), density,
     bin_width, mean, var, curve, tau, figure, panel."""
-    from .temperature_curves import figure5_histograms
+    from ..temperature.curves import figure5_histograms
 
     t = cell.temperature
     frame = figure5_histograms(t.taus, t.hist_l, t.bins, cell.seed)
@@ -231,15 +231,15 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
     t = cell.temperature
     d = cell.task.d
     if t.checkpoint:
-        from .garg_gpt2 import load_garg_gpt2
+        from ..temperature.garg import load_garg_gpt2
 
         model = load_garg_gpt2(t.checkpoint, n_dims=d, n_positions=t.n_positions, n_embd=cell.model.n_embd,
                                n_layer=cell.model.n_layer, n_head=cell.model.n_head, device=device)
         return model, None
     if t.from_sweep:
-        from .config import from_dict
-        from .models import ModelConfig, build_model
-        from .tracking import load_complete_model
+        from ..config import from_dict
+        from ..science.models import ModelConfig, build_model
+        from ..tracking import load_complete_model
 
         source, state = load_complete_model(t.from_sweep, t.from_params, tracking_uri)
         if source["task"]["d"] != d or int(source["N"]) < cell.N:
@@ -248,7 +248,7 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
         model = build_model(from_dict(ModelConfig, source["model"]), d, int(source["N"]) + 1)
         model.load_state_dict(state)
         return model.to(device).eval(), None
-    from .train import CellTrainer      # train_model: the cell's own model, as the train job would
+    from ..science.train import CellTrainer      # train_model: the cell's own model, as the train job would
 
     trainer = CellTrainer(cell, device)
     every = max(1, cell.train.steps // 10)
@@ -260,7 +260,7 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
 
 
 def shift_label(shift) -> str:
-    """The fields of an eval.shift (scaling.tasks.ShiftConfig) that differ from no shift, e.g. 'x_scale=1.73'."""
+    """The fields of an eval.shift (scaling.science.tasks.ShiftConfig) that differ from no shift, e.g. 'x_scale=1.73'."""
     from dataclasses import fields
 
     moved = [f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default]
@@ -276,10 +276,10 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    from .baselines import applicable_baselines
-    from .tasks import fresh_prompts, make_family
-    from .temperature import attention_temperature, score_moments
-    from .train import evaluate
+    from ..science.baselines import applicable_baselines
+    from ..science.tasks import fresh_prompts, make_family
+    from ..temperature.patch import attention_temperature, score_moments
+    from ..science.train import evaluate
 
     t = cell.temperature
     model, weights = _gpt2_model(cell, device, report, tracking_uri)
@@ -315,7 +315,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     mc_runs Monte Carlo runs, as the paper's error bars), prompts (questions x runs), em, em_std, tau,
     noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
     Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
-    from .llm_icl import icl_prompts, load_causal_lm, load_sciq, make_retriever, monte_carlo_exact_match, \
+    from ..temperature.llm_icl import icl_prompts, load_causal_lm, load_sciq, make_retriever, monte_carlo_exact_match, \
         prompt_score_moments, query_text
 
     t = cell.temperature

@@ -25,7 +25,7 @@ GROUP_DEFAULTS = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgra
 
 class FusedAdam:
     """``torch.optim.Adam(params, lr, betas, eps, fused=True)``: the attributes and methods CellTrainer and
-    scaling.pack use (param_groups, state, zero_grad, step, state_dict, load_state_dict)."""
+    scaling.packing use (param_groups, state, zero_grad, step, state_dict, load_state_dict)."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8):

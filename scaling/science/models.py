@@ -4,17 +4,17 @@ Every model maps a prompt batch ``xs`` (B, N+1, d), ``ys`` (B, N+1) to a predict
 column n predicts ys[:, n] from the pairs 0..n-1 and the query xs[:, n] (the one predictor interface,
 shared with the baselines). ``MODELS`` is the registry (``arch``):
 
-- ``gpt2``: GPT-2 (scaling.gpt2; transformers' GPT2Model for the stacked layout, other phis and eager
+- ``gpt2``: GPT-2 (scaling.science.gpt2; transformers' GPT2Model for the stacked layout, other phis and eager
   attention) with a learnable linear read-in to the embedding width and a linear read-out (App. A "GPT-2"). ``layout: interleaved`` (Garg et al. 2022): tokens x_1, y_1, x_2, y_2, ...
   with y zero-padded to d, causal attention, predictions read at the x tokens. ``layout: stacked`` (eq. 2):
   tokens [x_j; y_j] in R^{d+1}, the query [x_n; 0]; one pass scores every prefix by appending the P query
-  tokens after the P context tokens with the stacked-prefix mask (scaling.attention): query n sees the
+  tokens after the P context tokens with the stacked-prefix mask (scaling.science.attention): query n sees the
   context tokens j < n and itself, at position n, which is exactly the causal pass over A_n, and y_n is
   never seen at column n. ``attention`` picks phi (softmax by default; l1, relu, identity are registered
   with transformers' AttentionInterface together with a mask function of the same name).
-- ``sgpt``: eq. 13 (scaling.sgpt), identity key/query/value, frozen random read-in, l1 attention.
+- ``sgpt``: eq. 13 (scaling.science.sgpt), identity key/query/value, frozen random read-in, l1 attention.
 - ``onelayer``: eq. 9, f(A) = relu(psi(A)_{n,:} W1) W2 of width ``width``, psi = ``feature_map``
-  (scaling.feature_maps).
+  (scaling.science.feature_maps).
 - ``mlp``: eq. 14, f(x) = relu(x W_0) W_1 (width 1024 by default) on ``inputs``: ``vectorised``, the
   prompt [x_1 .. x_{n+1}, y_1 .. y_n] zero-padded to the cell's N (App. A "Zero-padding input for MLP": one
   model serves every context length); ``features``, psi_K(A)_{n,:}; ``both``, the two concatenated (Fig. 7).
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .attention import ATTENTIONS, additive_mask, hf_attention, stacked_prefix_mask
-from .config import check, check_choice
+from ..config import check, check_choice
 from .feature_maps import FEATURE_MAPS, feature_rows, feature_scalar, query_rows, stacked_rows
 from .gpt2 import GPT2Backbone
 from .sgpt import SGPT
@@ -102,7 +102,7 @@ class GPT2InContext(nn.Module):
         stacked = config.layout == "stacked"
         positions = points if stacked else 2 * points
         self.read_in = nn.Linear(d + 1 if stacked else d, config.n_embd)
-        # The default (interleaved tokens, softmax attention through SDPA) runs scaling.gpt2, the same network
+        # The default (interleaved tokens, softmax attention through SDPA) runs scaling.science.gpt2, the same network
         # and parameters without transformers' import (~4.5 s of CPU in every trial process); the stacked
         # layout's prefix mask, the other phis and eager attention plug into transformers' GPT2Model.
         self.own_backbone = not stacked and config.phi == "softmax" and config.attn_implementation == "sdpa"
@@ -113,7 +113,7 @@ class GPT2InContext(nn.Module):
         self.read_out = nn.Linear(config.n_embd, 1)
 
     def forward_interleaved(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        """Predictions at the x tokens. With scaling.gpt2 the final y token is dropped (under causal
+        """Predictions at the x tokens. With scaling.science.gpt2 the final y token is dropped (under causal
         attention no x token sees it) and the last block keeps the x tokens after its attention, so its
         output projection, MLP and the final norm never run at the y tokens: about 6% of a training step's
         FLOPs at 8 layers and N = 40, outputs equal to the full pass's to float rounding (tests/test_gpt2.py)."""
@@ -196,7 +196,7 @@ class PromptMLP(nn.Module):
         return torch.cat(parts, dim=-1)
 
     def head_layers(self) -> list[nn.Module]:
-        """The layers after ``features``: the part with parameters (scaling.pack stacks them)."""
+        """The layers after ``features``: the part with parameters (scaling.packing stacks them)."""
         return list(self.net)
 
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:

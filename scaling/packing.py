@@ -30,9 +30,9 @@ import torch
 
 from .cells import Cell
 from .config import canonical, to_dict
-from .tasks import stacked_batches, stacked_block
+from .science.tasks import stacked_batches, stacked_block
 from .tracking import CellLog
-from .train import CellTrainer
+from .science.train import CellTrainer
 
 PACKABLE_ARCHS = ("mlp", "onelayer", "linear_on_scalar")
 AUTO_PACK_SIZE = 8
@@ -68,7 +68,7 @@ def pack_signature(cell: Cell) -> str | None:
 
 def step_cost(cell: Cell) -> float:
     """Multiply-adds of one forward pass of a cell's batch: parameters x prompts x positions."""
-    from .models import build_model
+    from .science.models import build_model
 
     with torch.device("meta"):
         model = build_model(cell.model, cell.task.d, cell.N + 1)
@@ -206,7 +206,7 @@ class StackedMembers:
     Linear layer becomes one batched matrix product over the members' stacked weights, and so does each
     product of its backward pass, written out here (a tiny model's step is a few dozen tensor operations,
     and autograd's bookkeeping would cost as much as the arithmetic). Member k's gradient is that of its
-    own prefix loss (scaling.train.prefix_loss), as autograd computes it; tests compare the two.
+    own prefix loss (scaling.science.train.prefix_loss), as autograd computes it; tests compare the two.
     """
 
     def __init__(self, members: Sequence[CellTrainer]):

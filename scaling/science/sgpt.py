@@ -6,12 +6,12 @@ random, non-trainable read-in W_0 in R^{(d+1) x k} gives H^(0) = A W_0. Each of 
     U = g(H) W_proj + H,    H <- sigma(U W_MLP) + U,    g(H) = phi(H H^T / sqrt(k)) H
 
 with key, query and value fixed to the identity (no parameters), phi the row-wise l1 normalisation by
-default (``attention`` picks another phi from scaling.attention), causal attention, sigma = GeLU, no layer
+default (``attention`` picks another phi from scaling.science.attention), causal attention, sigma = GeLU, no layer
 norms, one linear layer per MLP block and no biases; the read-out is linear, W_O in R^{k x 1}. The
 1/sqrt(k) of eq. 3 cancels under the default l1 normalisation, so the default is exactly eq. 6; it keeps
 the other phi (softmax, relu/N, identity) on a usable scale.
 
-Every prefix is scored in one pass with the stacked-prefix mask (scaling.attention.stacked_prefix_mask):
+Every prefix is scored in one pass with the stacked-prefix mask (scaling.science.attention.stacked_prefix_mask):
 the sequence holds the P context tokens then the P query tokens [x_n; 0], and query n sees the context
 tokens j < n and itself, which is the causal forward pass of A_n. Predictions are read at the queries.
 """

@@ -1,0 +1,1 @@
+"""The registry of experiment kinds (filled in below)."""
