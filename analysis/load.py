@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from scaling.tracking import Tracker
+
 TABLE_COLUMNS = ["sweep", "cell_key", "run_id", "model", "T", "N", "seed", "predictor", "n", "err",
                  "err_lo", "err_hi", "prompts"]
 
@@ -27,34 +29,18 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SCALING_CACHE", Path.home() / ".cache" / "icl-scaling" / "curves"))
 
 
-def _client(tracking_uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri)
-
-
-def cell_runs(tracking_uri: str, experiment: str, client=None) -> list:
+def cell_runs(tracking_uri: str, experiment: str, tracker: Tracker | None = None) -> list:
     """Every cell run of the experiment (all pages of one bulk search: no call per run)."""
-    client = client or _client(tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise LookupError(f"no MLflow experiment named {experiment!r} in {tracking_uri}; run the sweep first")
-    runs, token = [], None
-    while True:
-        page = client.search_runs([found.experiment_id], "tags.kind = 'cell'", max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return (tracker or Tracker(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
 
 
-def _curves(client, run_id: str, cache: Path) -> tuple[pd.DataFrame, bool]:
+def _curves(tracker: Tracker, run_id: str, cache: Path) -> tuple[pd.DataFrame, bool]:
     """A run's curves, and whether they had to be downloaded (False: read from the cache)."""
     cached = cache / f"{run_id}.parquet"
     if cached.exists():
         return pd.read_parquet(cached), False
     cache.mkdir(parents=True, exist_ok=True)
-    local = client.download_artifacts(run_id, "curves.parquet", str(cache / f".{run_id}"))
+    local = tracker.download(run_id, "curves.parquet", cache / f".{run_id}")
     frame = pd.read_parquet(local)
     tmp = cache / f".{run_id}.parquet.tmp"
     frame.to_parquet(tmp, index=False)
@@ -76,13 +62,13 @@ def load_table(tracking_uri: str, experiment: str, cache_dir: Path | None = None
     ``runs`` (run id -> run name of the complete cells).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # no bar per run
-    client = _client(tracking_uri)
-    runs = cell_runs(tracking_uri, experiment, client)
+    tracker = Tracker(tracking_uri)
+    runs = cell_runs(tracking_uri, experiment, tracker)
     complete = [r for r in runs if r.data.tags.get("status") == "complete"]
     missing = missing_cells(runs)
     cache = cache_dir or default_cache_dir()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        read = list(pool.map(lambda r: _curves(client, r.info.run_id, cache), complete))
+        read = list(pool.map(lambda r: _curves(tracker, r.info.run_id, cache), complete))
     if not read:
         table = pd.DataFrame(columns=TABLE_COLUMNS)
     else:

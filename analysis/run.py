@@ -25,6 +25,7 @@ from .fit import fit_all
 from .load import load_table, split_scans
 from .report import write_comparison, write_report
 from .verdicts import answer_line, context_verdicts, format_verdicts, task_verdicts
+from scaling.tracking import Tracker
 
 
 class AnalysisError(RuntimeError):
@@ -113,8 +114,46 @@ def read(name: str, document: dict, uri: str, out: Path, planned: dict[str, str]
 
 
 def analyse(sweep: str | None, experiment: str | None = None, profile: str = "", tracking_uri: str | None = None,
-            out: Path | None = None, bootstrap: int = 1000, log: bool = True,
-            layout: str | None = None) -> AnalysisResult:
+            out: Path | None = None, bootstrap: int = 1000, log: bool = True, layout: str | None = None):
+    """Analyse a sweep (or an experiment) with the analysis plug-in of its cells' experiment kind
+    (scaling.kinds.Kind.analysis, "module:function"); every plug-in takes these arguments."""
+    import importlib
+
+    plugin = analysis_plugin(sweep, experiment, profile, tracking_uri)
+    module, function = plugin.split(":")
+    return getattr(importlib.import_module(module), function)(sweep, experiment, profile, tracking_uri, out,
+                                                              bootstrap, log, layout)
+
+
+def analysis_plugin(sweep: str | None, experiment: str | None, profile: str, tracking_uri: str | None) -> str:
+    """The analysis plug-in of the sweep's cells: their kinds' (one plug-in per sweep; a sweep that mixes
+    kinds of different plug-ins is refused, naming them)."""
+    from scaling.kinds import kind
+    from scaling.plan import SweepError, load_plan
+    from scaling.tracking import resolve_tracking_uri
+
+    if experiment:
+        try:
+            runs = Tracker(resolve_tracking_uri(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
+        except LookupError as err:
+            raise AnalysisError(str(err)) from None
+        jobs = {r.data.params.get("job", "train") for r in runs} or {"train"}
+    else:
+        try:
+            jobs = {p.cell.job for p in load_plan(sweep, profile).cells}
+        except SweepError as err:
+            raise AnalysisError(str(err)) from None
+    plugins = {kind(job).analysis for job in jobs}
+    if len(plugins) > 1:
+        raise AnalysisError(f"the sweep mixes experiment kinds analysed apart ({', '.join(sorted(jobs))});"
+                            f" give each its own sweep file")
+    return plugins.pop()
+
+
+def analyse_training(sweep: str | None, experiment: str | None = None, profile: str = "",
+                     tracking_uri: str | None = None, out: Path | None = None, bootstrap: int = 1000,
+                     log: bool = True, layout: str | None = None) -> AnalysisResult:
+    """The training kind's analysis: table, fits, verdicts, the layout's figures, report, logged."""
     from scaling.tracking import resolve_tracking_uri
 
     name, document, planned = resolve_experiment(sweep, experiment, profile)
@@ -194,31 +233,15 @@ def compare(first: tuple[str | None, str | None], second: tuple[str | None, str 
     return a, b, report
 
 
-def sweep_parent(client, experiment_id: str, sweep: str) -> str | None:
-    runs = client.search_runs([experiment_id], f"tags.kind = 'sweep' and tags.sweep = '{sweep}'", max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
 def log_analysis(uri: str, experiment: str, result: AnalysisResult, extra_tags: dict | None = None) -> str:
     """Log the outputs as a run tagged kind=analysis in the sweep's experiment, under its parent run."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
     tags = {"kind": "analysis", "sweep": experiment, **(extra_tags or {})}
-    parent = sweep_parent(client, exp.experiment_id, experiment)
-    if parent:
-        tags["mlflow.parentRunId"] = parent
     name = f"analysis {experiment}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
-    run = client.create_run(exp.experiment_id, run_name=name, tags=tags)
-    for path in result.files:
-        sub = path.parent.relative_to(result.out).as_posix() if path.parent != result.out else None
-        client.log_artifact(run.info.run_id, str(path), sub)
+    files = [(path, path.parent.relative_to(result.out).as_posix() if path.parent != result.out else None)
+             for path in result.files]
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "summary.yaml"
         summary.write_text(yaml.safe_dump({"cells": int(result.table["cell_key"].nunique()),
                                            "missing": int(len(result.missing)), "out": os.fspath(result.out),
                                            "answer": result.answer(), "notes": result.notes}))
-        client.log_artifact(run.info.run_id, str(summary))
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id
+        return Tracker(uri).log_outputs_run(experiment, name, tags, files + [(summary, None)])

@@ -76,7 +76,7 @@ def step_seconds(cells, device, steps: int) -> float:
     """Median seconds of one training step of ``cells`` stacked (one cell: a pack of one) on ``device``."""
     import torch
 
-    from scaling.packing import StackedMembers
+    from scaling.science.stacked import StackedMembers
     from scaling.science.train import CellTrainer
 
     stacked = StackedMembers([CellTrainer(c, device) for c in cells])
@@ -120,24 +120,22 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
     """
     import torch
 
-    from scaling.packing import run_pack
     from scaling.plan import plan_document
     from scaling.tracking import Tracker
-    from scaling.trial import run_cell
+    from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
 
     torch.set_num_threads(1)
     uri = f"sqlite:///{tmp}/mlflow.db"
     tracker = Tracker(uri)
     shared = {"tracking_uri": uri, "experiment_id": tracker.experiment_id(name, create=True), "sweep": name,
               "storage": f"{tmp}/{name}", "resources": {"cpu": 1}}
-    members = [{"cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name}
-               for p in plan_document(document).cells]
+    members = [TrialMember(p.cell.to_dict(), p.cell.key, p.cell.name) for p in plan_document(document).cells]
     start = time.perf_counter()
     if packed:
-        run_pack({**shared, "members": members})
+        run_pack(TrialSpec(tuple(members), "pack", "pack", **shared))
     else:
         for member in members:
-            run_cell({**shared, **member})
+            run_cell(TrialSpec((member,), member.key, member.name, **shared))
     return time.perf_counter() - start
 
 

@@ -106,7 +106,13 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
 def to_dict(obj: Any) -> Any:
     """Plain, YAML-safe form of a config (dataclasses -> dicts, tuples -> lists, inf -> 'inf')."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {}
+        for f in dataclasses.fields(obj):
+            if f.metadata.get("inline"):         # a mapping of groups written at this level (Cell.settings)
+                out.update({name: to_dict(group) for name, group in getattr(obj, f.name).items()})
+            else:
+                out[f.name] = to_dict(getattr(obj, f.name))
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -120,12 +126,18 @@ def canonical(obj: Any) -> Any:
     """The hashable form of a config: like ``to_dict`` but without fields equal to their default.
 
     Fields declared with ``metadata={"key": False}`` (how, not what: device, checkpoint cadence) are
-    left out too, so they never change a cell's key.
+    left out too, so they never change a cell's key. A field declared ``metadata={"inline": True}`` is a
+    mapping of named groups written at this level, as if each were a field (scaling.cells.Cell.settings).
     """
     if dataclasses.is_dataclass(obj):
         out = {}
         for f in dataclasses.fields(obj):
             if not f.metadata.get("key", True):
+                continue
+            if f.metadata.get("inline"):         # groups written at this level, each left out when empty
+                for name, group in getattr(obj, f.name).items():
+                    if canonical(group) != {}:
+                        out[name] = canonical(group)
                 continue
             value = getattr(obj, f.name)
             if f.default is not dataclasses.MISSING and value == f.default:

@@ -38,15 +38,11 @@ import yaml
 
 from .cells import Cell
 from .config import ConfigError, check, from_dict
-from .science.models import ModelConfig
-from .kinds.temperature import absolute_paths
-
-# A GPT-2 cell's prompt is 2(N+1) tokens and its n_positions is derived from N. Garg et al.'s released
-# checkpoints have 202 positions, GPT-2's own 1024; no experiment here needs more than 1024 (N <= 511).
-# The cap turns a typo (N: 50000) into a planning error instead of an out-of-memory trial.
-GPT2_MAX_POSITIONS = 1024
+from .science.models import ModelConfig, model_facts
+from .kinds import kind_of_group
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "profiles")
+CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -298,12 +294,41 @@ def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[di
     return tree, resources
 
 
+def absolute_paths(tree: dict[str, Any], bases: list[Path]) -> dict[str, Any]:
+    """The cell tree with the relative local paths of kinds' settings (scaling.kinds.Kind.path_fields)
+    made absolute: the first base under which the path exists, else the first base (validation then
+    names the missing path). Trials run in other directories, so paths they get must be absolute."""
+    out = dict(tree)
+    for group, settings in tree.items():
+        if not isinstance(settings, dict) or group in CELL_FIELDS:
+            continue
+        owner = kind_of_group(group)
+        if owner is None or not owner.path_fields:
+            continue
+        settings = dict(settings)
+        for name in owner.path_fields:
+            value = settings.get(name)
+            if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+                candidates = [(base / value).resolve() for base in bases]
+                settings[name] = str(next((c for c in candidates if c.exists()), candidates[0]))
+            elif isinstance(value, str) and value:
+                settings[name] = str(Path(value).expanduser())
+        out[group] = settings
+    return out
+
+
+def with_grid_job(tree: dict, grid: Any) -> dict:
+    """A partial cell tree (the defaults, or one axis value over them) as validated alone: when the grid
+    has a ``job`` axis and the tree names no job, the axis's first kind, whose settings the tree may hold."""
+    jobs = grid.get("job") if isinstance(grid, dict) else None
+    if "job" in tree or not isinstance(jobs, list) or not jobs or not isinstance(jobs[0], str):
+        return tree
+    return {**tree, "job": jobs[0]}
+
+
 def check_limits(cell: Cell) -> Cell:
-    """Limits a valid cell can still break: a GPT-2 prompt must fit GPT2_MAX_POSITIONS tokens."""
-    positions = 2 * (cell.N + 1)
-    check(cell.model.arch != "gpt2" or positions <= GPT2_MAX_POSITIONS, "N",
-          f"N={cell.N} makes GPT-2 prompts of 2(N+1)={positions} tokens, more than the"
-          f" {GPT2_MAX_POSITIONS} positions allowed (scaling.plan.GPT2_MAX_POSITIONS)")
+    """Limits a valid cell can still break, asked of its model: a prompt must fit the model's positions."""
+    model_facts(cell.model.arch).check_positions(cell.model, cell.N)
     return cell
 
 
@@ -324,7 +349,7 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     bases = [Path.cwd(), Path(source).resolve().parent]     # trials run elsewhere: paths become absolute
     defaults = absolute_paths(defaults, bases)
     try:
-        Cell.from_dict(defaults)
+        Cell.from_dict(with_grid_job(defaults, document.get("grid")))
     except ConfigError as err:
         raise at.error(("defaults",), err) from None
     try:
@@ -341,7 +366,8 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     for axis, values in axes.items():          # each value alone, so the error points at it
         for i, value in enumerate(values):
             try:
-                Cell.from_dict(absolute_paths(_cell_tree(defaults, {axis: value}, presets)[0], bases))
+                tree = absolute_paths(_cell_tree(defaults, {axis: value}, presets)[0], bases)
+                Cell.from_dict(with_grid_job(tree, document.get("grid")))
             except ConfigError as err:
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 

@@ -1,17 +1,18 @@
-"""The MLflow contract: the only module that speaks MLflow.
+"""The MLflow contract: the only module that speaks MLflow (the sweeps, the trials and analysis alike).
 
 One experiment per sweep (named by the sweep), one parent run per sweep (tag ``kind=sweep``) and one
 child run per cell (tag ``kind=cell``), found again by its ``cell_key`` tag so a resumed or retried
 cell reuses its run instead of creating another. A cell run carries:
 
-- run name: ``<model> T=<T> N=<N> seed=<seed>``; tags ``cell_key``, ``sweep``, ``kind``, ``status``
-  (``running`` -> ``complete`` only once everything below is logged; ``failed`` with ``error``);
-- params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ...);
-- metrics: ``train/loss`` (step = training step), ``eval/err`` (step = context length n) and
-  ``baseline/<name>`` (step = n); cells of a temperature job (scaling.kinds.temperature) log their
-  curves named ``tau=<tau>`` or ``<a>/<b>`` as ``temperature/<name>`` with ``=`` written ``_`` (MLflow
-  names allow no ``=``), e.g. ``temperature/tau_1.5`` (step = the curves' ``step`` column, else n),
-  and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
+- run name: the cell's label, given by its experiment kind (``<model> T=<T> N=<N> seed=<seed>`` for
+  training); tags ``cell_key``, ``sweep``, ``kind``, ``status`` (``running`` -> ``complete`` only once
+  everything below is logged; ``failed`` with ``error``);
+- params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ``job``, ...);
+- metrics: ``train/loss`` (step = training step) and one metric per curve of ``curves.parquet``, named
+  by the kind (``Kind.metric_key``): training logs ``eval/err`` (the model; step = context length n)
+  and ``baseline/<name>``; the temperature kinds (scaling.kinds.temperature) log ``temperature/<name>``
+  (e.g. ``temperature/tau_1.5``: MLflow names allow no ``=``; step = the curves' ``step`` column, else
+  n) and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
 - artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
   prompts) and ``model.pt`` (final weights; temperature jobs log it only for a model they trained).
 
@@ -241,6 +242,42 @@ class Tracker:
             if not token:
                 return runs
 
+    def runs(self, experiment: str, filter_string: str) -> list:
+        """Every run of the experiment named ``experiment`` matching the filter (all pages of one bulk
+        search); LookupError when there is no such experiment."""
+        experiment_id = self.experiment_id(experiment)
+        if experiment_id is None:
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}; run the sweep first")
+        return self._search(experiment_id, filter_string)
+
+    def download(self, run_id: str, artifact: str, directory: str | Path) -> str:
+        """Download one artifact of a run into ``directory``; its local path."""
+        return retrying(lambda: self.client.download_artifacts(run_id, artifact, str(directory)),
+                        f"downloading {artifact}")
+
+    def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
+        """The run id of the sweep's parent run, if it exists."""
+        runs = retrying(lambda: self.client.search_runs([experiment_id], f"tags.kind = 'sweep' and tags.sweep = '{sweep}'",
+                                                        max_results=1), "searching the sweep run")
+        return runs[0].info.run_id if runs else None
+
+    def log_outputs_run(self, experiment: str, run_name: str, tags: dict[str, str],
+                        files: list[tuple[str | Path, str | None]]) -> str:
+        """A finished run of ``experiment`` (nested under the sweep's parent run when there is one) holding
+        ``files`` as artifacts, each (path, artifact sub-directory or None); its run id (analysis uses it)."""
+        experiment_id = self.experiment_id(experiment)
+        if experiment_id is None:
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}")
+        tags = dict(tags)
+        parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        run = retrying(lambda: self.client.create_run(experiment_id, run_name=run_name, tags=tags), "creating run")
+        for path, sub in files:
+            retrying(lambda: self.client.log_artifact(run.info.run_id, str(path), sub), f"logging {Path(path).name}")
+        retrying(lambda: self.client.set_terminated(run.info.run_id, "FINISHED"), "ending run")
+        return run.info.run_id
+
     def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
         records: dict[str, CellRecord] = {}
@@ -339,13 +376,15 @@ class CellLog:
         return True
 
     def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path | None,
-               summary: dict[str, float] | None = None) -> None:
+               summary: dict[str, float] | None = None, metric_key: Callable[[str], str] | None = None) -> None:
         """Log the artifacts, then the buffered training losses, curves, summary and status=complete, then end
         the run: three round trips for a cell of up to ~1000 points (log_batches).
 
         status=complete is the last tag of the last batch, and a batch stores its metrics before its tags,
         so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere
         raises TrackingError (after retries) with the run still incomplete, and the retried trial redoes it.
+        ``metric_key`` names each curve's metric (the cell's kind's, scaling.kinds.Kind.metric_key;
+        default: curve_metric_key).
         """
         from mlflow.entities import Metric, RunTag
 
@@ -355,7 +394,8 @@ class CellLog:
         if "lam" in rows:       # a lambda scan has many values per n: it lives in curves.parquet only
             rows = rows[rows["lam"].isna()]
         metrics = [Metric("train/loss", value, ms, step) for step, value, ms in self.pending]
-        metrics += [Metric(curve_metric_key(predictor), float(err), now, int(step))
+        metric_key = metric_key or curve_metric_key
+        metrics += [Metric(metric_key(predictor), float(err), now, int(step))
                     for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
         metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]
         tags = [RunTag(name, f"{value:.6g}") for name, value in (summary or {}).items()]
@@ -399,18 +439,18 @@ def log_batches(metrics: list, tags: list) -> Iterator[tuple[list, list]]:
 
 
 def curve_metric_key(predictor: str) -> str:
-    """The MLflow metric of a curve: ``model`` -> eval/err; temperature curves (``tau=<tau>``, ``<a>/<b>``)
-    -> temperature/<name>; any other predictor (a baseline) -> baseline/<name>. Rows split by a prompt
-    meta (``<predictor>|<meta>=<value>``) add ``/<meta>=<value>``. Characters MLflow names do not allow
-    (``=``, ``|``, brackets, ...) are written ``_``: ``tau=1.5`` -> temperature/tau_1.5."""
+    """The MLflow metric of a training cell's curve: ``model`` -> eval/err, any other predictor (a
+    baseline) -> baseline/<name>; rows split by a prompt meta (``<predictor>|<meta>=<value>``) add
+    ``/<meta>=<value>``; characters MLflow names do not allow (``=``, ``|``, ...) are written ``_``.
+    Kinds with curves of their own name them with their ``metric_key`` (scaling.kinds)."""
     base, _, split = predictor.partition("|")
-    if base == "model":
-        key = "eval/err"
-    elif base.startswith("tau=") or "/" in base:
-        key = f"temperature/{base}"
-    else:
-        key = f"baseline/{base}"
-    return re.sub(r"[^/\w.\- :]", "_", f"{key}/{split}" if split else key)
+    key = "eval/err" if base == "model" else f"baseline/{base}"
+    return metric_name(f"{key}/{split}" if split else key)
+
+
+def metric_name(name: str) -> str:
+    """``name`` with the characters MLflow metric names do not allow (``=``, ``|``, brackets) written ``_``."""
+    return re.sub(r"[^/\w.\- :]", "_", name)
 
 
 def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.plan import GPT2_MAX_POSITIONS
+from scaling.science.models import GPT2_MAX_POSITIONS
 from scaling.sweep import main
 
 

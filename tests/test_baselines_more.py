@@ -13,7 +13,7 @@ from sklearn.neighbors import KNeighborsRegressor
 from scaling.science.baselines import (BASELINES, BaselineNotApplicable, build_baselines, discrete_mmse,
                                mixture_ridge_predictions, parse_baseline, ridge_predictions)
 from scaling.science.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
-from scaling.science.train import EvalConfig, evaluate, lambda_scan
+from scaling.science.evaluate import EvalConfig, evaluate, lambda_scan
 
 LIN = TaskConfig(d=4, noise_std=0.3)
 MIXED = TaskConfig(family="linear_mixed_noise", d=4, noise_stds=(0.1, 0.5))

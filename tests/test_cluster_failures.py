@@ -17,7 +17,7 @@ from ray.cluster_utils import Cluster
 from drivers import start_driver
 from scaling.plan import load_plan
 from scaling.sweep import main, run_sweep
-from scaling.trial import CheckpointStore
+from scaling.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.e2e
 

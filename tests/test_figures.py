@@ -168,7 +168,7 @@ def test_task_panel_draws_inf_at_the_right_edge():
 def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):
     """Ridge-vs-lambda rows as cells log them (scaling.science.train.lambda_scan on real prompts), per model's cell."""
     from scaling.science.tasks import fresh_prompts, make_family
-    from scaling.science.train import EvalConfig, lambda_scan
+    from scaling.science.evaluate import EvalConfig, lambda_scan
 
     family = make_family(task)
     prompts = fresh_prompts(family, 600, N + 1, seed=0)

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from drivers import start_driver
 from scaling.plan import load_plan
-from scaling.trial import CheckpointStore
+from scaling.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.e2e
 

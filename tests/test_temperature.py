@@ -8,7 +8,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from scaling.temperature.garg import InterleavedGPT2, load_garg_gpt2
+from scaling.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
 from scaling.temperature.patch import (
     attention_modules,
     attention_temperature,
@@ -220,8 +220,8 @@ def prompts(batch_size=4, points=8, d=5):
 @pytest.fixture
 def garg_checkpoint(tmp_path):
     torch.manual_seed(0)
-    model = InterleavedGPT2(**GARG_SIZES).eval()
-    state = dict(model.state_dict())
+    model = garg_model(**GARG_SIZES).eval()
+    state = to_garg_names(model.state_dict())            # the released checkpoints' names and vocabulary
     for i in range(GARG_SIZES["n_layer"]):
         state[f"_backbone.h.{i}.attn.bias"] = torch.ones(1, 1, 22, 22).tril()
         state[f"_backbone.h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
@@ -253,7 +253,7 @@ def test_garg_prediction_is_causal(garg_checkpoint):
 
 
 def test_garg_tokens_interleave_and_pad():
-    model = InterleavedGPT2(**GARG_SIZES)
+    model = garg_model(**GARG_SIZES)
     xs, ys = torch.arange(6.0).reshape(1, 2, 3), torch.tensor([[7.0, 8.0]])
     tokens = model.interleaved_tokens(xs, ys)
     expected = torch.tensor([[[0, 1, 2, 0, 0], [7, 0, 0, 0, 0], [3, 4, 5, 0, 0], [8, 0, 0, 0, 0]]]).float()

@@ -1,4 +1,4 @@
-"""Checks of the seed-004 figure curves (scaling/temperature_curves.py) at tiny sizes."""
+"""Checks of the seed-004 figure curves (scaling/temperature/curves.py) at tiny sizes."""
 
 import numpy as np
 import pytest

@@ -10,10 +10,11 @@ from mlflow.utils.validation import _validate_metric_name
 
 from scaling.cells import Cell
 from scaling.config import ConfigError, canonical
-from scaling.temperature.garg import InterleavedGPT2
+from scaling.temperature.garg import garg_model, to_garg_names
 from scaling.plan import load_plan
 from scaling.sweep import main
-from scaling.kinds.temperature import JOBS, best_tau, run_job
+from scaling.kinds import KINDS
+from scaling.kinds.temperature import best_tau, metric_key, run_job
 from scaling.temperature.tiny_llm import save_tiny_llama
 from scaling.tracking import curve_metric_key
 from tests.conftest import tiny_cell_dict
@@ -26,7 +27,7 @@ CPU = torch.device("cpu")
 def test_unknown_job_fails_listing_known_jobs():
     with pytest.raises(ConfigError, match="job: unknown value 'nope'; known: train, theory_context"):
         Cell.from_dict({"job": "nope"})
-    assert set(JOBS) >= {"train", "theory_context", "theory_noise", "theory_mean_shift",
+    assert set(KINDS) >= {"train", "theory_context", "theory_noise", "theory_mean_shift",
                          "attention_histograms", "gpt2_scan", "llm_scan"}
 
 
@@ -86,12 +87,13 @@ def test_relative_paths_become_absolute_from_the_sweep_files_directory(tmp_path,
 
 def test_metric_keys_are_valid_mlflow_names_and_training_keys_unchanged():
     assert curve_metric_key("model") == "eval/err" and curve_metric_key("ridge") == "baseline/ridge"
-    assert curve_metric_key("tau=1.5") == "temperature/tau_1.5"
-    assert curve_metric_key("simulation/tau=1") == "temperature/simulation/tau_1"
+    assert metric_key("tau=1.5") == "temperature/tau_1.5"          # the temperature kinds' own curves
+    assert metric_key("simulation/tau=1") == "temperature/simulation/tau_1"
     assert curve_metric_key("model|noise_std=0.5") == "eval/err/noise_std_0.5"
-    assert curve_metric_key("tau=2|noise_std=0.5") == "temperature/tau_2/noise_std_0.5"
+    assert metric_key("tau=2|noise_std=0.5") == "temperature/tau_2/noise_std_0.5"
+    assert metric_key("ridge") == "baseline/ridge"                 # their baselines as a training cell's
     for name in ("tau=0.25", "b/theory/tau_opt", "softmax/tau=10", "simulation/bayes_ridge", "ridge|noise_std=0.1"):
-        _validate_metric_name(curve_metric_key(name))     # raises on an invalid name
+        _validate_metric_name(metric_key(name))           # raises on an invalid name
 
 
 def unique_steps(curves) -> bool:
@@ -136,10 +138,10 @@ def test_theory_noise_and_mean_shift_and_histograms_have_one_point_per_step():
 @pytest.fixture
 def garg_checkpoint(tmp_path):
     torch.manual_seed(0)
-    model = InterleavedGPT2(n_dims=3, n_positions=16, n_embd=16, n_layer=2, n_head=2).eval()
+    model = garg_model(n_dims=3, n_positions=16, n_embd=16, n_layer=2, n_head=2).eval()
     run_dir = tmp_path / "linear_regression" / "pretrained"
     run_dir.mkdir(parents=True)
-    torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": {}, "train_step": 1}, run_dir / "state.pt")
+    torch.save({"model_state_dict": to_garg_names(model.state_dict()), "optimizer_state_dict": {}, "train_step": 1}, run_dir / "state.pt")
     return model, run_dir
 
 

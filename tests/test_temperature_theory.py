@@ -1,4 +1,4 @@
-"""Checks of scaling/temperature_theory.py (seed 004) against closed forms, independent formulas and
+"""Checks of scaling/temperature/theory.py (seed 004) against closed forms, independent formulas and
 Monte Carlo. Tolerances for the asymptotic theorems are stated next to each test."""
 
 

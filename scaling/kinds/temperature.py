@@ -1,7 +1,7 @@
-"""Seed 004's experiments as sweep cells: the jobs a cell can run besides training, and their settings.
+"""Seed 004's experiments as experiment kinds (scaling.kinds): six kinds of cell that scan attention
+temperature instead of training, and their settings (the cell's ``temperature`` group).
 
-A cell's ``job`` picks an entry of ``JOBS`` (``train``, the default, is the project's training path in
-scaling.trial). Each job here is ``job(cell, device, report, tracking_uri) -> JobResult``: a curves
+Each job here is ``job(cell, device, report, tracking_uri) -> JobResult``: a curves
 frame with the project's columns (predictor, n, err, err_lo, err_hi, prompts) plus self-describing extras, and a
 summary of scalars (``tau_best``, ``tau_heuristic``, ``tau_opt`` where known) that scaling.tracking logs.
 Every job reads its settings from ``cell.temperature`` (``TemperatureConfig``) and uses the cell's
@@ -22,7 +22,8 @@ one temperature; ``tau_best`` is the tau whose curve has the least mean error ov
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +31,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..config import ConfigError, check, check_choice
+from ..config import ConfigError, check, check_choice, from_dict
+from ..science.baselines import applicable_baselines
+from ..science.evaluate import evaluate
+from ..science.models import ModelConfig, build_model
+from ..science.tasks import fresh_prompts, make_family
+from ..science.train import CellTrainer
+from ..temperature.curves import (PARAMS_SOURCES, error_vs_context_curves, figure2_curves, figure4_curves,
+                                  figure5_histograms)
+from ..temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
+from ..tracking import curve_metric_key, metric_name
+from . import CellCost, Kind
 
 Z90 = 1.6448536269514722            # the 90% normal interval, the project's coverage for Monte Carlo rows
 LLM_PANELS = ("demos", "noisy_ratio")
@@ -73,9 +84,6 @@ class TemperatureConfig:
     batch_size: int = field(default=8, metadata={"key": False})     # prompts per forward pass
 
     def __post_init__(self):
-        from ..temperature.theory import SHIFTS
-        from ..temperature.curves import PARAMS_SOURCES
-
         check(bool(self.taus) and all(t > 0 and math.isfinite(t) for t in self.taus), "taus",
               f"needs finite values > 0, got {list(self.taus)}")
         check_choice(self.shift, "shift", SHIFTS)
@@ -105,37 +113,45 @@ class TemperatureConfig:
         return f"{self.shift}({kwargs})" if kwargs else self.shift
 
 
-def check_job(cell) -> None:
-    """Job-specific requirements of a cell, as ConfigErrors naming the setting (called by Cell)."""
-    check_choice(cell.job, "job", JOBS)
+def check_llm_scan(cell) -> None:
     t = cell.temperature
-    if cell.job == "llm_scan":
-        for name in ("llm", "sciq_train", "sciq_test"):
-            check(bool(getattr(t, name)), f"temperature.{name}", "the llm_scan job needs a local path here")
-        check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
-    if cell.job == "gpt2_scan":
-        check(t.shift == "none", "temperature.shift", "gpt2_scan shifts its test prompts by eval.shift"
-              " (x_mean, x_scale, task_mean, task_scale, noise_std), not temperature.shift")
-        check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
-        sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
-        check(sum(sources) == 1, "temperature.checkpoint",
-              "gpt2_scan needs exactly one model source: checkpoint (a Garg et al. state.pt, e.g. --set"
-              " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true")
-    if cell.job in ("theory_context", "theory_noise") and t.shift == "input_mean":
+    for name in ("llm", "sciq_train", "sciq_test"):
+        check(bool(getattr(t, name)), f"temperature.{name}", "the llm_scan job needs a local path here")
+    check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
+
+
+def check_gpt2_scan(cell) -> None:
+    t = cell.temperature
+    check(t.shift == "none", "temperature.shift", "gpt2_scan shifts its test prompts by eval.shift"
+          " (x_mean, x_scale, task_mean, task_scale, noise_std), not temperature.shift")
+    check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
+    sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
+    check(sum(sources) == 1, "temperature.checkpoint",
+          "gpt2_scan needs exactly one model source: checkpoint (a Garg et al. state.pt, e.g. --set"
+          " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true")
+
+
+def check_theory(cell) -> None:
+    if cell.temperature.shift == "input_mean":
         raise ConfigError("temperature.shift", "use the theory_mean_shift job (Fig. 4) for an input-mean shift")
 
 
-def job_label(cell) -> str:
-    """A readable run name for a temperature cell."""
+def theory_label(cell) -> str:
+    return f"{cell.job} {cell.temperature.shift_label()} d={cell.task.d} seed={cell.seed}"
+
+
+def llm_label(cell) -> str:
     t = cell.temperature
-    if cell.job == "llm_scan":
-        x = f"demos={','.join(map(str, t.n_demos))} ratio={','.join(f'{r:g}' for r in t.noisy_ratios)}"
-        return f"llm_scan {Path(t.llm).name} {x} seed={cell.seed}"
-    if cell.job == "gpt2_scan":
-        return f"gpt2_scan {cell.model.label} shift={shift_label(cell.eval.shift)} N={cell.N} seed={cell.seed}"
-    if cell.job == "attention_histograms":
-        return f"attention_histograms l={t.hist_l} seed={cell.seed}"
-    return f"{cell.job} {t.shift_label()} d={cell.task.d} seed={cell.seed}"
+    x = f"demos={','.join(map(str, t.n_demos))} ratio={','.join(f'{r:g}' for r in t.noisy_ratios)}"
+    return f"llm_scan {Path(t.llm).name} {x} seed={cell.seed}"
+
+
+def gpt2_label(cell) -> str:
+    return f"gpt2_scan {cell.model.label} shift={shift_label(cell.eval.shift)} N={cell.N} seed={cell.seed}"
+
+
+def histograms_label(cell) -> str:
+    return f"attention_histograms l={cell.temperature.hist_l} seed={cell.seed}"
 
 
 @dataclass
@@ -166,9 +182,6 @@ def theory_context(cell, device, report=None, tracking_uri=None) -> JobResult:
     step (= n), err, err_lo, err_hi, prompts, figure, panel (the shift), curve (tau=1 | tau_opt |
     bayes_ridge), source (theory | simulation), x (= l / d), tau, err_raw, err_se, l, d.
     Summary: tau_opt at the largest l / d."""
-    from ..temperature.curves import error_vs_context_curves
-    from ..temperature.theory import isotropic_distribution, shifted_distribution
-
     t = cell.temperature
     train = isotropic_distribution(cell.task.d, cell.task.noise_std)
     test = shifted_distribution(train, t.shift, **t.shift_kwargs)
@@ -184,8 +197,6 @@ def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Figs. 2b and 2c at l / d = 1. Columns as theory_context, with x = sigma_test, step = index of x,
     panel b (error vs sigma_test) or c (curve tau_opt: its tau vs sigma_test, err = Thm 4.6 at that tau
     for theory, NaN for the Monte Carlo minimiser, whose standard error is tau_se)."""
-    from ..temperature.curves import figure2_curves
-
     t = cell.temperature
     frame = figure2_curves(cell.task.d, cell.task.noise_std, l_over_d=(), sigma_tests=t.sigma_tests, m=t.m,
                            n_prompts=t.n_prompts, seed=cell.seed, params_source=t.params_source)
@@ -198,8 +209,6 @@ def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
 def theory_mean_shift(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Fig. 4: error vs l under an input-mean shift (shift_kwargs norm, default 2). Columns as
     theory_context with curve linear | linearized | bayes_ridge, x = l, n = step = l - 1."""
-    from ..temperature.curves import figure4_curves
-
     t = cell.temperature
     frame = figure4_curves(cell.task.d, cell.task.noise_std, t.shift_kwargs.get("norm", 2.0), t.ls, t.n_prompts, cell.seed)
     frame = _interval(frame, t.n_prompts)
@@ -213,8 +222,6 @@ def attention_histograms(cell, device, report=None, tracking_uri=None) -> JobRes
     tau of ``taus``. Columns: predictor ("<kind>/tau=<tau>" or "input"), n = step = bin index, x = bin
     centre, err = density (a histogram, not an error; err_lo = err_hi = err, prompts = 0), density,
     bin_width, mean, var, curve, tau, figure, panel."""
-    from ..temperature.curves import figure5_histograms
-
     t = cell.temperature
     frame = figure5_histograms(t.taus, t.hist_l, t.bins, cell.seed)
     frame["n"] = frame.groupby(["curve", "tau"], dropna=False).cumcount()
@@ -237,9 +244,8 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
                                n_layer=cell.model.n_layer, n_head=cell.model.n_head, device=device)
         return model, None
     if t.from_sweep:
-        from ..config import from_dict
-        from ..science.models import ModelConfig, build_model
-        from ..tracking import load_complete_model
+        from ..tracking import load_complete_model       # MLflow: only a scan of a sweep's model
+
 
         source, state = load_complete_model(t.from_sweep, t.from_params, tracking_uri)
         if source["task"]["d"] != d or int(source["N"]) < cell.N:
@@ -248,8 +254,6 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
         model = build_model(from_dict(ModelConfig, source["model"]), d, int(source["N"]) + 1)
         model.load_state_dict(state)
         return model.to(device).eval(), None
-    from ..science.train import CellTrainer      # train_model: the cell's own model, as the train job would
-
     trainer = CellTrainer(cell, device)
     every = max(1, cell.train.steps // 10)
     while not trainer.done_training:
@@ -261,8 +265,6 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
 
 def shift_label(shift) -> str:
     """The fields of an eval.shift (scaling.science.tasks.ShiftConfig) that differ from no shift, e.g. 'x_scale=1.73'."""
-    from dataclasses import fields
-
     moved = [f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default]
     return ",".join(moved) or "none"
 
@@ -276,10 +278,8 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    from ..science.baselines import applicable_baselines
-    from ..science.tasks import fresh_prompts, make_family
-    from ..temperature.patch import attention_temperature, score_moments
-    from ..science.train import evaluate
+    from ..temperature.patch import attention_temperature, score_moments    # imports transformers
+
 
     t = cell.temperature
     model, weights = _gpt2_model(cell, device, report, tracking_uri)
@@ -348,37 +348,70 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     return JobResult(curves, {"tau_best": best_tau(curves), "tau_heuristic": pooled})
 
 
-JOBS: dict[str, Callable[..., JobResult] | None] = {
-    "train": None,                       # scaling.trial's training path
-    "theory_context": theory_context,
-    "theory_noise": theory_noise,
-    "theory_mean_shift": theory_mean_shift,
-    "attention_histograms": attention_histograms,
-    "gpt2_scan": gpt2_scan,
-    "llm_scan": llm_scan,
-}
+def metric_key(predictor: str) -> str:
+    """The MLflow metric of a temperature curve: ``tau=<tau>`` and ``<a>/<b>`` curves -> temperature/<name>,
+    other predictors (baselines) as a training cell's (``tau=1.5`` -> temperature/tau_1.5)."""
+    base, _, split = predictor.partition("|")
+    if base.startswith("tau=") or "/" in base:
+        return metric_name(f"temperature/{base}/{split}" if split else f"temperature/{base}")
+    return curve_metric_key(predictor)
+
+
+def runner(job: Callable[..., JobResult]) -> Callable[..., dict[str, Any]]:
+    """A kind's run: the job, then its curves, summary and weights (a model it trained) logged."""
+
+    def run(cell, trial) -> dict[str, Any]:
+        result = job(cell, trial.device, trial.progress, trial.tracking_uri)
+        with tempfile.TemporaryDirectory() as tmp:
+            weights = None
+            if result.weights is not None:
+                weights = Path(tmp) / "model.pt"
+                torch.save(result.weights, weights)
+            trial.log.finish(cell, result.curves, weights, result.summary, metric_key=metric_key)
+        return {"step": 0, "progress": 1.0, "finished": 1, **result.summary}
+
+    return run
+
+
+def no_training(cell) -> CellCost:
+    return CellCost(what="no training (closed forms and Monte Carlo)")
+
+
+def gpt2_scan_cost(cell) -> CellCost:
+    """Training cost when the scan trains its model here; otherwise a scan of a given model."""
+    if cell.temperature.train_model:
+        from .train import cost
+
+        return cost(cell)
+    return CellCost(what="no training (a temperature scan of a given GPT-2)")
+
+
+def llm_scan_cost(cell) -> CellCost:
+    return CellCost(what="no training (greedy decoding of a local LLM, not estimated)")
+
+
+@dataclass(frozen=True)
+class JobKind(Kind):
+    """A seed-004 kind: ``job(cell, device, report, tracking_uri) -> JobResult`` is its science (run_job
+    calls it without a trial, as the tests and notebooks do); ``run`` logs what it returns."""
+
+    job: Callable[..., JobResult] | None = None
+
+
+def _kind(name, job, label, check=lambda cell: None, cost=no_training) -> JobKind:
+    return JobKind(name=name, run=runner(job), label=label, analysis="analysis.temperature:analyse",
+                   settings=TemperatureConfig, group="temperature", check=check, cost=cost, metric_key=metric_key,
+                   path_fields=PATH_FIELDS, job=job)
 
 
 def run_job(cell, device: torch.device, report=None, tracking_uri: str | None = None) -> JobResult:
-    """Run the cell's (non-training) job; ``tracking_uri`` is the store a ``from_sweep`` model comes from."""
-    job = JOBS[cell.job]
-    if job is None:
-        raise ValueError(f"job {cell.job!r} is the training path of scaling.trial, not a temperature job")
-    return job(cell, device, report, tracking_uri)
+    """The cell's job alone (no trial, no logging); ``tracking_uri``: where a from_sweep model comes from."""
+    return cell.kind.job(cell, device, report, tracking_uri)
 
 
-def absolute_paths(tree: dict[str, Any], bases: list[Path]) -> dict[str, Any]:
-    """The cell tree with relative paths of ``temperature`` made absolute: the first base under which
-    the path exists, else the first base (validation then names the missing path)."""
-    group = tree.get("temperature")
-    if not isinstance(group, dict):
-        return tree
-    out = dict(group)
-    for name in PATH_FIELDS:
-        value = out.get(name)
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            candidates = [(base / value).resolve() for base in bases]
-            out[name] = str(next((c for c in candidates if c.exists()), candidates[0]))
-        elif isinstance(value, str) and value:
-            out[name] = str(Path(value).expanduser())
-    return {**tree, "temperature": out}
+THEORY_CONTEXT = _kind("theory_context", theory_context, theory_label, check_theory)
+THEORY_NOISE = _kind("theory_noise", theory_noise, theory_label, check_theory)
+THEORY_MEAN_SHIFT = _kind("theory_mean_shift", theory_mean_shift, theory_label)
+ATTENTION_HISTOGRAMS = _kind("attention_histograms", attention_histograms, histograms_label)
+GPT2_SCAN = _kind("gpt2_scan", gpt2_scan, gpt2_label, check_gpt2_scan, gpt2_scan_cost)
+LLM_SCAN = _kind("llm_scan", llm_scan, llm_label, check_llm_scan, llm_scan_cost)

@@ -117,7 +117,7 @@ class GPT2InContext(nn.Module):
         attention no x token sees it) and the last block keeps the x tokens after its attention, so its
         output projection, MLP and the final norm never run at the y tokens: about 6% of a training step's
         FLOPs at 8 layers and N = 40, outputs equal to the full pass's to float rounding (tests/test_gpt2.py)."""
-        tokens = interleaved_tokens(xs, ys)                                  # (B, 2P, d)
+        tokens = self.interleaved_tokens(xs, ys)                             # (B, 2P, d)
         embeds = self.read_in(tokens)                                        # (B, 2P, k)
         if not self.own_backbone:
             hidden = self.backbone(inputs_embeds=embeds).last_hidden_state[:, 0::2]
@@ -126,6 +126,13 @@ class GPT2InContext(nn.Module):
         else:
             hidden = self.backbone(embeds[:, :-1], keep_last=slice(0, None, 2))   # (B, P, k)
         return self.read_out(hidden).squeeze(-1)                             # (B, P)
+
+    def interleaved_tokens(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """xs (B, P, d' <= d), ys (B, P) -> tokens (B, 2P, d): x_0, y_0, x_1, y_1, ... (x zero-padded to d,
+        as Garg et al.'s models read lower-dimensional inputs)."""
+        if xs.shape[-1] > self.d:
+            raise ValueError(f"inputs have dimension {xs.shape[-1]} > the model's d = {self.d}")
+        return interleaved_tokens(xs, ys, self.d)
 
     def forward_stacked(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         P = xs.shape[1]
@@ -141,6 +148,11 @@ class GPT2InContext(nn.Module):
         if self.layout == "stacked":
             return self.forward_stacked(xs, ys)
         return self.forward_interleaved(xs, ys)
+
+    def predict(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """forward without gradients: (B, P) predictions, column n from pairs 0..n-1 and xs[:, n]."""
+        with torch.no_grad():
+            return self(xs, ys)
 
 
 def hf_gpt2(config: ModelConfig, positions: int) -> nn.Module:
@@ -230,15 +242,94 @@ def simplified_gpt(config: ModelConfig, d: int, points: int) -> nn.Module:
     return SGPT(d, points, config.n_layer, config.n_embd, config.phi)
 
 
-MODELS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
-    "gpt2": GPT2InContext,
-    "mlp": PromptMLP,
-    "sgpt": simplified_gpt,
-    "onelayer": one_layer,
-    "linear_on_scalar": LinearOnScalar,
+# GPT-2 prompts are 2(N+1) tokens. Garg et al.'s released checkpoints have 202 positions, GPT-2's own
+# 1024; no experiment here needs more than 1024 (N <= 511). The cap turns a typo (N: 50000) into a planning
+# error instead of an out-of-memory trial.
+GPT2_MAX_POSITIONS = 1024
+
+
+def _gpt2_params(s) -> int:
+    """GPT-2: 12 k^2 + 13 k per block, positions, a one-token vocabulary, final norm, read-in, read-out."""
+    k, P = s.width, s.N + 1
+    read_in = (s.d + 1 if s.layout == "stacked" else s.d) * k + k
+    positions = P if s.layout == "stacked" else 2 * P
+    return s.layers * (12 * k * k + 13 * k) + positions * k + k + 2 * k + read_in + k + 1
+
+
+def _head_params(s) -> int:
+    """The MLP-type models: the first layer's weights and biases dominate (inputs x width + width)."""
+    inputs = (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
+    return inputs * s.width + s.width
+
+
+def _attention_flops(block: int):
+    """Forward FLOPs per token of a transformer: ``block`` k^2 per layer, attention 4 L k, read-in/out."""
+    return lambda s: s.layers * (block * s.width ** 2 + 4 * _tokens(s) * s.width) + 2 * (s.d + 1) * s.width \
+        + 2 * s.width
+
+
+def _tokens(s) -> int:
+    """Sequence length per prompt: 2(N+1) for GPT-2 and SGPT (interleaved, or context then queries),
+    N+1 rows for the MLPs."""
+    return 2 * (s.N + 1) if s.arch in ("gpt2", "sgpt") else s.N + 1
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the rest of the project knows of an architecture, asked of the model's own entry (the cost
+    model, the packer, the planner): how to build it, its parameter count and forward FLOPs per token for
+    a step shape (``s``: arch, N, d, width, layers, batch, layout, e.g. scaling.cost.StepShape), its width
+    and depth under a config, whether it packs (a parameter-free ``features`` then a Linear/ReLU
+    ``head_layers``: scaling.science.stacked) and its position limit."""
+
+    build: Callable[[ModelConfig, int, int], nn.Module]
+    params: Callable[[object], int]
+    forward_flops_per_token: Callable[[object], float]
+    width: Callable[[ModelConfig], int] = lambda config: config.width
+    layers: Callable[[ModelConfig], int] = lambda config: config.n_layer
+    packable: bool = False
+    max_positions: int | None = None             # tokens per prompt the model takes; None: no limit
+    title: str = ""                              # the name errors use (default: the arch's)
+
+    def tokens(self, s) -> int:
+        return _tokens(s)
+
+    def forward_multiply_adds(self, config: ModelConfig, d: int, points: int, batch: int) -> float:
+        """Multiply-adds of one forward pass of a batch of prompts of ``points`` pairs, counted on the model
+        built on the meta device: parameters x prompts x positions (exact for the packable MLP-type models,
+        whose every parameter is used once per position)."""
+        with torch.device("meta"):
+            model = self.build(config, d, points)
+        return float(sum(p.numel() for p in model.parameters())) * batch * points
+
+    def check_positions(self, config: ModelConfig, N: int) -> None:
+        """A ConfigError on N when a prompt of N+1 points exceeds the position limit."""
+        if self.max_positions is None:
+            return
+        positions = 2 * (N + 1)
+        check(positions <= self.max_positions, "N",
+              f"N={N} makes {self.title or config.arch} prompts of 2(N+1)={positions} tokens, more than the"
+              f" {self.max_positions} positions allowed (scaling.science.models.GPT2_MAX_POSITIONS)")
+
+
+MODELS: dict[str, ModelFacts] = {
+    "gpt2": ModelFacts(GPT2InContext, _gpt2_params, _attention_flops(24), width=lambda c: c.n_embd,
+                       layers=lambda c: c.n_layer, max_positions=GPT2_MAX_POSITIONS, title="GPT-2"),
+    "mlp": ModelFacts(PromptMLP, _head_params, lambda s: 2 * _head_params(s), packable=True),
+    "sgpt": ModelFacts(simplified_gpt, lambda s: s.layers * 2 * s.width ** 2 + s.width, _attention_flops(4),
+                       width=lambda c: c.n_embd, layers=lambda c: c.n_layer),
+    "onelayer": ModelFacts(one_layer, _head_params, lambda s: 2 * _head_params(s), packable=True),
+    "linear_on_scalar": ModelFacts(LinearOnScalar, _head_params, lambda s: 2 * _head_params(s), packable=True),
 }
+
+
+def model_facts(arch: str) -> ModelFacts:
+    """The facts of ``arch``; an architecture without an entry is an error, never a guessed formula."""
+    if arch not in MODELS:
+        raise KeyError(f"no model facts for arch {arch!r}; known: {', '.join(MODELS)}")
+    return MODELS[arch]
 
 
 def build_model(config: ModelConfig, d: int, points: int) -> nn.Module:
     """The model of ``config`` for inputs of dimension d and prompts of ``points`` (x, y) pairs."""
-    return MODELS[config.arch](config, d, points)
+    return MODELS[config.arch].build(config, d, points)
