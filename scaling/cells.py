@@ -9,6 +9,7 @@ that makes sweeps resumable and idempotent. ``job`` names the cell's experiment 
 it declares (e.g. ``temperature``), held in ``settings`` and written at the top level of the cell's
 dict, as if it were a field. Resources and the sweep's name are not part of a cell.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,11 @@ class Cell:
     settings: dict[str, Any] = field(default_factory=dict, metadata={"inline": True})
 
     def __post_init__(self):
-        check(self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()), "T",
-              f"must be a whole number >= 1 or inf, got {self.T}")
+        check(
+            self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()),
+            "T",
+            f"must be a whole number >= 1 or inf, got {self.T}",
+        )
         check(self.N >= 1, "N", f"must be >= 1, got {self.N}")
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         own = kind(self.job)
@@ -105,8 +109,11 @@ class Cell:
             value = from_dict(owner.settings, data[group], at)
             if own is None or owner.group != own.group:
                 if canonical(value) != {}:
-                    raise ConfigError(at, f"these settings belong to the kinds {', '.join(kinds_of(group))}"
-                                          f", not to job {job!r}")
+                    raise ConfigError(
+                        at,
+                        f"these settings belong to the kinds {', '.join(kinds_of(group))}"
+                        f", not to job {job!r}",
+                    )
                 continue
             settings[group] = value
         return from_dict(cls, {**core, "settings": settings}, where)

@@ -5,6 +5,7 @@ Checkpoints are keyed by the cell (``<storage>/checkpoints/<cell key>/state.pt``
 so they outlive any one driver: a rerun after a crash, or a sweep edited to add cells, continues each cell
 from its own last checkpoint.
 """
+
 from __future__ import annotations
 
 import io

@@ -6,6 +6,7 @@ unknown keys are errors that list the allowed ones, values are coerced to the de
 accepted for floats), and ``canonical`` gives the form that cell keys are hashed from (fields equal to
 their default are left out, so adding a new field with a default never changes an existing key).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -108,7 +109,7 @@ def to_dict(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
         out = {}
         for f in dataclasses.fields(obj):
-            if f.metadata.get("inline"):         # a mapping of groups written at this level (Cell.settings)
+            if f.metadata.get("inline"):  # a mapping of groups written at this level (Cell.settings)
                 out.update({name: to_dict(group) for name, group in getattr(obj, f.name).items()})
             else:
                 out[f.name] = to_dict(getattr(obj, f.name))
@@ -134,7 +135,7 @@ def canonical(obj: Any) -> Any:
         for f in dataclasses.fields(obj):
             if not f.metadata.get("key", True):
                 continue
-            if f.metadata.get("inline"):         # groups written at this level, each left out when empty
+            if f.metadata.get("inline"):  # groups written at this level, each left out when empty
                 for name, group in getattr(obj, f.name).items():
                     if canonical(group) != {}:
                         out[name] = canonical(group)
@@ -145,7 +146,7 @@ def canonical(obj: Any) -> Any:
             if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
                 continue
             value = canonical(value)
-            if value != {}:                  # a group holding only defaults and non-key fields
+            if value != {}:  # a group holding only defaults and non-key fields
                 out[f.name] = value
         return out
     return to_dict(obj)

@@ -10,6 +10,7 @@ attention), and a small table measured by the benchmark suite (``python -m bench
 (16 bytes per parameter: fp32 weights, gradients and Adam's two moments; the second term is the
 activations saved for backward). ``sweep_estimate`` adds the cells of a plan up; ``--dry-run`` prints it.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,9 @@ class StepShape:
     def of_cell(cls, cell) -> "StepShape":
         m = cell.model
         facts = model_facts(m.arch)
-        return cls(m.arch, cell.N, cell.task.d, facts.width(m), facts.layers(m), cell.train.batch_size, m.layout)
+        return cls(
+            m.arch, cell.N, cell.task.d, facts.width(m), facts.layers(m), cell.train.batch_size, m.layout
+        )
 
     @property
     def tokens(self) -> int:
@@ -77,7 +80,7 @@ def fit_time(rows: list[dict]) -> dict:
     errors); t0 is clipped at 0."""
     xs = [r["flops"] for r in rows]
     ys = [r["seconds"] for r in rows]
-    w = [1 / y ** 2 for y in ys]
+    w = [1 / y**2 for y in ys]
     sw, sx, sy = sum(w), sum(wi * x for wi, x in zip(w, xs)), sum(wi * y for wi, y in zip(w, ys))
     sxx, sxy = sum(wi * x * x for wi, x in zip(w, xs)), sum(wi * x * y for wi, x, y in zip(w, xs, ys))
     slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx) if len(rows) > 1 else sy / sx
@@ -120,24 +123,30 @@ def step_seconds(s: StepShape, table: dict) -> float:
 
 def step_peak_bytes(s: StepShape, table: dict) -> float:
     c = coefficients(table, s.arch)
-    return ADAM_BYTES_PER_PARAM * model_params(s) + c["m0"] + c["bytes_per_activation"] * activation_elements(s)
+    return (
+        ADAM_BYTES_PER_PARAM * model_params(s) + c["m0"] + c["bytes_per_activation"] * activation_elements(s)
+    )
 
 
 @dataclass(frozen=True)
 class SweepEstimate:
-    cells: int                 # cells whose kind trains (the figures below are theirs)
-    flops: float               # training FLOPs of every cell's every step
-    seconds: float             # training time on the table's device, one cell at a time
-    peak_bytes: float          # the largest cell's step
-    other: dict[str, int] = field(default_factory=dict)     # what the other cells do -> how many
+    cells: int  # cells whose kind trains (the figures below are theirs)
+    flops: float  # training FLOPs of every cell's every step
+    seconds: float  # training time on the table's device, one cell at a time
+    peak_bytes: float  # the largest cell's step
+    other: dict[str, int] = field(default_factory=dict)  # what the other cells do -> how many
 
     def line(self, device: str) -> str:
         parts = []
         if self.cells:
-            parts.append(f"estimated training compute: {self.flops:.3g} FLOP over {self.cells} cells, about"
-                         f" {format_hours(self.seconds)} of one {device} (one cell at a time; evaluation not"
-                         f" counted); largest step peak memory about {self.peak_bytes / 2 ** 20:.0f} MiB")
-        parts += [f"{count} cell{'' if count == 1 else 's'}: {what}" for what, count in sorted(self.other.items())]
+            parts.append(
+                f"estimated training compute: {self.flops:.3g} FLOP over {self.cells} cells, about"
+                f" {format_hours(self.seconds)} of one {device} (one cell at a time; evaluation not"
+                f" counted); largest step peak memory about {self.peak_bytes / 2**20:.0f} MiB"
+            )
+        parts += [
+            f"{count} cell{'' if count == 1 else 's'}: {what}" for what, count in sorted(self.other.items())
+        ]
         return "\n".join(parts) or "no cells"
 
 
@@ -154,7 +163,9 @@ def training_cost(cell, table: dict | None = None):
     table = table or load_table()
     shape = StepShape.of_cell(cell)
     steps = cell.train.steps
-    return CellCost(steps * step_flops(shape), steps * step_seconds(shape, table), step_peak_bytes(shape, table))
+    return CellCost(
+        steps * step_flops(shape), steps * step_seconds(shape, table), step_peak_bytes(shape, table)
+    )
 
 
 def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
@@ -171,7 +182,12 @@ def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
         if cost.what != "training":
             other[f"{cell.job}, {cost.what}"] = other.get(f"{cell.job}, {cost.what}", 0) + 1
             continue
-        flops, seconds, peak, count = flops + cost.flops, seconds + cost.seconds, max(peak, cost.peak_bytes), count + 1
+        flops, seconds, peak, count = (
+            flops + cost.flops,
+            seconds + cost.seconds,
+            max(peak, cost.peak_bytes),
+            count + 1,
+        )
     if math.isnan(seconds):
         raise ValueError("the cost table gives NaN; re-measure it")
     return SweepEstimate(count, flops, seconds, peak, other)
@@ -188,13 +204,17 @@ def describe_compute(plan) -> str:
 
 def markdown_table(table: dict) -> str:
     """The measured rows as the README's table (``python -m scaling.cost``)."""
-    lines = ["| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in table["rows"]:
         shape = StepShape(**{k: r[k] for k in StepShape.__dataclass_fields__})
-        lines.append(f"| {r['arch']} | {r['N']} | {r['d']} | {r['width']} | {r['layers']} | {r['batch']} |"
-                     f" {r['flops'] / 1e9:.1f} | {r['seconds']:.2f} | {r['peak_bytes'] / 2 ** 20:.0f} |"
-                     f" {step_seconds(shape, table):.2f} |")
+        lines.append(
+            f"| {r['arch']} | {r['N']} | {r['d']} | {r['width']} | {r['layers']} | {r['batch']} |"
+            f" {r['flops'] / 1e9:.1f} | {r['seconds']:.2f} | {r['peak_bytes'] / 2**20:.0f} |"
+            f" {step_seconds(shape, table):.2f} |"
+        )
     return "\n".join(lines)
 
 

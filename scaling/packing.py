@@ -10,6 +10,7 @@ step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fil
 when each part has enough work to pay for its own trial; an integer K packs up to K cells of a packable
 model of any size; ``off`` or 1 never packs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,7 @@ from .config import canonical, to_dict
 from .science.models import model_facts
 
 AUTO_PACK_SIZE = 8
-AUTO_PACK_MAX_FLOPS = 2e8       # estimated multiply-adds of one training step (forward) of one cell
+AUTO_PACK_MAX_FLOPS = 2e8  # estimated multiply-adds of one training step (forward) of one cell
 # Splitting auto packs over the cluster's slots: a part becomes its own trial only when it keeps at least
 # MIN_SPLIT_SECONDS of estimated training, since a trial's start (a worker process importing torch, Ray
 # Tune and MLflow) costs seconds of CPU by itself. The estimate is deliberately on the slow side, so
@@ -51,8 +52,9 @@ def pack_signature(cell: Cell) -> str | None:
 
 def step_cost(cell: Cell) -> float:
     """Multiply-adds of one forward pass of a cell's batch (the model's own count)."""
-    return model_facts(cell.model.arch).forward_multiply_adds(cell.model, cell.task.d, cell.N + 1,
-                                                                cell.train.batch_size)
+    return model_facts(cell.model.arch).forward_multiply_adds(
+        cell.model, cell.task.d, cell.N + 1, cell.train.batch_size
+    )
 
 
 def pack_seconds(cell: Cell, members: int, cost: float | None = None) -> float:
@@ -81,8 +83,9 @@ def pack_limit(pack: str | int, cell: Cell) -> int:
     return int(pack)
 
 
-def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambda c: None,
-                slots: int = 1) -> list[list[int]]:
+def pack_groups(
+    cells: Sequence, pack: str | int, resources_of: Callable = lambda c: None, slots: int = 1
+) -> list[list[int]]:
     """Indices of ``cells`` grouped into packs (in plan order); a group of one is an unpacked cell.
 
     ``cells`` are Cells; cells pack only with cells of the same signature and the same resources. Under
@@ -94,7 +97,7 @@ def pack_groups(cells: Sequence, pack: str | int, resources_of: Callable = lambd
     signatures = [(pack_signature(c), repr(resources_of(c))) for c in cells]
     open_groups: dict[tuple, list[int]] = {}
     groups: list[list[int]] = []
-    parts: dict[tuple, int] = {}         # per signature: the same shapes and steps, so the same answer
+    parts: dict[tuple, int] = {}  # per signature: the same shapes and steps, so the same answer
     for i, cell in enumerate(cells):
         limit = pack_limit(pack, cell)
         if pack == "auto" and limit > 1:

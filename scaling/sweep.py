@@ -17,6 +17,7 @@ with nothing written (no MLflow database, no storage directory).
 Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input, 130 when
 interrupted (Ctrl-C: trials stop, checkpoints stay; the same command resumes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .checkpoints import CheckpointStore
 from .cost import describe_compute
 from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
-from .checkpoints import CheckpointStore
 from .trial import TrialMember, TrialSpec, tune_trainable
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class SweepOutcome:
     total: int
-    skipped: int                     # complete before this run
-    completed: list[str] = field(default_factory=list)     # cell keys completed by this run
-    failed: dict[str, str] = field(default_factory=dict)   # cell key -> error
+    skipped: int  # complete before this run
+    completed: list[str] = field(default_factory=list)  # cell keys completed by this run
+    failed: dict[str, str] = field(default_factory=dict)  # cell key -> error
     interrupted: bool = False
 
     @property
@@ -70,8 +71,10 @@ def format_duration(seconds: float) -> str:
 
 def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
     """The --dry-run table: one line per cell with its resources and state."""
-    out.write(f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
-              f"{f' (profile {plan.profile})' if plan.profile else ''}\n")
+    out.write(
+        f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
+        f"{f' (profile {plan.profile})' if plan.profile else ''}\n"
+    )
     out.write(f"{'key':16}  {'cell':40}  {'cpu':>4}  {'gpu':>5}  state\n")
     for planned in plan.cells:
         cell, res = planned.cell, planned.resources
@@ -89,7 +92,7 @@ class Progress:
     def __init__(self, name: str, total: int, skipped: int, out: TextIO, every: float = 15.0):
         self.name, self.total, self.skipped, self.out, self.every = name, total, skipped, out, every
         self.done = self.failed = 0
-        self.running: dict[str, tuple[int, float]] = {}    # trial -> (its cells, progress in [0, 1])
+        self.running: dict[str, tuple[int, float]] = {}  # trial -> (its cells, progress in [0, 1])
         self.start = time.monotonic()
         self.last = 0.0
 
@@ -105,9 +108,11 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = format_duration(elapsed * (1 - fraction) / fraction) if fraction > 0.02 else "?"
         pending = todo - finished - running
-        return (f"[{self.name}] {self.skipped + self.done}/{self.total} done, {running} running, "
-                f"{pending} pending, {self.failed} failed | {100 * fraction:.0f}% of this run,"
-                f" {format_duration(elapsed)} elapsed, ~{eta} left")
+        return (
+            f"[{self.name}] {self.skipped + self.done}/{self.total} done, {running} running, "
+            f"{pending} pending, {self.failed} failed | {100 * fraction:.0f}% of this run,"
+            f" {format_duration(elapsed)} elapsed, ~{eta} left"
+        )
 
     def show(self) -> None:
         self.last = time.monotonic()
@@ -161,7 +166,7 @@ def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | 
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if address:
         ray.init(address=address, **quiet)
-    else:                  # "local": a new Ray of our own, never another process's instance on this machine
+    else:  # "local": a new Ray of our own, never another process's instance on this machine
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **quiet)
 
 
@@ -172,8 +177,16 @@ def fits(request: dict[str, float], node: dict[str, float]) -> bool:
 
 def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
     """One line per cell whose resources no single node has (a trial never spans nodes)."""
-    shapes = sorted({", ".join(f"{k}={v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")
-                               or not (k.startswith("node:") or k.endswith("memory"))) for n in nodes})
+    shapes = sorted(
+        {
+            ", ".join(
+                f"{k}={v:g}"
+                for k, v in sorted(n.items())
+                if k in ("CPU", "GPU") or not (k.startswith("node:") or k.endswith("memory"))
+            )
+            for n in nodes
+        }
+    )
     problems = []
     for planned in plan_cells:
         request = planned.resources.as_ray()
@@ -194,18 +207,24 @@ def check_feasible(plan_cells, autoscaling: bool) -> None:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     problems = unmet_requests(plan_cells, nodes)
     if problems:
-        raise SweepError("no node of this cluster can run some cells:\n  " + "\n  ".join(problems) +
-                         "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
-                         " add such a node, or pass --autoscaling on a cluster that starts such nodes")
+        raise SweepError(
+            "no node of this cluster can run some cells:\n  "
+            + "\n  ".join(problems)
+            + "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
+            " add such a node, or pass --autoscaling on a cluster that starts such nodes"
+        )
 
 
 def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
-    """The tracker, checked reachable; None for a SQLite file not created yet (created only once work starts)."""
+    """The tracker, checked reachable; None for a SQLite file not created yet (created only once work
+    starts)."""
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         if not db.exists():
             if not db.parent.is_dir():
-                raise TrackingError(f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory")
+                raise TrackingError(
+                    f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory"
+                )
             return None, None
     tracker = Tracker(uri)
     tracker.check_reachable()
@@ -216,6 +235,7 @@ def preload_quietly(tracking: bool) -> None:
     """Import Ray Tune and (``tracking``) tracking.preload; a failure here is reported where it recurs."""
     try:
         import ray.tune  # noqa: F401
+
         if tracking:
             preload()
     except Exception as err:  # noqa: BLE001 - reported where the module is used or the store opened
@@ -253,15 +273,23 @@ def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[
             specs.append(single_spec(cells[0], shared))
         else:
             members = tuple(TrialMember(p.cell.to_dict(), p.cell.key, p.cell.name) for p in cells)
-            specs.append(TrialSpec(members, pack_key([m.key for m in members]), f"pack of {len(cells)}",
-                                   resources, **shared))
+            specs.append(
+                TrialSpec(
+                    members, pack_key([m.key for m in members]), f"pack of {len(cells)}", resources, **shared
+                )
+            )
     return specs
 
 
 def single_spec(planned, shared: dict) -> TrialSpec:
     cell = planned.cell
-    return TrialSpec((TrialMember(cell.to_dict(), cell.key, cell.name),), cell.key, cell.name,
-                     planned.resources.as_tune(), **shared)
+    return TrialSpec(
+        (TrialMember(cell.to_dict(), cell.key, cell.name),),
+        cell.key,
+        cell.name,
+        planned.resources.as_tune(),
+        **shared,
+    )
 
 
 def trial_keys(config: dict) -> list[str]:
@@ -275,8 +303,10 @@ def check_sweep_name(tracker: Tracker | None, experiment_id: str | None, plan: P
         return
     owner = tracker.experiment_tags(experiment_id).get("sweep_file")
     if owner and owner != Path(path).name:
-        raise SweepError(f"{path}: the sweep name {plan.name!r} is already the MLflow experiment of"
-                         f" {owner}; give this sweep another `name`")
+        raise SweepError(
+            f"{path}: the sweep name {plan.name!r} is already the MLflow experiment of"
+            f" {owner}; give this sweep another `name`"
+        )
 
 
 def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str]:
@@ -286,8 +316,13 @@ def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str
     for planned in plan.cells:
         key = planned.cell.key
         step = None if key in complete else store.step(key)
-        status[key] = ("complete" if key in complete else
-                       f"partial (step {step}/{planned.cell.train.steps})" if step is not None else "pending")
+        status[key] = (
+            "complete"
+            if key in complete
+            else f"partial (step {step}/{planned.cell.train.steps})"
+            if step is not None
+            else "pending"
+        )
     return status
 
 
@@ -311,13 +346,19 @@ def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Pro
         param_space={"spec": tune.grid_search([spec.to_dict() for spec in specs])},
         # reuse_actors: a worker process (torch, transformers, MLflow imported once) runs trial after
         # trial; a new process per trial costs seconds, more than a tiny cell's training.
-        tune_config=tune.TuneConfig(max_concurrent_trials=plan.run.max_concurrent or None, reuse_actors=True,
-                                    trial_name_creator=lambda t: t.config["spec"]["key"],
-                                    trial_dirname_creator=lambda t: t.config["spec"]["key"]),
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=plan.run.max_concurrent or None,
+            reuse_actors=True,
+            trial_name_creator=lambda t: t.config["spec"]["key"],
+            trial_dirname_creator=lambda t: t.config["spec"]["key"],
+        ),
         run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=f"{store_uri}/tune",
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=f"{store_uri}/tune",
             failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
-            callbacks=[progress.callback()], verbose=0),
+            callbacks=[progress.callback()],
+            verbose=0,
+        ),
     )
 
 
@@ -330,8 +371,12 @@ def collect_outcome(results, pending, tracker: Tracker, experiment_id: str, outc
                 outcome.completed.append(key)
             elif result.error is not None:
                 outcome.failed[key] = f"{type(result.error).__name__}: {result.error}"
-    return [p for p in pending if p.cell.key not in outcome.failed
-            and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)]
+    return [
+        p
+        for p in pending
+        if p.cell.key not in outcome.failed
+        and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)
+    ]
 
 
 def report_outcome(plan: Plan, pending, outcome: SweepOutcome, unfinished: list, out: TextIO) -> None:
@@ -340,21 +385,32 @@ def report_outcome(plan: Plan, pending, outcome: SweepOutcome, unfinished: list,
         out.write(f"[{plan.name}] FAILED {name} ({key}): {error.strip().splitlines()[-1] if error else ''}\n")
     if unfinished:
         outcome.interrupted = True
-        out.write(f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
-                  f" to resume them from their checkpoints.\n")
+        out.write(
+            f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
+            f" to resume them from their checkpoints.\n"
+        )
 
 
-def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry_run: bool = False,
-              address: str | None = None, tracking_uri: str | None = None, storage: str | None = None,
-              num_cpus: int | None = None, num_gpus: int | None = None, autoscaling: bool = False,
-              out: TextIO | None = None) -> SweepOutcome:
+def run_sweep(
+    path: str,
+    profile: str = "",
+    overrides: tuple[str, ...] = (),
+    dry_run: bool = False,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    autoscaling: bool = False,
+    out: TextIO | None = None,
+) -> SweepOutcome:
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring."""
     out = out or sys.stdout
     plan = load_plan(path, profile, overrides)
     uri = resolve_tracking_uri(tracking_uri)
     store_uri = storage_uri(plan, storage)
     check_storage(store_uri)
-    tracker, _ = open_tracking(uri)        # nothing is created before the checks below pass
+    tracker, _ = open_tracking(uri)  # nothing is created before the checks below pass
     experiment_id = tracker.experiment_id(plan.name) if tracker is not None else None
     check_sweep_name(tracker, experiment_id, plan, path)
     records = tracker.cell_records(experiment_id) if experiment_id is not None else {}
@@ -375,11 +431,18 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
     tracker = tracker or Tracker(uri)
     experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": Path(path).name})
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
-    out.write(f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
-              f" ({len(plan.cells) - len(pending)} already complete); tracking {uri}\n")
+    out.write(
+        f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
+        f" ({len(plan.cells) - len(pending)} already complete); tracking {uri}\n"
+    )
     out.flush()
-    shared = {"tracking_uri": uri, "experiment_id": experiment_id, "sweep": plan.name,
-              "parent_run_id": parent, "storage": store_uri}
+    shared = {
+        "tracking_uri": uri,
+        "experiment_id": experiment_id,
+        "sweep": plan.name,
+        "parent_run_id": parent,
+        "storage": store_uri,
+    }
     specs = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
     progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
     try:
@@ -399,19 +462,36 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scaling.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help="the sweep file, e.g. sweeps/smoke.yaml")
-    parser.add_argument("--dry-run", action="store_true", help="print the cells, their resources and state; run nothing")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the cells, their resources and state; run nothing"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)",
+    )
     parser.add_argument("--profile", default="", help="a named profile of the sweep file, e.g. quick")
     parser.add_argument("--address", default=None, help="join an existing Ray cluster ('auto' or host:port)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    parser.add_argument("--storage", default=None,
-                        help="checkpoints and Tune state: a path or URI reachable by every node (default ./scaling_runs)")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)",
+    )
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="checkpoints and Tune state: a path or URI reachable by every node (default ./scaling_runs)",
+    )
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded local Ray")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs of the embedded local Ray")
-    parser.add_argument("--autoscaling", action="store_true",
-                        help="the cluster adds nodes on demand: skip the check that every cell fits a node")
+    parser.add_argument(
+        "--autoscaling",
+        action="store_true",
+        help="the cluster adds nodes on demand: skip the check that every cell fits a node",
+    )
     return parser.parse_args(argv)
 
 
@@ -423,17 +503,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     resume = f"resume with the same command: python -m scaling.sweep {shlex.join(argv)}"
     try:
-        outcome = run_sweep(args.sweep, args.profile, tuple(args.overrides), args.dry_run, args.address,
-                            args.tracking_uri, args.storage, args.num_cpus, args.num_gpus, args.autoscaling)
+        outcome = run_sweep(
+            args.sweep,
+            args.profile,
+            tuple(args.overrides),
+            args.dry_run,
+            args.address,
+            args.tracking_uri,
+            args.storage,
+            args.num_cpus,
+            args.num_gpus,
+            args.autoscaling,
+        )
     except (SweepError, TrackingError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
-    except KeyboardInterrupt:                    # a second Ctrl-C, or one before the trials started
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the trials started
         print(f"interrupted; {resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if outcome.failed:
-        print(f"{len(outcome.failed)} cells failed (their errors are above and in MLflow, tag `error`);"
-              f" fix the cause and {resume} (complete cells are skipped)", file=sys.stderr)
+        print(
+            f"{len(outcome.failed)} cells failed (their errors are above and in MLflow, tag `error`);"
+            f" fix the cause and {resume} (complete cells are skipped)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if outcome.interrupted:
         print(f"interrupted; {resume}", file=sys.stderr)

@@ -11,6 +11,7 @@ driver: a rerun after a crash, or a sweep edited to add cells (a new Tune experi
 ``Tuner.restore``, which unpickles and cannot add cells), continues each cell from its own last
 checkpoint. Tune's retries after a worker dies restart ``tune_trainable``, which resumes the same way.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -161,7 +162,9 @@ def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
                 finish(trainer, log)
             except Exception:
                 log.fail(traceback.format_exc())
-                errors[cell.key] = f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
+                errors[cell.key] = (
+                    f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
+                )
     if errors:
         raise PackMemberError("; ".join(errors.values()))
     final = {"step": max(c.train.steps for c in cells), "progress": 1.0, "finished": 1}
@@ -188,8 +191,13 @@ def train_members(todo, store, device, report) -> list[CellTrainer]:
                 checkpoint(trainer, store, log, losses[i])
                 losses[i] = []
         if report:
-            report({"step": min(t.step for t in trainers), "progress": sum(t.step for t in trainers) / steps,
-                    "loss": float("nan")})
+            report(
+                {
+                    "step": min(t.step for t in trainers),
+                    "progress": sum(t.step for t in trainers) / steps,
+                    "loss": float("nan"),
+                }
+            )
     return trainers
 
 

@@ -7,6 +7,7 @@
 - No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
 """
+
 from __future__ import annotations
 
 import ast
@@ -50,7 +51,7 @@ def imports(name: str, path: Path, top_level_only: bool) -> set[str]:
             else:
                 stem = node.module or ""
             found.add(stem)
-            found.update(f"{stem}.{alias.name}" for alias in node.names)   # `from . import tracking`
+            found.update(f"{stem}.{alias.name}" for alias in node.names)  # `from . import tracking`
     return found
 
 
@@ -77,7 +78,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                return stack[stack.index(target):] + [target]
+                return stack[stack.index(target) :] + [target]
             if target not in state:
                 cycle = visit(target)
                 if cycle:
@@ -107,8 +108,11 @@ def test_no_import_cycle_among_the_projects_modules():
 
 
 def test_mlflow_is_imported_by_the_tracking_module_alone():
-    users = sorted(name for name, path in sources(*PACKAGES).items()
-                   if any(m == "mlflow" or m.startswith("mlflow.") for m in imports(name, path, False)))
+    users = sorted(
+        name
+        for name, path in sources(*PACKAGES).items()
+        if any(m == "mlflow" or m.startswith("mlflow.") for m in imports(name, path, False))
+    )
     assert users == ["scaling.tracking"]
 
 
@@ -117,7 +121,8 @@ def test_the_science_folders_know_nothing_of_ray_or_mlflow():
     for name, path in sources("scaling/science", "scaling/temperature").items():
         for imported in imports(name, path, False):
             if imported.split(".")[0] in ("ray", "mlflow") or imported.startswith(
-                    ("scaling.tracking", "scaling.trial", "scaling.sweep", "scaling.kinds")):
+                ("scaling.tracking", "scaling.trial", "scaling.sweep", "scaling.kinds")
+            ):
                 offenders.append(f"{name} imports {imported}")
     assert sources("scaling/science") and not offenders, offenders
 
@@ -127,9 +132,15 @@ def test_no_branch_on_a_kinds_name_outside_the_kinds():
 
     names = "|".join(map(re.escape, KINDS))
     literal = rf"""["']({names})["']"""
-    branch = re.compile(rf"""(==|!=)\s*{literal}|{literal}\s*(==|!=)|\bin\s*[(\[{{][^)\]}}]*{literal}"""
-                        rf"""|\bjob\s*(==|!=)|\bjob\s+in\s*[(\[{{]""")
-    for caught in ('if cell.job == "gpt2_scan":', "if job != 'train':", 'elif cell.job in ("llm_scan", "x"):'):
+    branch = re.compile(
+        rf"""(==|!=)\s*{literal}|{literal}\s*(==|!=)|\bin\s*[(\[{{][^)\]}}]*{literal}"""
+        rf"""|\bjob\s*(==|!=)|\bjob\s+in\s*[(\[{{]"""
+    )
+    for caught in (
+        'if cell.job == "gpt2_scan":',
+        "if job != 'train':",
+        'elif cell.job in ("llm_scan", "x"):',
+    ):
         assert branch.search(caught), caught
     offenders = []
     for name, path in sources(*PACKAGES).items():
@@ -168,7 +179,10 @@ def test_the_science_folders_import_without_ray_or_mlflow(module):
     import sys
 
     names = [n for n in sources(module.replace(".", "/"))]
-    code = ("import sys\n" + "".join(f"import {n}\n" for n in names)
-            + "print(sorted(m for m in ('ray', 'mlflow') if m in sys.modules))")
+    code = (
+        "import sys\n"
+        + "".join(f"import {n}\n" for n in names)
+        + "print(sorted(m for m in ('ray', 'mlflow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ that every cell key stays what it was). Each entry is ``"module:attribute"``, im
 cell of that kind is built, so a sweep of training cells never imports seed-004 code. Adding a kind is
 one module and one line here; nothing else branches on a kind's name.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -56,13 +57,13 @@ class Kind:
     name: str
     run: Callable[..., dict[str, Any]]
     label: Callable[[Any], str]
-    analysis: str                     # "module:function" of its analysis plug-in (analysis/)
+    analysis: str  # "module:function" of its analysis plug-in (analysis/)
     settings: type | None = None
     group: str | None = None
     check: Callable[[Any], None] = lambda cell: None
     cost: Callable[[Any], CellCost | None] = lambda cell: None
     packable: Callable[[Any], bool] = lambda cell: False
-    metric_key: Callable[[str], str] | None = None     # None: scaling.tracking.curve_metric_key
+    metric_key: Callable[[str], str] | None = None  # None: scaling.tracking.curve_metric_key
     path_fields: tuple[str, ...] = ()
 
 

@@ -6,6 +6,7 @@ context length n against the baselines (scaling.science.train, scaling.science.e
 (after a crash, or a retried trial) continues from its checkpoint and ends with the same numbers as one
 that never stopped; the losses a blinking store missed ride in the checkpoint until they are logged.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -61,11 +62,21 @@ def run(cell, trial) -> dict[str, Any]:
         losses: list = []
         trainer.train_until((trainer.step // every + 1) * every, lambda s, v: losses.append((s, v)))
         checkpoint(trainer, trial.store, trial.log, losses)
-        trial.progress({"step": trainer.step, "progress": trainer.step / cell.train.steps,
-                        "loss": losses[-1][1] if losses else float("nan")})
+        trial.progress(
+            {
+                "step": trainer.step,
+                "progress": trainer.step / cell.train.steps,
+                "loss": losses[-1][1] if losses else float("nan"),
+            }
+        )
     curves = finish(trainer, trial.log)
     model_curve = curves[curves["predictor"] == "model"]
-    return {"step": trainer.step, "progress": 1.0, "finished": 1, "err_last": float(model_curve["err"].iloc[-1])}
+    return {
+        "step": trainer.step,
+        "progress": 1.0,
+        "finished": 1,
+        "err_last": float(model_curve["err"].iloc[-1]),
+    }
 
 
 def cost(cell) -> CellCost:
@@ -80,5 +91,6 @@ def packable(cell) -> bool:
     return model_facts(cell.model.arch).packable
 
 
-TRAIN = Kind(name="train", run=run, label=label, analysis="analysis.run:analyse_training", cost=cost,
-             packable=packable)
+TRAIN = Kind(
+    name="train", run=run, label=label, analysis="analysis.run:analyse_training", cost=cost, packable=packable
+)

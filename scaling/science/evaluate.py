@@ -6,6 +6,7 @@ the zero predictor scores 1), with a bootstrap interval over prompts. The evalua
 (task, seed, N, eval.prompts, eval.shift). Rows split by a per-prompt meta value (e.g. the noise level of
 linear_mixed_noise) are named ``f"{predictor}|{name}={value:g}"`` and normalised by E[y^2] given that value.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,27 +21,34 @@ from .tasks import Prompts, ShiftConfig, TaskFamily, generator
 
 @dataclass(frozen=True)
 class EvalConfig:
-    prompts: int = 1280                       # fresh test prompts (Garg et al.: 1280)
-    n: tuple[int, ...] = ()                   # context lengths to score; empty = every n in 1..N
+    prompts: int = 1280  # fresh test prompts (Garg et al.: 1280)
+    n: tuple[int, ...] = ()  # context lengths to score; empty = every n in 1..N
     baselines: tuple[str, ...] = ("zero", "least_squares", "ridge")
-    bootstrap: int = 1000                     # resamples of prompts for the interval
-    ci: float = 0.9                           # interval coverage
+    bootstrap: int = 1000  # resamples of prompts for the interval
+    ci: float = 0.9  # interval coverage
     batch_size: int = field(default=256, metadata={"key": False})  # prompts per forward pass
-    shift: ShiftConfig = field(default_factory=ShiftConfig)     # test-time distribution shift; none by default
+    shift: ShiftConfig = field(default_factory=ShiftConfig)  # test-time distribution shift; none by default
     # per-prompt meta names to split errors by (rows named f"{predictor}|{name}={value:g}"); empty means
     # the family's default (linear_mixed_noise: noise_std; others: none)
     split_by: tuple[str, ...] = ()
     # context lengths at which to scan ridge regression's error against lambda on the evaluation prompts
     # (seed 001 Figs. 2-3, right panels: rows ``ridge_lambda`` with a ``lam`` column); empty: no scan
     lambda_n: tuple[int, ...] = ()
-    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS              # the scan's grid (1e-4 .. 1e3, 4 per decade)
+    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS  # the scan's grid (1e-4 .. 1e3, 4 per decade)
 
     def __post_init__(self):
         check(self.prompts >= 2, "prompts", f"must be >= 2, got {self.prompts}")
         check(all(n >= 1 for n in self.n), "n", f"context lengths must be >= 1, got {list(self.n)}")
-        check(all(n >= 1 for n in self.lambda_n), "lambda_n", f"context lengths must be >= 1, got {list(self.lambda_n)}")
-        check(len(self.lambdas) >= 1 and all(lam > 0 for lam in self.lambdas), "lambdas",
-              f"must be one or more values > 0, got {list(self.lambdas)}")
+        check(
+            all(n >= 1 for n in self.lambda_n),
+            "lambda_n",
+            f"context lengths must be >= 1, got {list(self.lambda_n)}",
+        )
+        check(
+            len(self.lambdas) >= 1 and all(lam > 0 for lam in self.lambdas),
+            "lambdas",
+            f"must be one or more values > 0, got {list(self.lambdas)}",
+        )
         check(0 < self.ci < 1, "ci", f"must be in (0, 1), got {self.ci}")
         check(self.bootstrap >= 1, "bootstrap", f"must be >= 1, got {self.bootstrap}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -49,7 +57,6 @@ class EvalConfig:
                 parse_baseline(name)
             except (KeyError, ValueError) as err:
                 raise ConfigError(f"baselines[{i}]", str(err).strip("'\"")) from None
-
 
 
 def squared_errors(predictor: Predictor, prompts: Prompts, batch_size: int) -> torch.Tensor:
@@ -67,11 +74,13 @@ def context_grid(config: EvalConfig, N: int) -> list[int]:
     return grid or [N]
 
 
-def bootstrap_interval(errors: torch.Tensor, resamples: int, ci: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def bootstrap_interval(
+    errors: torch.Tensor, resamples: int, ci: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Percentile interval of the mean over prompts, per column: errors (P, K) -> (K,), (K,)."""
     gen = generator(seed, "bootstrap")
     idx = torch.randint(errors.shape[0], (resamples, errors.shape[0]), generator=gen)
-    means = errors[idx].mean(dim=1)                                           # (R, K)
+    means = errors[idx].mean(dim=1)  # (R, K)
     tail = (1 - ci) / 2
     q = torch.tensor([tail, 1 - tail], dtype=means.dtype)
     lo, hi = torch.quantile(means, q, dim=0)
@@ -89,12 +98,22 @@ def error_rows(name: str, errors: torch.Tensor, grid: list[int], config: EvalCon
     """Rows of one predictor (or one subset): errors (P, K) normalised."""
     lo, hi = bootstrap_interval(errors, config.bootstrap, config.ci, seed)
     mean = errors.mean(dim=0)
-    return [{"predictor": name, "n": n, "err": float(mean[k]), "err_lo": float(lo[k]), "err_hi": float(hi[k]),
-             "prompts": errors.shape[0]} for k, n in enumerate(grid)]
+    return [
+        {
+            "predictor": name,
+            "n": n,
+            "err": float(mean[k]),
+            "err_lo": float(lo[k]),
+            "err_hi": float(hi[k]),
+            "prompts": errors.shape[0],
+        }
+        for k, n in enumerate(grid)
+    ]
 
 
-def subsets(prompts: Prompts, splits: tuple[str, ...], norm: float,
-            family: TaskFamily | None) -> list[tuple[str, torch.Tensor, float]]:
+def subsets(
+    prompts: Prompts, splits: tuple[str, ...], norm: float, family: TaskFamily | None
+) -> list[tuple[str, torch.Tensor, float]]:
     """(name suffix, prompt mask (P,), normaliser) of every row group: all prompts ('', norm), then for
     every meta name in ``splits`` and value it takes ('|name=value', its prompts, E[y^2] given the value;
     ``norm`` without a family)."""
@@ -107,26 +126,36 @@ def subsets(prompts: Prompts, splits: tuple[str, ...], norm: float,
     return out
 
 
-def lambda_scan(prompts: Prompts, norm: float, config: EvalConfig, N: int, seed: int,
-                family: TaskFamily | None = None) -> pd.DataFrame:
+def lambda_scan(
+    prompts: Prompts, norm: float, config: EvalConfig, N: int, seed: int, family: TaskFamily | None = None
+) -> pd.DataFrame:
     """Ridge regression's normalised error against lambda at each context length of ``config.lambda_n``
     (up to N) on the evaluation prompts (seed 001 Figs. 2-3, right panels: the effect of regularisation
     at a fixed number of examples). Rows as ``evaluate``'s, predictor ``ridge_lambda`` (and its split
     rows), with the lambda in ``lam``; the interval is the bootstrap over prompts at each lambda."""
     grid = sorted({n for n in config.lambda_n if n <= N}) or [N]
     lambdas = list(config.lambdas)
-    squared = ridge_errors(prompts, tuple(lambdas), positions=grid).cpu()     # (K, P, G)
+    squared = ridge_errors(prompts, tuple(lambdas), positions=grid).cpu()  # (K, P, G)
     rows = []
     for g, n in enumerate(grid):
         for suffix, chosen, subset_norm in subsets(prompts, split_names(config, family), norm, family):
-            errors = squared[:, chosen, g].T / subset_norm                     # (P', K)
-            rows += [{**row, "n": n, "lam": row["n"]}
-                     for row in error_rows("ridge_lambda" + suffix, errors, lambdas, config, seed)]
+            errors = squared[:, chosen, g].T / subset_norm  # (P', K)
+            rows += [
+                {**row, "n": n, "lam": row["n"]}
+                for row in error_rows("ridge_lambda" + suffix, errors, lambdas, config, seed)
+            ]
     return pd.DataFrame(rows)
 
 
-def evaluate(predictors: dict[str, Predictor], prompts: Prompts, norm: float, config: EvalConfig, N: int,
-             seed: int, family: TaskFamily | None = None) -> pd.DataFrame:
+def evaluate(
+    predictors: dict[str, Predictor],
+    prompts: Prompts,
+    norm: float,
+    config: EvalConfig,
+    N: int,
+    seed: int,
+    family: TaskFamily | None = None,
+) -> pd.DataFrame:
     """One row per (predictor, n): mean normalised error, bootstrap interval, number of prompts.
 
     For every meta name in ``split_names(config, family)`` and every value it takes, extra rows
@@ -140,7 +169,7 @@ def evaluate(predictors: dict[str, Predictor], prompts: Prompts, norm: float, co
         raise KeyError(f"split_by {missing[0]!r} is not a prompt meta; known: {', '.join(prompts.meta)}")
     rows = []
     for name, predictor in predictors.items():
-        squared = squared_errors(predictor, prompts, config.batch_size)[:, grid]        # (P, K)
+        squared = squared_errors(predictor, prompts, config.batch_size)[:, grid]  # (P, K)
         for suffix, chosen, subset_norm in subsets(prompts, splits, norm, family):
             rows += error_rows(name + suffix, squared[chosen] / subset_norm, grid, config, seed)
     frame = pd.DataFrame(rows)

@@ -13,6 +13,7 @@ is the sum of the members' losses, so member k's gradient is the gradient of its
 the unpacked ones up to floating-point rounding of the batched matrix products. Which cells pack is
 scaling.packing's decision; the pack's trial is scaling.trial.run_pack.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -41,13 +42,16 @@ class StackedAdam:
         self.eps = group["eps"]
         self.params = params
         owned = [dict(m.model.named_parameters()) for m in members]
-        states = {name: [m.optimizer.state.get(own[name], {}) for m, own in zip(members, owned)]
-                  for name in params}                                   # name -> each member's Adam state
+        states = {
+            name: [m.optimizer.state.get(own[name], {}) for m, own in zip(members, owned)] for name in params
+        }  # name -> each member's Adam state
         self.exp_avg = {name: self._stack(states[name], "exp_avg", p) for name, p in params.items()}
         self.exp_avg_sq = {name: self._stack(states[name], "exp_avg_sq", p) for name, p in params.items()}
         steps = {int(st.get("step", 0)) for per_param in states.values() for st in per_param}
         if len(steps) != 1:
-            raise ValueError(f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one")
+            raise ValueError(
+                f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
+            )
         self.step = steps.pop()
         lr = torch.tensor([m.optimizer.param_groups[0]["lr"] for m in members], dtype=torch.float32)
         self.lr = {name: lr.to(p.device).view(-1, *[1] * (p.dim() - 1)) for name, p in params.items()}
@@ -67,11 +71,11 @@ class StackedAdam:
         torch._foreach_mul_(v, self.beta2)
         torch._foreach_addcmul_(v, grads, grads, 1 - self.beta2)
         denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, (1 - self.beta2 ** self.step) ** 0.5)
+        torch._foreach_div_(denom, (1 - self.beta2**self.step) ** 0.5)
         torch._foreach_add_(denom, self.eps)
         steps = torch._foreach_div(m, denom)
         torch._foreach_mul_(steps, [self.lr[n] for n in names])
-        torch._foreach_div_(steps, 1 - self.beta1 ** self.step)
+        torch._foreach_div_(steps, 1 - self.beta1**self.step)
         torch._foreach_sub_(params, steps)
 
     def write_back(self, members: Sequence[CellTrainer]) -> None:
@@ -81,7 +85,9 @@ class StackedAdam:
             for name in self.params:
                 member.optimizer.state[own[name]] = {
                     "step": torch.tensor(float(self.step), dtype=torch.float32, device=own[name].device),
-                    "exp_avg": self.exp_avg[name][k].clone(), "exp_avg_sq": self.exp_avg_sq[name][k].clone()}
+                    "exp_avg": self.exp_avg[name][k].clone(),
+                    "exp_avg_sq": self.exp_avg_sq[name][k].clone(),
+                }
 
 
 class StackedMembers:
@@ -99,22 +105,25 @@ class StackedMembers:
         self.members = list(members)
         self.template = members[0].model
         names = {id(p): name for name, p in self.template.named_parameters()}
-        self.layers = []                                 # ("linear", weight name, bias name | None) | ("relu",)
+        self.layers = []  # ("linear", weight name, bias name | None) | ("relu",)
         for layer in self.template.head_layers():
             if isinstance(layer, torch.nn.Linear):
-                self.layers.append(("linear", names[id(layer.weight)],
-                                    None if layer.bias is None else names[id(layer.bias)]))
+                self.layers.append(
+                    ("linear", names[id(layer.weight)], None if layer.bias is None else names[id(layer.bias)])
+                )
             elif isinstance(layer, torch.nn.ReLU):
                 self.layers.append(("relu",))
             else:
                 raise TypeError(f"cannot pack a head layer {type(layer).__name__}; packable: Linear, ReLU")
         with torch.no_grad():
-            self.params = {name: torch.stack([dict(m.model.named_parameters())[name] for m in members])
-                           for name in names.values()}                        # name -> (K, ...)
+            self.params = {
+                name: torch.stack([dict(m.model.named_parameters())[name] for m in members])
+                for name in names.values()
+            }  # name -> (K, ...)
         self.optimizer = StackedAdam(self.params, members)
         self.step = members[0].step
         bf16 = members[0].cell.train.precision == "bfloat16"
-        self.dtype = torch.bfloat16 if bf16 else torch.float32                # autocast's matmul dtype
+        self.dtype = torch.bfloat16 if bf16 else torch.float32  # autocast's matmul dtype
         self._features: tuple[range, torch.Tensor, torch.Tensor] | None = None  # (steps, (K, S, B, P, F), ys)
         self._run_steps: int | None = None
 
@@ -131,22 +140,24 @@ class StackedMembers:
         if cached is not None and self.step in cached[0]:
             j = self.step - cached[0].start
             return cached[1][:, j], cached[2][:, j]
-        block = stacked_block(pools, self.step, B, max_points) if dims is None and points == max_points else None
-        if block is None:                                   # a curriculum step: this step's batches alone
+        block = (
+            stacked_block(pools, self.step, B, max_points) if dims is None and points == max_points else None
+        )
+        if block is None:  # a curriculum step: this step's batches alone
             xs, ys = stacked_batches(pools, self.step, B, points, dims, max_points)
             K = ys.shape[0]
             return self.template.features(xs.flatten(0, 1), ys.flatten(0, 1)).unflatten(0, (K, B)), ys
         steps, xs, ys = block
         K, S = ys.shape[:2]
-        if self._run_steps is None:                          # steps per feature run: from one step's size
+        if self._run_steps is None:  # steps per feature run: from one step's size
             per_step = self.template.features(xs[:, 0].flatten(0, 1), ys[:, 0].flatten(0, 1)).numel()
             run = S
             while run > 1 and run * per_step > FEATURE_BLOCK_NUMBERS:
                 run //= 2
             self._run_steps = run
         run = self._run_steps
-        first = (self.step - steps.start) // run * run                       # runs are aligned in the block
-        xs, ys = xs[:, first:first + run], ys[:, first:first + run]
+        first = (self.step - steps.start) // run * run  # runs are aligned in the block
+        xs, ys = xs[:, first : first + run], ys[:, first : first + run]
         h = self.template.features(xs.flatten(0, 2), ys.flatten(0, 2)).unflatten(0, (K, run, B))
         self._features = (range(steps.start + first, steps.start + first + run), h, ys)
         j = self.step - steps.start - first
@@ -155,10 +166,10 @@ class StackedMembers:
     @torch.no_grad()
     def losses_and_grads(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The members' losses at the current step (K,) and their gradients (name -> (K, ...))."""
-        h, ys = self.step_inputs()                                              # (K, B, P, F), (K, B, P)
+        h, ys = self.step_inputs()  # (K, B, P, F), (K, B, P)
         K, B, P = ys.shape
-        inputs = []                                                             # each layer's input
-        h = h.reshape(K, B * P, -1).to(self.dtype)                              # (K, B*P, F)
+        inputs = []  # each layer's input
+        h = h.reshape(K, B * P, -1).to(self.dtype)  # (K, B*P, F)
         for layer in self.layers:
             inputs.append(h)
             if layer[0] == "relu":
@@ -166,25 +177,28 @@ class StackedMembers:
             elif layer[2] is None:
                 h = torch.bmm(h, self.params[layer[1]].to(self.dtype).transpose(1, 2))
             else:
-                h = torch.baddbmm(self.params[layer[2]].to(self.dtype).unsqueeze(1), h,
-                                  self.params[layer[1]].to(self.dtype).transpose(1, 2))
-        diff = h.reshape(K, B, P).float() - ys                                  # (K, B, P)
-        diff[:, :, 0] = 0                                                       # column 0: no context, no loss
+                h = torch.baddbmm(
+                    self.params[layer[2]].to(self.dtype).unsqueeze(1),
+                    h,
+                    self.params[layer[1]].to(self.dtype).transpose(1, 2),
+                )
+        diff = h.reshape(K, B, P).float() - ys  # (K, B, P)
+        diff[:, :, 0] = 0  # column 0: no context, no loss
         count = B * (P - 1)
-        losses = diff.pow(2).sum(dim=(1, 2)) / count                            # prefix_loss per member
-        grad = (diff * (2 / count)).reshape(K, B * P, 1).to(self.dtype)         # d loss_k / d output
+        losses = diff.pow(2).sum(dim=(1, 2)) / count  # prefix_loss per member
+        grad = (diff * (2 / count)).reshape(K, B * P, 1).to(self.dtype)  # d loss_k / d output
         grads = {}
         for i in reversed(range(len(self.layers))):
             layer = self.layers[i]
             if layer[0] == "relu":
-                grad = grad * (inputs[i] > 0)                                   # relu's backward
+                grad = grad * (inputs[i] > 0)  # relu's backward
                 continue
             weight = self.params[layer[1]]
-            grads[layer[1]] = torch.bmm(grad.transpose(1, 2), inputs[i]).float()   # (K, out, in)
+            grads[layer[1]] = torch.bmm(grad.transpose(1, 2), inputs[i]).float()  # (K, out, in)
             if layer[2] is not None:
-                grads[layer[2]] = grad.sum(dim=1).float()                          # (K, out)
+                grads[layer[2]] = grad.sum(dim=1).float()  # (K, out)
             if i > 0:
-                grad = torch.bmm(grad, weight.to(self.dtype))                      # (K, B*P, in)
+                grad = torch.bmm(grad, weight.to(self.dtype))  # (K, B*P, in)
         return losses, grads
 
     def train_step(self) -> torch.Tensor:
@@ -209,8 +223,12 @@ class PackTrainer:
     def __init__(self, trainers: Sequence[CellTrainer]):
         self.trainers = list(trainers)
 
-    def train_until(self, members: Sequence[CellTrainer], stop: int,
-                    on_loss: Callable[[int, int, float], None] | None = None) -> None:
+    def train_until(
+        self,
+        members: Sequence[CellTrainer],
+        stop: int,
+        on_loss: Callable[[int, int, float], None] | None = None,
+    ) -> None:
         """Train ``members`` (all at one step) to step ``stop``; on_loss(member index, step, loss).
 
         The members' own models and optimisers hold the result afterwards (a checkpoint boundary).

@@ -7,6 +7,7 @@ pure function of (seed, s), so a run resumed from a checkpoint ends with the sam
 never stopped.
 Evaluation (``CellTrainer.evaluate``) is scaling.science.evaluate's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,9 +17,9 @@ from typing import Callable
 import pandas as pd
 import torch
 
+from ..config import check, check_choice
 from .adam import FusedAdam
 from .baselines import Predictor, applicable_baselines
-from ..config import check, check_choice
 from .evaluate import evaluate, lambda_scan
 from .models import build_model
 from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, make_family
@@ -69,18 +70,21 @@ class TrainConfig:
     lr: float = 1e-4
     # steps between checkpoints (and metric flushes); not part of the cell key
     checkpoint_every: int = field(default=200, metadata={"key": False})
-    log_every: int = field(default=10, metadata={"key": False})   # steps between train/loss points
-    precision: str = "float32"    # float32 | bfloat16 (autocast)
+    log_every: int = field(default=10, metadata={"key": False})  # steps between train/loss points
+    precision: str = "float32"  # float32 | bfloat16 (autocast)
     device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
-    curriculum: Curriculum = field(default_factory=Curriculum)    # off unless a start is set
+    curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check_choice(self.precision, "precision", ("float32", "bfloat16"))
-        check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
-              f"must be auto, cpu, cuda or cuda:K, got {self.device!r}")
+        check(
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+            "device",
+            f"must be auto, cpu, cuda or cuda:K, got {self.device!r}",
+        )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -106,7 +110,8 @@ class CellTrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(cell.seed, "init"))
             self.model = build_model(cell.model, cell.task.d, self.points).to(self.device)
-        # torch.optim.Adam(fused=True)'s kernel and state without torch.optim's ~1.1 s import (scaling.science.adam)
+        # torch.optim.Adam(fused=True)'s kernel and state without torch.optim's ~1.1 s import
+        # (scaling.science.adam)
         self.optimizer = FusedAdam(self.model.parameters(), lr=cell.train.lr)
         self.step = 0
 
@@ -128,8 +133,12 @@ class CellTrainer:
         curriculum (TaskPool.batch's arguments)."""
         train = self.cell.train
         dims = train.curriculum.dims(step, self.cell.task.d)
-        return (train.batch_size, train.curriculum.points(step, self.points),
-                dims if dims < self.cell.task.d else None, self.points)
+        return (
+            train.batch_size,
+            train.curriculum.points(step, self.points),
+            dims if dims < self.cell.task.d else None,
+            self.points,
+        )
 
     def train_batch(self, step: int) -> Prompts:
         """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""
@@ -166,6 +175,7 @@ class CellTrainer:
         def predict(prompts: Prompts) -> torch.Tensor:
             model.eval()
             return model(prompts.xs, prompts.ys).float()
+
         return predict
 
     def evaluate(self) -> pd.DataFrame:
@@ -175,10 +185,19 @@ class CellTrainer:
         baselines, skipped = applicable_baselines(config.baselines, self.cell.task, pool=self.pool)
         prompts = fresh_prompts(family, config.prompts, self.points, self.cell.seed, device=self.device)
         norm = family.y_second_moment()
-        curves = evaluate({"model": self.model_predictor(), **baselines}, prompts, norm, config, self.cell.N,
-                          self.cell.seed, family=family)
+        curves = evaluate(
+            {"model": self.model_predictor(), **baselines},
+            prompts,
+            norm,
+            config,
+            self.cell.N,
+            self.cell.seed,
+            family=family,
+        )
         if config.lambda_n:
-            curves = pd.concat([curves, lambda_scan(prompts, norm, config, self.cell.N, self.cell.seed, family)],
-                               ignore_index=True)
+            curves = pd.concat(
+                [curves, lambda_scan(prompts, norm, config, self.cell.N, self.cell.seed, family)],
+                ignore_index=True,
+            )
         curves.attrs["skipped_baselines"] = skipped
         return curves

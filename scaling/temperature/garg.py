@@ -31,15 +31,24 @@ TOKEN_EMBEDDING = "backbone.wte.weight"
 _LEGACY_BUFFER = re.compile(r"^_backbone\.h\.\d+\.attn\.(bias|masked_bias)$")
 
 
-def garg_model(n_dims: int = 20, n_positions: int = 202, n_embd: int = 256, n_layer: int = 12, n_head: int = 8,
-               attn_implementation: str = "eager") -> GPT2InContext:
+def garg_model(
+    n_dims: int = 20,
+    n_positions: int = 202,
+    n_embd: int = 256,
+    n_layer: int = 12,
+    n_head: int = 8,
+    attn_implementation: str = "eager",
+) -> GPT2InContext:
     """The project's interleaved GPT-2 with the sizes of a Garg et al. model (``n_positions`` tokens, two
     per (x, y) pair; inputs of dimension <= n_dims are zero-padded). Eager attention by default, the
     implementation the temperature tools record scores from."""
     if n_positions % 2:
-        raise ValueError(f"n_positions={n_positions}: Garg et al.'s models take two tokens per pair (an even count)")
-    config = ModelConfig(arch="gpt2", n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-                         attn_implementation=attn_implementation)
+        raise ValueError(
+            f"n_positions={n_positions}: Garg et al.'s models take two tokens per pair (an even count)"
+        )
+    config = ModelConfig(
+        arch="gpt2", n_embd=n_embd, n_layer=n_layer, n_head=n_head, attn_implementation=attn_implementation
+    )
     return GPT2InContext(config, d=n_dims, points=n_positions // 2)
 
 
@@ -52,7 +61,7 @@ def from_garg_names(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Ten
             continue
         for old, new in RENAMES:
             if key.startswith(old):
-                key = new + key[len(old):]
+                key = new + key[len(old) :]
                 break
         state[key] = value[:1] if key == TOKEN_EMBEDDING else value
     return state
@@ -67,7 +76,7 @@ def to_garg_names(model_state: dict[str, torch.Tensor], vocab: int = 50257) -> d
             value = torch.cat([value, value.new_zeros(vocab - value.shape[0], value.shape[1])])
         for old, new in RENAMES:
             if key.startswith(new):
-                key = old + key[len(new):]
+                key = old + key[len(new) :]
                 break
         state[key] = value
     return state
@@ -77,7 +86,9 @@ def _checkpoint_file(path: str | Path) -> Path:
     path = Path(path)
     file = path / CHECKPOINT_FILE if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"no Garg et al. checkpoint at {file} (expected models/<task>/<run>/{CHECKPOINT_FILE})")
+        raise FileNotFoundError(
+            f"no Garg et al. checkpoint at {file} (expected models/<task>/<run>/{CHECKPOINT_FILE})"
+        )
     return file
 
 
@@ -98,7 +109,7 @@ def load_garg_gpt2(
     weights = from_garg_names(state["model_state_dict"])
     try:
         model.load_state_dict(weights, strict=True)
-    except RuntimeError as err:     # name the checkpoint's own keys, not the renamed ones
+    except RuntimeError as err:  # name the checkpoint's own keys, not the renamed ones
         message = str(err)
         for old, new in RENAMES:
             message = message.replace(f'"{new}', f'"{old}')
