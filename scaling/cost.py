@@ -140,7 +140,8 @@ class SweepEstimate:
         parts = []
         if self.cells:
             parts.append(
-                f"estimated training compute: {self.flops:.3g} FLOP over {self.cells} cells, about"
+                f"estimated training compute: {self.flops:.3g} FLOP over {self.cells}"
+                f" cell{'' if self.cells == 1 else 's'}, about"
                 f" {format_hours(self.seconds)} of one {device} (one cell at a time; evaluation not"
                 f" counted); largest step peak memory about {self.peak_bytes / 2**20:.0f} MiB"
             )
