@@ -12,6 +12,7 @@
 
 Each failure is a ``GuardError`` whose message says what, where and what is allowed.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,17 +43,23 @@ def read_sweep_text(path: str | Path) -> str:
         raise GuardError(f"{path}: no such sweep file")
     size = path.stat().st_size
     if size > MAX_SWEEP_BYTES:
-        raise GuardError(f"{path}: {size / 1e6:.1f} MB; a sweep file is at most {MAX_SWEEP_BYTES >> 20} MB of"
-                         f" YAML (list long axes as ranges of a few values, or split the sweep)")
+        raise GuardError(
+            f"{path}: {size / 1e6:.1f} MB; a sweep file is at most {MAX_SWEEP_BYTES >> 20} MB of"
+            f" YAML (list long axes as ranges of a few values, or split the sweep)"
+        )
     blob = path.read_bytes()
     try:
         text = blob.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise GuardError(f"{path}: not a text file (byte 0x{blob[err.start]:02x} at offset {err.start} is not"
-                         f" UTF-8); a sweep file is YAML text") from None
+        raise GuardError(
+            f"{path}: not a text file (byte 0x{blob[err.start]:02x} at offset {err.start} is not"
+            f" UTF-8); a sweep file is YAML text"
+        ) from None
     if "\x00" in text:
-        raise GuardError(f"{path}: not a text file (it holds NUL bytes at offset {text.index(chr(0))});"
-                         f" a sweep file is YAML text")
+        raise GuardError(
+            f"{path}: not a text file (it holds NUL bytes at offset {text.index(chr(0))});"
+            f" a sweep file is YAML text"
+        )
     return text
 
 
@@ -69,8 +76,10 @@ def check_yaml_shape(text: str, source: str) -> None:
                 depth += 1
                 total += 1
                 if depth > MAX_YAML_DEPTH:
-                    raise GuardError(f"{source}:{event.start_mark.line + 1}: YAML nested deeper than"
-                                     f" {MAX_YAML_DEPTH} levels; a sweep file needs a handful")
+                    raise GuardError(
+                        f"{source}:{event.start_mark.line + 1}: YAML nested deeper than"
+                        f" {MAX_YAML_DEPTH} levels; a sweep file needs a handful"
+                    )
                 open_anchors.append((event.anchor, total))
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
@@ -85,15 +94,19 @@ def check_yaml_shape(text: str, source: str) -> None:
                 total += sizes.get(event.anchor, 1)
             if total > MAX_YAML_VALUES:
                 line = event.start_mark.line + 1 if event.start_mark else "?"
-                raise GuardError(f"{source}:{line}: YAML aliases expand to more than {MAX_YAML_VALUES} values"
-                                 f" (an alias bomb?); write the values out, or use fewer aliases")
+                raise GuardError(
+                    f"{source}:{line}: YAML aliases expand to more than {MAX_YAML_VALUES} values"
+                    f" (an alias bomb?); write the values out, or use fewer aliases"
+                )
     except yaml.YAMLError as err:
-        if "nesting" in str(getattr(err, "problem", "")):      # libyaml's own limit (1000 levels)
+        if "nesting" in str(getattr(err, "problem", "")):  # libyaml's own limit (1000 levels)
             mark = getattr(err, "problem_mark", None)
             line = f":{mark.line + 1}" if mark else ""
-            raise GuardError(f"{source}{line}: YAML nested deeper than {MAX_YAML_DEPTH} levels; a sweep file"
-                             f" needs a handful") from None
-        return          # other malformed YAML: the planner's parser reports it with its line
+            raise GuardError(
+                f"{source}{line}: YAML nested deeper than {MAX_YAML_DEPTH} levels; a sweep file"
+                f" needs a handful"
+            ) from None
+        return  # other malformed YAML: the planner's parser reports it with its line
 
 
 def lattice_size(axes: dict[str, list]) -> int:
@@ -106,8 +119,10 @@ def check_lattice(axes: dict[str, list], where: str, max_cells: int | None) -> N
     size = lattice_size(axes)
     if size > cap:
         shape = " x ".join(f"{axis} {len(values)}" for axis, values in axes.items())
-        raise GuardError(f"{where}: the grid makes {size} cells ({shape}), more than the cap of {cap};"
-                         f" pass --max-cells {size} to run it anyway")
+        raise GuardError(
+            f"{where}: the grid makes {size} cells ({shape}), more than the cap of {cap};"
+            f" pass --max-cells {size} to run it anyway"
+        )
 
 
 def check_whole(flag: str, value: Any, minimum: int) -> None:
@@ -127,8 +142,10 @@ def address_endpoint(address: str) -> tuple[str, int] | None:
         return None
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or (":" in host and not host.startswith("[")):
-        raise GuardError(f"--address {address}: expected 'auto' or host:port (e.g. 10.0.0.5:6379), or"
-                         f" leave it out for a local Ray")
+        raise GuardError(
+            f"--address {address}: expected 'auto' or host:port (e.g. 10.0.0.5:6379), or"
+            f" leave it out for a local Ray"
+        )
     return host.strip("[]"), int(port)
 
 
@@ -142,8 +159,10 @@ def check_address(address: str | None, timeout: float = ADDRESS_TIMEOUT_S) -> No
             pass
     except OSError as err:
         reason = "no answer" if isinstance(err, socket.timeout) else err.strerror or str(err)
-        raise GuardError(f"cannot reach a Ray cluster at {address}: {reason} within {timeout:g}s; start one"
-                         f" there (ray start --head), or leave out --address for a local Ray") from None
+        raise GuardError(
+            f"cannot reach a Ray cluster at {address}: {reason} within {timeout:g}s; start one"
+            f" there (ray start --head), or leave out --address for a local Ray"
+        ) from None
 
 
 def nearest_existing(path: Path) -> Path:
@@ -158,7 +177,7 @@ def probe_storage(uri: str) -> None:
 
     try:
         if "://" not in uri or uri.startswith("file://"):
-            local = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
+            local = Path(uri[len("file://") :] if uri.startswith("file://") else uri)
             base = nearest_existing(local)
             if not base.is_dir():
                 raise GuardError(f"cannot use the storage {uri}: {base} is not a directory")
@@ -175,4 +194,3 @@ def probe_storage(uri: str) -> None:
         raise
     except Exception as err:  # noqa: BLE001 - any failure to write means unusable storage
         raise GuardError(f"cannot write to the storage {uri}: {err}") from None
-

@@ -17,6 +17,7 @@ clusters use for their storage). On an object store (``s3://``, ``gs://``) there
 lease is only written and read back (best effort: two drivers racing within the same second could both
 win); run one driver per sweep there.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,7 @@ LEASE_STALE_S = float(os.environ.get("SCALING_LEASE_STALE_S", "30"))
 
 
 class LeaseLost(RuntimeError):
-    """This trial's lease was taken over (its heartbeat stalled past the stale limit): it must stop writing."""
+    """This trial's lease was taken over (its heartbeat stalled past the stale limit): it stops writing."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ class Holder:
 
     def describe(self) -> str:
         age = max(0.0, time.time() - self.heartbeat)
-        return f"{self.driver or 'a driver'} (trial process {self.pid} on {self.host}, heartbeat {age:.0f}s ago)"
+        return (
+            f"{self.driver or 'a driver'} (trial process {self.pid} on {self.host}, heartbeat {age:.0f}s ago)"
+        )
 
     def stale(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
@@ -68,7 +71,7 @@ def process_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:            # someone else's process: alive
+    except PermissionError:  # someone else's process: alive
         return True
     return True
 
@@ -83,12 +86,12 @@ def local_root(storage: str) -> Path | None:
     if "://" not in storage:
         return Path(storage)
     if storage.startswith("file://"):
-        return Path(storage[len("file://"):])
+        return Path(storage[len("file://") :])
     return None
 
 
 class Lease:
-    """A held lease: renewed by a daemon thread until ``release``; ``check`` raises LeaseLost if taken over."""
+    """A held lease: renewed by a daemon thread until ``release``; ``check`` raises LeaseLost if lost."""
 
     def __init__(self, leases: "Leases", key: str, holder: Holder):
         self.leases, self.key, self.holder = leases, key, holder
@@ -102,15 +105,19 @@ class Lease:
             try:
                 if not self.leases.renew(self.key, self.holder.owner):
                     self.lost = True
-                    log.error("the lease of cell %s was taken over by another trial; this trial stops", self.key)
+                    log.error(
+                        "the lease of cell %s was taken over by another trial; this trial stops", self.key
+                    )
                     return
-            except OSError as err:            # a full or blinking disk: try again at the next beat
+            except OSError as err:  # a full or blinking disk: try again at the next beat
                 log.warning("could not renew the lease of cell %s: %s", self.key, err)
 
     def check(self) -> None:
         if self.lost:
-            raise LeaseLost(f"the lease of cell {self.key} was taken over by another trial (this one stalled"
-                            f" for more than {LEASE_STALE_S:g}s); it stops without writing")
+            raise LeaseLost(
+                f"the lease of cell {self.key} was taken over by another trial (this one stalled"
+                f" for more than {LEASE_STALE_S:g}s); it stops without writing"
+            )
 
     def release(self) -> None:
         self._stop.set()
@@ -118,7 +125,7 @@ class Lease:
         if not self.lost:
             try:
                 self.leases.release(self.key, self.holder.owner)
-            except OSError as err:          # it goes stale on its own
+            except OSError as err:  # it goes stale on its own
                 log.warning("could not release the lease of cell %s: %s", self.key, err)
 
 
@@ -145,7 +152,7 @@ class Leases:
             return Holder(**data)
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError) as err:       # a torn or foreign file: treated as stale
+        except (ValueError, TypeError) as err:  # a torn or foreign file: treated as stale
             log.warning("unreadable lease %s (%s): treated as stale", self.root / f"{key}.json", err)
             return Holder("?", "?", 0, "?", 0.0, 0.0)
 
@@ -200,21 +207,29 @@ class Leases:
     def acquire(self, key: str, driver: str = "") -> Lease | Holder:
         """Take the cell's lease: a Lease (renewed until released), or the live Holder that has it."""
         now = time.time()
-        mine = Holder(f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}", socket.gethostname(),
-                      os.getpid(), driver, now, now)
+        mine = Holder(
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}",
+            socket.gethostname(),
+            os.getpid(),
+            driver,
+            now,
+            now,
+        )
         with self._locked(key):
             current = self._read(key)
             if current is not None and not current.stale(now):
                 return current
             self._write(key, mine)
-            if self.root is None:                 # no lock: read back after a moment (best effort)
+            if self.root is None:  # no lock: read back after a moment (best effort)
                 time.sleep(1.0)
                 if (self._read(key) or mine).owner != mine.owner:
                     return self._read(key)
             else:
                 with open(self.root / f"{key}.log", "a") as history:
-                    history.write(json.dumps({**asdict(mine), "took_over": None if current is None
-                                              else current.owner}) + "\n")
+                    history.write(
+                        json.dumps({**asdict(mine), "took_over": None if current is None else current.owner})
+                        + "\n"
+                    )
         return Lease(self, key, mine)
 
     def renew(self, key: str, owner: str) -> bool:
@@ -242,4 +257,3 @@ class Leases:
         if self.root is None or not (self.root / f"{key}.log").exists():
             return []
         return [json.loads(line) for line in (self.root / f"{key}.log").read_text().splitlines() if line]
-

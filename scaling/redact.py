@@ -9,6 +9,7 @@ Trials get the real tracking URI from the environment of their processes (``TRAC
 the driver through Ray's runtime environment), never from their Tune config, which Tune writes into its
 experiment state in the storage; the config holds the redacted form (``trial_tracking_uri``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,10 @@ import re
 TRACKING_URI_ENV = "SCALING_TRACKING_URI"
 MASK = "***"
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^\s:/@]*):(?P<password>[^\s/@]+)@")
-_SECRET_PARAMS = re.compile(r"(?i)(?P<name>[?&;](?:password|passwd|pwd|token|access_token|secret|"
-                            r"api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential)=)[^&;#\s'\"]+")
+_SECRET_PARAMS = re.compile(
+    r"(?i)(?P<name>[?&;](?:password|passwd|pwd|token|access_token|secret|"
+    r"api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential)=)[^&;#\s'\"]+"
+)
 
 
 def redact(text: str) -> str:

@@ -40,6 +40,8 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import pandas as pd
 import yaml
 
+from .redact import redact
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -150,8 +152,8 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
             if code in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
                 raise
             if attempt == attempts - 1:
-                raise TrackingError(f"{what} failed after {attempts} attempts: {err}") from err
-            log.warning("%s failed (%s); retrying in %.1fs", what, err, wait)
+                raise TrackingError(f"{what} failed after {attempts} attempts: {redact(str(err))}") from None
+            log.warning("%s failed (%s); retrying in %.1fs", what, redact(str(err)), wait)
             time.sleep(wait)
             wait = min(wait * 2, 15.0)
     raise AssertionError("unreachable")
@@ -201,7 +203,9 @@ class Tracker:
                     first_wait=0.5,
                 )
         except Exception as err:  # noqa: BLE001 - any failure here means unusable
-            raise TrackingError(f"cannot use the MLflow tracking store {self.uri}: {err}") from None
+            raise TrackingError(
+                f"cannot use the MLflow tracking store {redact(self.uri)}: {redact(str(err))}"
+            ) from None
 
     def experiment_id(
         self, name: str, create: bool = False, tags: dict[str, str] | None = None
@@ -210,7 +214,7 @@ class Tracker:
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 raise TrackingError(
-                    f"experiment {name!r} is deleted in {self.uri}; restore it"
+                    f"experiment {name!r} is deleted in {redact(self.uri)}; restore it"
                     f" (mlflow experiments restore) or rename the sweep"
                 )
             return found.experiment_id
@@ -246,11 +250,10 @@ class Tracker:
             retrying(lambda: self.client.log_artifact(run_id, str(path)), "logging sweep.yaml")
         return run_id
 
-    def end_sweep_run(self, run_id: str, ok: bool) -> None:
-        """FINISHED once every cell is complete; KILLED while cells remain (a rerun reopens it)."""
-        retrying(
-            lambda: self.client.set_terminated(run_id, "FINISHED" if ok else "KILLED"), "ending sweep run"
-        )
+    def end_sweep_run(self, run_id: str, status: str) -> None:
+        """FINISHED once every cell is complete, FAILED when cells failed or the sweep broke, KILLED when
+        interrupted (a rerun reopens it)."""
+        retrying(lambda: self.client.set_terminated(run_id, status), "ending sweep run")
 
     def _search(self, experiment_id: str, filter_string: str) -> list:
         runs, token = [], None
@@ -271,7 +274,9 @@ class Tracker:
         search); LookupError when there is no such experiment."""
         experiment_id = self.experiment_id(experiment)
         if experiment_id is None:
-            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}; run the sweep first")
+            raise LookupError(
+                f"no MLflow experiment named {experiment!r} in {redact(self.uri)}; run the sweep first"
+            )
         return self._search(experiment_id, filter_string)
 
     def download(self, run_id: str, artifact: str, directory: str | Path) -> str:
@@ -298,7 +303,7 @@ class Tracker:
         ``files`` as artifacts, each (path, artifact sub-directory or None); its run id (analysis uses it)."""
         experiment_id = self.experiment_id(experiment)
         if experiment_id is None:
-            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}")
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {redact(self.uri)}")
         tags = dict(tags)
         parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
         if parent:
@@ -488,6 +493,11 @@ class CellLog:
             self.pending.clear()
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
 
+    def note(self, tag: str, text: str) -> None:
+        """Set a tag on the cell's run (e.g. ``checkpoint_damaged``) and log it as a warning."""
+        log.warning("%s: %s", tag, text)
+        retrying(lambda: self.client.set_tag(self.run_id, tag, text[:4000]), f"tagging {tag}")
+
     def fail(self, error: str) -> None:
         """Mark the run failed with its error; best effort (the store may be what failed), never raises."""
         try:
@@ -535,7 +545,9 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
     tracker = Tracker(resolve_tracking_uri(uri))
     experiment_id = tracker.experiment_id(experiment)
     if experiment_id is None:
-        raise TrackingError(f"no MLflow experiment {experiment!r} in {tracker.uri}; run that sweep first")
+        raise TrackingError(
+            f"no MLflow experiment {experiment!r} in {redact(tracker.uri)}; run that sweep first"
+        )
     clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
     clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
     runs = sorted(tracker._search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)

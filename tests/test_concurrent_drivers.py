@@ -1,13 +1,14 @@
 """Two real drivers (two processes, each with its own local Ray) on the same sweep, the same MLflow store
 and the same storage, started together and 10 s apart: every cell is trained exactly once (one owner ever
 took its lease), each ends with one complete run, and every metric point is logged once."""
+
 import time
 
 import pytest
 import yaml
+from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from drivers import start_driver
 from scaling.leases import Leases
 from scaling.plan import load_plan
 
@@ -49,9 +50,9 @@ def check_each_cell_trained_once(plan, uri, storage, name):
         drivers.add(takes[0]["driver"])
         assert run.data.tags["status"] == "complete" and run.info.status == "FINISHED"
         losses = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
-        assert losses == list(range(EVERY, STEPS + 1, EVERY)), losses           # each point once
+        assert losses == list(range(EVERY, STEPS + 1, EVERY)), losses  # each point once
         errors = [m.step for m in client.get_metric_history(run.info.run_id, "eval/err")]
-        assert errors and len(errors) == len(set(errors)), errors                 # each n once
+        assert errors and len(errors) == len(set(errors)), errors  # each n once
         assert not list((leases.root.parent / "checkpoints" / key).glob("*.tmp"))
     return drivers
 

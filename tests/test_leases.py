@@ -1,5 +1,6 @@
 """Cell leases (scaling.leases) under real concurrency: real processes race for one lease, a lease whose
 owner died or stopped beating is taken over, a live one never is."""
+
 import json
 import os
 import socket
@@ -23,11 +24,17 @@ time.sleep(1.0)             # hold it while the others try
 
 def test_eight_processes_racing_for_one_lease_one_wins(tmp_path):
     start = time.time() + 2.0
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path), "cellkey", str(start), str(i)],
-                               stdout=subprocess.PIPE, text=True) for i in range(8)]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(tmp_path), "cellkey", str(start), str(i)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     outcomes = [p.communicate(timeout=60)[0].strip() for p in racers]
     assert sorted(outcomes) == ["lost"] * 7 + ["won"], outcomes
-    assert len(Leases(str(tmp_path)).history("cellkey")) == 1          # one owner ever took it
+    assert len(Leases(str(tmp_path)).history("cellkey")) == 1  # one owner ever took it
 
 
 def test_a_live_lease_is_not_taken_and_names_its_holder(tmp_path):
@@ -46,8 +53,15 @@ def test_a_live_lease_is_not_taken_and_names_its_holder(tmp_path):
 
 def write_lease(tmp_path, key, **fields):
     now = time.time()
-    holder = {"owner": "someone", "host": socket.gethostname(), "pid": os.getpid(), "driver": "old driver",
-              "heartbeat": now, "taken": now, **fields}
+    holder = {
+        "owner": "someone",
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "driver": "old driver",
+        "heartbeat": now,
+        "taken": now,
+        **fields,
+    }
     (tmp_path / "leases").mkdir(exist_ok=True)
     (tmp_path / "leases" / f"{key}.json").write_text(json.dumps(holder))
 
@@ -76,13 +90,13 @@ def test_an_owner_whose_lease_was_taken_over_learns_it_and_does_not_release_the_
     leases = Leases(str(tmp_path))
     first = leases.acquire("k", driver="first")
     assert isinstance(first, Lease)
-    first._stop.set()                                   # its heartbeat stops (a stalled process)
+    first._stop.set()  # its heartbeat stops (a stalled process)
     data = json.loads((tmp_path / "leases" / "k.json").read_text())
     data.update(heartbeat=time.time() - 3600, host="another-host")
     (tmp_path / "leases" / "k.json").write_text(json.dumps(data))
     second = leases.acquire("k", driver="second")
     assert isinstance(second, Lease)
     assert leases.renew("k", first.holder.owner) is False
-    first.release()                                      # must leave the second's lease alone
+    first.release()  # must leave the second's lease alone
     assert leases.holder("k").driver == "second"
     second.release()

@@ -4,15 +4,16 @@ run and no temp files, and the rerun on good storage completes without retrainin
 
 Both mount a real tmpfs, which needs root (or CAP_SYS_ADMIN); elsewhere they are skipped, saying why.
 """
+
 import contextlib
 import os
 import subprocess
 
 import pytest
 import yaml
+from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from drivers import start_driver
 from scaling.sweep import main
 
 
@@ -22,7 +23,9 @@ def tmpfs(path, size, read_only=False):
     options = f"size={size}" + (",ro" if read_only else "")
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -37,7 +40,9 @@ def test_read_only_storage_exits_2_before_anything_is_written(tmp_path, tiny_swe
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(tiny_sweep))
     with tmpfs(tmp_path / "ro", "1m", read_only=True) as storage:
-        code = main([str(path), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage", str(storage)])
+        code = main(
+            [str(path), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage", str(storage)]
+        )
         err = capsys.readouterr().err
         assert code == 2
         assert err.splitlines()[0].startswith(f"error: cannot write to the storage {storage}/tiny:"), err
@@ -49,7 +54,7 @@ def test_read_only_storage_exits_2_before_anything_is_written(tmp_path, tiny_swe
 @pytest.mark.e2e
 def test_storage_filling_up_ends_with_a_summary_and_the_rerun_completes(tmp_path, tiny_sweep):
     tiny_sweep["name"] = "full"
-    tiny_sweep["models"]["mlp"]["width"] = 256             # checkpoints of ~1.3 MB: the third does not fit
+    tiny_sweep["models"]["mlp"]["width"] = 256  # checkpoints of ~1.3 MB: the third does not fit
     tiny_sweep["grid"] = {"model": ["mlp"], "T": [2, 4, 8], "seed": [0]}
     tiny_sweep["run"] = {"pack": "off", "max_failures": 0}
     path = tmp_path / "full.yaml"
@@ -69,13 +74,16 @@ def test_storage_filling_up_ends_with_a_summary_and_the_rerun_completes(tmp_path
     assert parent.info.status == "FAILED"
     cells = client.search_runs([experiment], "tags.kind = 'cell'")
     assert all(r.info.status != "RUNNING" for r in cells)
-    complete = {r.data.tags["cell_key"]: r.info.end_time for r in cells if r.data.tags["status"] == "complete"}
+    complete = {
+        r.data.tags["cell_key"]: r.info.end_time for r in cells if r.data.tags["status"] == "complete"
+    }
 
     with open(tmp_path / "rerun.log", "w") as log:
-        assert start_driver(path, uri, str(tmp_path / "good"), log).wait(timeout=300) == 0, \
-            (tmp_path / "rerun.log").read_text()
+        assert start_driver(path, uri, str(tmp_path / "good"), log).wait(timeout=300) == 0, (
+            tmp_path / "rerun.log"
+        ).read_text()
     after = client.search_runs([experiment], "tags.kind = 'cell'")
     assert len(after) == 3 and all(r.data.tags["status"] == "complete" for r in after)
     for run in after:
         if run.data.tags["cell_key"] in complete:
-            assert run.info.end_time == complete[run.data.tags["cell_key"]]      # not retrained
+            assert run.info.end_time == complete[run.data.tags["cell_key"]]  # not retrained
