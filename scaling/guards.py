@@ -44,7 +44,7 @@ def read_sweep_text(path: str | Path) -> str:
     size = path.stat().st_size
     if size > MAX_SWEEP_BYTES:
         raise GuardError(
-            f"{path}: {size / 1e6:.1f} MB; a sweep file is at most {MAX_SWEEP_BYTES >> 20} MB of"
+            f"{path}: {size / (1 << 20):.1f} MB; a sweep file is at most {MAX_SWEEP_BYTES >> 20} MB of"
             f" YAML (list long axes as ranges of a few values, or split the sweep)"
         )
     blob = path.read_bytes()

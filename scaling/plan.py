@@ -236,7 +236,7 @@ class _Locator:
     def __call__(self, *path: Any) -> str:
         path = tuple(p for p in path if p != "")
         for keys, assignment in self.overrides.items():
-            if path and (path[: len(keys)] == keys or keys[: len(path)] == path):
+            if path[: len(keys)] == keys or (len(path) >= 2 and keys[: len(path)] == path):
                 dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
                 return f"--set {assignment}: {dotted}"
         for cut in range(len(path), -1, -1):
@@ -359,7 +359,7 @@ def check_limits(cell: Cell) -> Cell:
     return cell
 
 
-def override_path(assignment: str, document: dict) -> tuple:
+def override_path(assignment: str) -> tuple:
     """The key path of the document an override ``key=value`` sets (see apply_override)."""
     keys = tuple(_parse_path(assignment.split("=", 1)[0].strip()))
     return keys if keys and keys[0] in TOP_LEVEL else ("defaults", *keys)
@@ -475,5 +475,5 @@ def load_plan(
     document.pop("profiles", None)
     for assignment in overrides:
         document = apply_override(document, assignment)
-    set_paths = {override_path(a, document): a for a in overrides}
+    set_paths = {override_path(a): a for a in overrides}
     return plan_document(document, source, lines, profile, set_paths, max_cells)

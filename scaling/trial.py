@@ -201,6 +201,10 @@ def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
     leases, held = take_leases(spec)
     try:
         final = run_members(spec, [c for c in spec.cells() if c.key in leases], leases, report)
+    except Exception:
+        if held:  # the last report names them: the driver waits for them instead of failing them
+            held_report(held, report)
+        raise
     finally:
         release(leases)
     return held_report(held, report) if held else final

@@ -94,7 +94,7 @@ CASES = {
     "lattice_beyond_lowered_cap": (
         TINY,
         ["--max-cells", "1"],
-        "the grid makes 2 cells, more than the cap of 1",
+        "the grid makes 2 cells (model 1 x T 2 x seed 1), more than the cap of 1",
     ),
     "unknown_job": (with_setting("defaults.job", "juggle"), [], "job: unknown value 'juggle'"),
     # --- cell settings
@@ -138,7 +138,7 @@ CASES = {
         "defaults.train.batch_size: must be >= 1",
     ),
     "lr_infinite": (with_setting("defaults.train.lr", "inf"), [], "defaults.train.lr: must be finite"),
-    "lr_nan": (with_setting("defaults.train.lr", ".nan"), [], "defaults.train.lr: not a number"),
+    "lr_nan": (with_setting("defaults.train.lr", float("nan")), [], "defaults.train.lr: not a number"),
     "lr_negative": (with_setting("defaults.train.lr", -1e-3), [], "defaults.train.lr: must be > 0"),
     "precision_unknown": (
         with_setting("defaults.train.precision", "fp8"),
