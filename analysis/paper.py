@@ -22,8 +22,12 @@ from .report import _page, image_html, table_html
 from .verdicts import Rule
 
 FIGURES = [f"fig{k}" for k in range(1, 9)]
-STATUS_COLOURS = {claiming.REPRODUCED: "#dff3df", claiming.NOT_REPRODUCED: "#fbe0e0", "inconclusive": "#fff3cd",
-                  claiming.NOT_RUN: "#eeeeee"}
+STATUS_COLOURS = {
+    claiming.REPRODUCED: "#dff3df",
+    claiming.NOT_REPRODUCED: "#fbe0e0",
+    "inconclusive": "#fff3cd",
+    claiming.NOT_RUN: "#eeeeee",
+}
 PAPER = "Abedsoltan et al., Context-Scaling versus Task-Scaling in In-Context Learning (seed 001)"
 
 
@@ -38,8 +42,15 @@ class Figure:
     reason: str = "no sweep file given for it"
 
 
-def analyse_figures(sweeps: list[str], profile: str, tracking_uri: str | None, out: Path, bootstrap: int,
-                    log: bool, ui_url: str = "") -> dict[str, Figure]:
+def analyse_figures(
+    sweeps: list[str],
+    profile: str,
+    tracking_uri: str | None,
+    out: Path,
+    bootstrap: int,
+    log: bool,
+    ui_url: str = "",
+) -> dict[str, Figure]:
     """Each sweep file's analysis, by figure (fig1 .. fig8); files of other layouts are refused."""
     from scaling.plan import SweepError, load_plan
 
@@ -53,12 +64,15 @@ def analyse_figures(sweeps: list[str], profile: str, tracking_uri: str | None, o
             raise AnalysisError(str(err)) from None
         name = layout_name(plan.name)
         if name not in figures:
-            raise AnalysisError(f"{sweep}: the sweep {plan.name!r} is not one of the paper's figures "
-                                f"({', '.join(FIGURES)}); the reproduction report reads only those")
+            raise AnalysisError(
+                f"{sweep}: the sweep {plan.name!r} is not one of the paper's figures "
+                f"({', '.join(FIGURES)}); the reproduction report reads only those"
+            )
         figure = figures[name] = Figure(name, sweep, plan.name)
         try:
-            figure.result = analyse_training(sweep, None, profile, tracking_uri, out / plan.name, bootstrap, log,
-                                             None, ui_url=ui_url)
+            figure.result = analyse_training(
+                sweep, None, profile, tracking_uri, out / plan.name, bootstrap, log, None, ui_url=ui_url
+            )
         except AnalysisError as err:
             figure.reason = str(err)
     return figures
@@ -80,9 +94,11 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
         result = figure.result
         cells = result.table["cell_key"].nunique()
         link = (result.out / "report.html").relative_to(out) if result.out.is_relative_to(out) else result.out
-        head = (f"<h2>{title}: experiment {html.escape(result.experiment)}</h2><p>{cells} complete cells, "
-                f"{len(result.missing)} not complete; the sweep's own report: "
-                f'<a href="{html.escape(str(link))}">{html.escape(str(link))}</a></p>')
+        head = (
+            f"<h2>{title}: experiment {html.escape(result.experiment)}</h2><p>{cells} complete cells, "
+            f"{len(result.missing)} not complete; the sweep's own report: "
+            f'<a href="{html.escape(str(link))}">{html.escape(str(link))}</a></p>'
+        )
         png = main_figure(result)
         head += image_html(png) if png else "<p>(no figure drawn)</p>"
     shown = rows[["panel", "claim", "status", "evidence"]]
@@ -90,22 +106,35 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
         f'<tr style="background:{STATUS_COLOURS.get(r.status, "#fff")}"><td>{html.escape(r.panel)}</td>'
         f"<td>{html.escape(r.claim)}</td><td><b>{html.escape(r.status)}</b></td>"
         f"<td style='text-align:left;white-space:normal'>{html.escape(r.evidence)}</td></tr>"
-        for r in shown.itertuples())
-    return head + ('<table class="data"><tr><th>panel</th><th>claim</th><th>status</th><th>evidence</th></tr>'
-                   f"{body}</table>")
+        for r in shown.itertuples()
+    )
+    return head + (
+        '<table class="data"><tr><th>panel</th><th>claim</th><th>status</th><th>evidence</th></tr>'
+        f"{body}</table>"
+    )
 
 
-def write_paper(figures: dict[str, Figure], out: Path, profile: str, bootstrap: int) -> tuple[Path, pd.DataFrame]:
+def write_paper(
+    figures: dict[str, Figure], out: Path, profile: str, bootstrap: int
+) -> tuple[Path, pd.DataFrame]:
     """The one-page reproduction report and claims.csv; returns the page's path and the claims."""
     out.mkdir(parents=True, exist_ok=True)
     results = {name: f.result for name, f in figures.items() if f.result is not None}
     claims = claiming.evaluate(results, {name: f.reason for name, f in figures.items()})
     claims.to_csv(out / "claims.csv", index=False)
     ran = [f for f in figures.values() if f.result is not None]
-    summary = pd.DataFrame([{"figure": f.name, "sweep": f.sweep or "-", "experiment": f.experiment or "-",
-                             "cells": (f.result.table["cell_key"].nunique() if f.result is not None else 0),
-                             "status": "analysed" if f.result is not None else "not run: " + f.reason}
-                            for f in figures.values()])
+    summary = pd.DataFrame(
+        [
+            {
+                "figure": f.name,
+                "sweep": f.sweep or "-",
+                "experiment": f.experiment or "-",
+                "cells": (f.result.table["cell_key"].nunique() if f.result is not None else 0),
+                "status": "analysed" if f.result is not None else "not run: " + f.reason,
+            }
+            for f in figures.values()
+        ]
+    )
     sections = "".join(figure_section(f, claims[claims["figure"] == f.name], out) for f in figures.values())
     body = f"""<h1>Reproduction report: seed 001{f" ({html.escape(profile)} profile)" if profile else ""}</h1>
 <p>{html.escape(PAPER)}. Each claim of the paper is checked on the runs in the store: {len(ran)} of

@@ -23,9 +23,15 @@ import yaml
 
 DEFAULT_AXES = ("model", "T", "N", "seed", "task")
 # settings that say how a cell ran, not what it computes: never a reason to split or refuse
-BOOKKEEPING = ("train.device", "train.checkpoint_every", "train.log_every", "eval.bootstrap", "eval.batch_size",
-               "train.precision")
-OWN_COLUMNS = ("T", "N", "seed")     # the table's own columns; their params never split anything
+BOOKKEEPING = (
+    "train.device",
+    "train.checkpoint_every",
+    "train.log_every",
+    "eval.bootstrap",
+    "eval.batch_size",
+    "train.precision",
+)
+OWN_COLUMNS = ("T", "N", "seed")  # the table's own columns; their params never split anything
 
 
 class PoolingError(ValueError):
@@ -45,13 +51,18 @@ def cell_settings(table: pd.DataFrame) -> pd.DataFrame:
 
 def varying(cells: pd.DataFrame) -> list[str]:
     """The settings (without 'param.') whose values differ between cells."""
-    return [c[len("param."):] for c in cells.columns
-            if c.startswith("param.") and cells[c].astype(str).nunique() > 1]
+    return [
+        c[len("param.") :]
+        for c in cells.columns
+        if c.startswith("param.") and cells[c].astype(str).nunique() > 1
+    ]
 
 
 def by_model(cells: pd.DataFrame, setting: str) -> bool:
     """Whether a setting is constant within each model (it comes with the model preset)."""
-    return bool((cells.groupby("model")[f"param.{setting}"].agg(lambda v: v.astype(str).nunique()) <= 1).all())
+    return bool(
+        (cells.groupby("model")[f"param.{setting}"].agg(lambda v: v.astype(str).nunique()) <= 1).all()
+    )
 
 
 def differing_settings(table: pd.DataFrame, axes) -> dict[str, list[str]]:
@@ -60,7 +71,12 @@ def differing_settings(table: pd.DataFrame, axes) -> dict[str, list[str]]:
     cells = cell_settings(table)
     out = {}
     for setting in varying(cells):
-        if setting in OWN_COLUMNS or covered(setting, axes) or setting in BOOKKEEPING or by_model(cells, setting):
+        if (
+            setting in OWN_COLUMNS
+            or covered(setting, axes)
+            or setting in BOOKKEEPING
+            or by_model(cells, setting)
+        ):
             continue
         out[setting] = sorted(cells[f"param.{setting}"].astype(str).unique())
     return out
@@ -74,10 +90,12 @@ def check_poolable(table: pd.DataFrame, axes, experiment: str) -> None:
         return
     listed = "; ".join(f"{k} = {' / '.join(v)}" for k, v in differ.items())
     key, values = next(iter(differ.items()))
-    raise PoolingError(f"experiment {experiment!r} holds cells that differ in settings beyond the sweep's grid "
-                       f"axes ({listed}): they are variants of the sweep (e.g. made with --set) and are not "
-                       f"pooled. Analyse one variant: add --set {key}={values[0]}, or give the sweep file with "
-                       f"the --set it ran with")
+    raise PoolingError(
+        f"experiment {experiment!r} holds cells that differ in settings beyond the sweep's grid "
+        f"axes ({listed}): they are variants of the sweep (e.g. made with --set) and are not "
+        f"pooled. Analyse one variant: add --set {key}={values[0]}, or give the sweep file with "
+        f"the --set it ran with"
+    )
 
 
 def parse_value(text) -> object:
@@ -98,7 +116,7 @@ def select(table: pd.DataFrame, overrides) -> pd.DataFrame:
         key, sep, value = assignment.partition("=")
         col = f"param.{key.strip()}"
         if not sep or col not in table:
-            known = ", ".join(sorted(c[len("param."):] for c in table if c.startswith("param.")))
+            known = ", ".join(sorted(c[len("param.") :] for c in table if c.startswith("param.")))
             raise PoolingError(f"--set {assignment}: no cell setting {key.strip()!r}; known: {known}")
         want = parse_value(value.strip())
         table = table[table[col].map(parse_value) == want]
@@ -121,8 +139,10 @@ def other_variants(others: pd.DataFrame, planned: pd.DataFrame) -> str:
         if theirs - ours and setting not in BOOKKEEPING:
             differ.append(f"{setting} = {' / '.join(sorted(theirs - ours))}")
     what = f" (they have {'; '.join(differ)})" if differ else ""
-    return (f"{len(cells)} complete cells of the experiment are not cells of this sweep file as given{what}; "
-            f"left out (analyse them with the --set they were made with)")
+    return (
+        f"{len(cells)} complete cells of the experiment are not cells of this sweep file as given{what}; "
+        f"left out (analyse them with the --set they were made with)"
+    )
 
 
 def setting_columns(table: pd.DataFrame, axes) -> dict[str, str]:
@@ -130,6 +150,11 @@ def setting_columns(table: pd.DataFrame, axes) -> dict[str, str]:
     task settings (the analysis splits by them): 'task.d' -> 'param.task.d'."""
     cells = cell_settings(table)
     beyond = [a for a in axes if a not in ("model", *OWN_COLUMNS)]
-    return {s: f"param.{s}" for s in varying(cells)
-            if s not in OWN_COLUMNS and s not in BOOKKEEPING and (s.startswith("task.") or covered(s, beyond))
-            and not by_model(cells, s)}
+    return {
+        s: f"param.{s}"
+        for s in varying(cells)
+        if s not in OWN_COLUMNS
+        and s not in BOOKKEEPING
+        and (s.startswith("task.") or covered(s, beyond))
+        and not by_model(cells, s)
+    }
