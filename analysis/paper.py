@@ -104,7 +104,7 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
     shown = rows[["panel", "claim", "status", "evidence"]]
     body = "".join(
         f'<tr style="background:{STATUS_COLOURS.get(r.status, "#fff")}"><td>{html.escape(r.panel)}</td>'
-        f"<td>{html.escape(r.claim)}</td><td><b>{html.escape(r.status)}</b></td>"
+        f"<td style='text-align:left'>{html.escape(r.claim)}</td><td><b>{html.escape(r.status)}</b></td>"
         f"<td style='text-align:left;white-space:normal'>{html.escape(r.evidence)}</td></tr>"
         for r in shown.itertuples()
     )
