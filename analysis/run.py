@@ -91,6 +91,7 @@ class Source:
     planned: dict[str, str] | None
     axes: tuple[str, ...]
     overrides: tuple[str, ...] = ()
+    settings: pd.DataFrame | None = None  # the planned cells' settings: cell_key, model, param.*
 
 
 def resolve_experiment(
@@ -107,21 +108,32 @@ def resolve_experiment(
     except SweepError as err:
         raise AnalysisError(str(err)) from None
     axes = dict.fromkeys(a for p in plan.cells for a in p.axes)
+    settings = pd.DataFrame(
+        [
+            {"cell_key": p.cell.key, **{f"param.{k}": v for k, v in p.cell.params().items()}}
+            for p in plan.cells
+        ]
+    )
     return Source(
         plan.name,
         plan.document,
         {p.cell.key: p.cell.name for p in plan.cells},
         tuple(dict.fromkeys([*provenance.DEFAULT_AXES[:4], *axes])),
         tuple(overrides),
+        settings.assign(model=settings.get("param.model.name", "")),
     )
 
 
 def restrict_to_plan(
-    table: pd.DataFrame, missing: pd.DataFrame, planned: dict[str, str]
+    table: pd.DataFrame,
+    missing: pd.DataFrame,
+    planned: dict[str, str],
+    settings: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Only the sweep file's cells: the experiment's other complete cells (cells since removed from the file,
-    or made with other ``--set`` overrides) are left out with a note naming the settings they differ in, and
-    planned cells that never started are listed as missing."""
+    or made with other ``--set`` overrides) are left out with a note naming the settings in which they differ
+    from the planned cells (``settings``, else the planned cells found complete), and planned cells that
+    never started are listed as missing."""
     others = table[~table["cell_key"].isin(planned)]
     table = table[table["cell_key"].isin(planned)].reset_index(drop=True)
     missing = missing[missing["cell_key"].isin(planned)] if len(missing) else missing
@@ -133,7 +145,8 @@ def restrict_to_plan(
             if k not in seen
         ]
     )
-    note = provenance.other_variants(others, table) if len(others) else ""
+    mine = settings if settings is not None else table
+    note = provenance.other_variants(others, mine) if len(others) else ""
     return table, pd.concat([missing, never], ignore_index=True), [note] if note else []
 
 
@@ -168,7 +181,7 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     axes = source.axes
     if source.planned is not None:
         everything = table
-        table, missing, notes = restrict_to_plan(table, missing, source.planned)
+        table, missing, notes = restrict_to_plan(table, missing, source.planned, source.settings)
         if table.empty and len(everything):
             raise AnalysisError(
                 f"experiment {name!r} has no complete cells of this sweep file as given yet; "

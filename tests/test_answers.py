@@ -243,6 +243,11 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
     )
     assert set(short.table["param.train.steps"]) == {"60"}
     assert short.table["cell_key"].nunique() == plain.table["cell_key"].nunique() == 24
+    with pytest.raises(
+        AnalysisError,
+        match=rf"no complete cells of this sweep file.*train\.steps = (60 / {steps}|{steps} / 60)\)",
+    ):
+        analyse(sweep, tracking_uri=uri, out=tmp_path / "none", log=False, overrides=("train.steps=7",))
     with pytest.raises(AnalysisError, match=rf"train\.steps = {steps} / 60.*--set train\.steps="):
         analyse(None, "smoke", tracking_uri=uri, out=tmp_path / "pooled", bootstrap=20, log=False)
     picked = analyse(
