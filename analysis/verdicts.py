@@ -170,12 +170,11 @@ def judge_points(
     *,
     rule: Rule | None = None,
     rng: np.random.Generator | int = 0,
-    **legacy,
+    **rule_fields,
 ) -> dict:
     """Verdict for one group's points (columns seed, err and the question's axis). Keywords
-    threshold, level and n_boot build the rule when ``rule`` is not given."""
-    legacy.pop("trend_alpha", None)
-    rule = rule or Rule(**legacy)
+    (threshold, chance_margin, level, n_boot, inf_T) build the rule when ``rule`` is not given."""
+    rule = rule or Rule(**rule_fields)
     q = question_named(question)
     rng = np.random.default_rng(rng)
     wide = points.pivot_table(index="seed", columns=q.axis, values="err", aggfunc="mean")
@@ -293,14 +292,13 @@ def scaling_verdicts(
     rule: Rule | None = None,
     rng: np.random.Generator | int = 0,
     against_zero: bool = True,
-    **legacy,
+    **rule_fields,
 ) -> pd.DataFrame:
     """One verdict row per group of the tidy table for `question` ("context" or "task"); the trained
     models' rows first, then each baseline once (``collapse_baselines``). `against_zero` judges
-    err / err_zero where the zero predictor ran on the same prompts (the module docstring says why)."""
-    for unused in ("select", "n_min", "trend_alpha"):
-        legacy.pop(unused, None)
-    rule = rule or Rule(**legacy)
+    err / err_zero where the zero predictor ran on the same prompts (the module docstring says why).
+    Keywords as judge_points build the rule when ``rule`` is not given."""
+    rule = rule or Rule(**rule_fields)
     q = question_named(question)
     rng = np.random.default_rng(rng)
     keys = group_keys(table, FORMS[question], by)
