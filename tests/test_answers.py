@@ -260,3 +260,20 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
         overrides=("train.steps=60",),
     )
     assert set(picked.table["cell_key"]) == set(short.table["cell_key"])
+
+
+def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():
+    from types import SimpleNamespace
+
+    from analysis.report import run_link
+
+    table = pd.DataFrame({"run_id": ["abc"]})
+    table.attrs["experiment_id"] = "7"
+    local = SimpleNamespace(table=table, tracking_uri="sqlite:///mlflow.db", ui_url="")
+    assert run_link(local, "abc") == "<code>abc</code>" and run_link(local, None) == "-"
+    for ui, uri in (("http://ui:5000/", "sqlite:///mlflow.db"), ("", "http://ui:5000")):
+        result = SimpleNamespace(table=table, tracking_uri=uri, ui_url=ui)
+        assert (
+            run_link(result, "abc")
+            == '<a href="http://ui:5000/#/experiments/7/runs/abc"><code>abc</code></a>'
+        )
