@@ -9,8 +9,9 @@ process on this host that no longer exists (a killed driver's trials: a rerun co
 
 Every change of a lease (take, renew, release) is a read-modify-write done under an exclusive
 ``fcntl.flock`` of ``<cell key>.lock`` beside it, and the lease file is replaced atomically (a uniquely
-named temp file, then ``os.replace``), so two processes can never both believe they hold a lease. Each
-take is also appended to ``<cell key>.log`` (one JSON line per owner): the record of who trained a cell.
+named temp file, then ``os.replace``), so two processes can never both believe they hold a lease. A trial
+that goes on to train the cell (it was not complete yet) appends a line to ``<cell key>.log``
+(``Lease.record``): the record of who trained each cell.
 
 Leases need the storage to be a filesystem path (local, or a shared mount with POSIX locks, as Ray
 clusters use for their storage). On an object store (``s3://``, ``gs://``) there is no lock to hold, and a
@@ -93,8 +94,8 @@ def local_root(storage: str) -> Path | None:
 class Lease:
     """A held lease: renewed by a daemon thread until ``release``; ``check`` raises LeaseLost if lost."""
 
-    def __init__(self, leases: "Leases", key: str, holder: Holder):
-        self.leases, self.key, self.holder = leases, key, holder
+    def __init__(self, leases: "Leases", key: str, holder: Holder, took_over: str | None = None):
+        self.leases, self.key, self.holder, self.took_over = leases, key, holder, took_over
         self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"lease-{key}", daemon=True)
@@ -111,6 +112,10 @@ class Lease:
                     return
             except OSError as err:  # a full or blinking disk: try again at the next beat
                 log.warning("could not renew the lease of cell %s: %s", self.key, err)
+
+    def record(self) -> None:
+        """Log that this trial trains the cell (``<key>.log`` beside the lease: who trained each cell)."""
+        self.leases.record(self.key, self.holder, self.took_over)
 
     def check(self) -> None:
         if self.lost:
@@ -224,13 +229,7 @@ class Leases:
                 time.sleep(1.0)
                 if (self._read(key) or mine).owner != mine.owner:
                     return self._read(key)
-            else:
-                with open(self.root / f"{key}.log", "a") as history:
-                    history.write(
-                        json.dumps({**asdict(mine), "took_over": None if current is None else current.owner})
-                        + "\n"
-                    )
-        return Lease(self, key, mine)
+        return Lease(self, key, mine, None if current is None else current.owner)
 
     def renew(self, key: str, owner: str) -> bool:
         """Refresh the heartbeat of a lease ``owner`` holds; False when it is no longer theirs."""
@@ -252,8 +251,15 @@ class Leases:
             else:
                 (self.root / f"{key}.json").unlink()
 
+    def record(self, key: str, holder: Holder, took_over: str | None) -> None:
+        """Append a line for ``holder`` to the cell's ``<key>.log`` (filesystem storage only)."""
+        if self.root is None:
+            return
+        with self._locked(key), open(self.root / f"{key}.log", "a") as history:
+            history.write(json.dumps({**asdict(holder), "took_over": took_over}) + "\n")
+
     def history(self, key: str) -> list[dict]:
-        """Every take of the cell's lease, oldest first (filesystem storage only)."""
+        """The trials that trained the cell (each Lease.record), oldest first (filesystem storage only)."""
         if self.root is None or not (self.root / f"{key}.log").exists():
             return []
         return [json.loads(line) for line in (self.root / f"{key}.log").read_text().splitlines() if line]

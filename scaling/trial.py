@@ -173,6 +173,7 @@ def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
         if log.complete:  # finished meanwhile (by another driver, or before a retry)
             final = {"progress": 1.0, "finished": 1}
         else:
+            leases[cell.key].record()
             trial = TrialContext(device, store, log, trial_tracking_uri(spec.tracking_uri), report)
             try:
                 final = cell.kind.run(cell, trial)
@@ -217,6 +218,8 @@ def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], re
     device, store = prepare(spec, cells[0], leases)
     logs = [open_log(spec, cell) for cell in cells]
     todo = [(cell, log) for cell, log in zip(cells, logs) if not log.complete]
+    for cell, _ in todo:
+        leases[cell.key].record()
     errors: dict[str, str] = {}
     if todo:
         try:

@@ -17,6 +17,8 @@ storage, key, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start:
     time.sleep(0.001)
 got = Leases(storage).acquire(key, driver=f"racer {sys.argv[4]}")
+if isinstance(got, Lease):
+    got.record()
 print("won" if isinstance(got, Lease) else "lost", flush=True)
 time.sleep(1.0)             # hold it while the others try
 """
@@ -34,19 +36,21 @@ def test_eight_processes_racing_for_one_lease_one_wins(tmp_path):
     ]
     outcomes = [p.communicate(timeout=60)[0].strip() for p in racers]
     assert sorted(outcomes) == ["lost"] * 7 + ["won"], outcomes
-    assert len(Leases(str(tmp_path)).history("cellkey")) == 1  # one owner ever took it
+    assert len(Leases(str(tmp_path)).history("cellkey")) == 1  # one owner ever trained it
 
 
 def test_a_live_lease_is_not_taken_and_names_its_holder(tmp_path):
     leases = Leases(str(tmp_path))
     mine = leases.acquire("k", driver="driver A")
     assert isinstance(mine, Lease)
+    mine.record()
     other = Leases(str(tmp_path)).acquire("k", driver="driver B")
     assert isinstance(other, Holder) and other.driver == "driver A" and "driver A" in other.describe()
     mine.release()
     assert leases.holder("k") is None
     again = leases.acquire("k", driver="driver B")
     assert isinstance(again, Lease)
+    again.record()
     again.release()
     assert [h["driver"] for h in leases.history("k")] == ["driver A", "driver B"]
 
@@ -72,6 +76,7 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
     write_lease(tmp_path, "k", pid=dead.pid)
     got = Leases(str(tmp_path)).acquire("k", driver="rerun")
     assert isinstance(got, Lease)
+    got.record()
     assert Leases(str(tmp_path)).history("k")[-1]["took_over"] == "someone"
     got.release()
 
