@@ -220,12 +220,19 @@ class Tracker:
             return found.experiment_id
         if not create:
             return None
-        return retrying(
-            lambda: self.client.create_experiment(
-                name, artifact_location=artifact_root(self.uri), tags=tags or {}
-            ),
-            f"creating experiment {name}",
-        )
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return retrying(
+                lambda: self.client.create_experiment(
+                    name, artifact_location=artifact_root(self.uri), tags=tags or {}
+                ),
+                f"creating experiment {name}",
+            )
+        except MlflowException as err:  # another driver of the same sweep created it meanwhile
+            if getattr(err, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return self.experiment_id(name)
 
     def experiment_tags(self, experiment_id: str) -> dict[str, str]:
         return dict(retrying(lambda: self.client.get_experiment(experiment_id), "reading experiment").tags)
