@@ -5,13 +5,14 @@
    run. A finished sweep trains nothing and says so; a sweep edited to add cells runs only the new ones.
 3. Run each remaining cell as one Ray Tune trial with the cell's resources (fractional or whole GPUs,
    CPUs), or small cells of one shape as one trial of a batched ensemble (scaling.pack), on a local Ray
-   started here (the embedded default) or an existing cluster (``--address auto``).
+   started here (the embedded default), an existing cluster (``--address auto``), or, on the head of a
+   `ray up` cluster, that cluster (scaling.cluster: its Ray, MLflow server, storage and node types).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
 4. Print live progress: cells done, running, pending, failed, and an estimate of the time left.
 
 Every check runs before any work: an invalid sweep file, an unusable tracking store or storage, a cell no
-node can hold (on a cluster that does not autoscale) end the driver with a message and exit status 2,
+node can hold (and, on a `ray up` cluster, no node type of its autoscaler could) end the driver with a message and exit status 2,
 with nothing written (no MLflow database, no storage directory).
 
 Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input, 130 when
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
 from .cost import describe_compute
 from .pack import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
@@ -52,9 +54,10 @@ class SweepOutcome:
         return not self.failed and not self.interrupted
 
 
-def storage_uri(plan: Plan, storage: str | None) -> str:
-    """Where Tune state and checkpoints go: the flag, the sweep file's run.storage, or ./scaling_runs."""
-    uri = storage or plan.run.storage or "scaling_runs"
+def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> str:
+    """Where Tune state and checkpoints go: the flag, the sweep file's run.storage, ``default`` (a `ray up`
+    cluster's SCALING_STORAGE), or ./scaling_runs."""
+    uri = storage or plan.run.storage or default or "scaling_runs"
     if "://" not in uri:
         uri = str(Path(uri).resolve())
     return f"{uri.rstrip('/')}/{plan.name}"
@@ -184,18 +187,32 @@ def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
     return problems
 
 
-def check_feasible(plan_cells, autoscaling: bool) -> None:
-    """Fail before any trial starts when some cell fits no node of a fixed cluster (Tune would only wait)."""
+def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
+    """Fail before any trial starts when some cell fits no node (Tune would only wait). On a cluster whose
+    autoscaler can start ``node_types``, a cell no live node holds passes when one of those types could hold
+    it (it waits for that node) and fails when none could; returns the cells that wait."""
     import ray
 
     if autoscaling:
-        return
+        return []
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     problems = unmet_requests(plan_cells, nodes)
+    if problems and node_types:
+        unmet = [(f"cell {p.cell.name} ({p.cell.key}) asks one node for "
+                  + ", ".join(f"{k}={v:g}" for k, v in p.resources.as_ray().items() if v > 0), p.resources.as_ray())
+                 for p in plan_cells if not any(fits(p.resources.as_ray(), node) for node in nodes)]
+        waiting, never = waiting_for_autoscaler(unmet, list(node_types))
+        if not never:
+            return waiting
+        raise SweepError("no node of this cluster, and no node type its autoscaler can start, can run some"
+                         " cells:\n  " + "\n  ".join(never) + f"\nnode types: {describe(list(node_types))}\n"
+                         "lower the cells' `resources` (the sweep file's `resources:` or a model preset's) or"
+                         " add such a node type to the cluster file")
     if problems:
         raise SweepError("no node of this cluster can run some cells:\n  " + "\n  ".join(problems) +
                          "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
                          " add such a node, or pass --autoscaling on a cluster that starts such nodes")
+    return []
 
 
 def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
@@ -271,8 +288,9 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring."""
     out = out or sys.stdout
     plan = load_plan(path, profile, overrides)
+    head = ray_up_head()                 # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     uri = resolve_tracking_uri(tracking_uri)
-    store_uri = storage_uri(plan, storage)
+    store_uri = storage_uri(plan, storage, head.storage if head else None)
     source = Path(path).name
     check_storage(store_uri)
     tracker, experiment_id = open_tracking(uri)        # nothing is created before the checks below pass
@@ -309,10 +327,21 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
     # processes it starts and leaves ~3 of its ~8 CPU-seconds on 2 cores idle: ~2 s less per sweep.
     preloading = threading.Thread(target=preload_quietly, args=(tracker is None,), name="preload", daemon=True)
     preloading.start()
+    if head is not None and not address:
+        address = head.ray_address
+        if head.auth_mode:                       # the `ray exec` shell of a head without Docker lacks it
+            os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
     start_ray(address, num_cpus, num_gpus)
     preloading.join()
     from ray import tune
-    check_feasible(pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")))
+    node_types = read_node_types() if head is not None else []
+    waiting = check_feasible(pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")),
+                             node_types)
+    if head is not None:
+        out.write(f"[{plan.name}] on the `ray up` cluster of {head.source} (Ray at {address})\n")
+    if waiting:
+        out.write(f"[{plan.name}] {len(waiting)} cells wait for a node the autoscaler starts"
+                  f" (node types: {describe(node_types)})\n")
     tracker = tracker or Tracker(uri)
     experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": source})
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
