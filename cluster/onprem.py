@@ -21,8 +21,9 @@ The second is one machine (a workstation, a laptop) as the whole cluster, withou
   --project-dir DIR        where the checkout is synced on the machines (default /home/ray/icl-scaling
                            in Docker, ~/icl-scaling-cluster without)
   --ports BASE             Ray's GCS on BASE, the dashboard on BASE+1, the Ray client server on BASE+2
-                           (Docker only), the dashboard agent on BASE+3, MLflow on BASE+4 (default: Ray's 6379, 8265,
-                           10001, 52365 and MLflow's 5000); for a machine where other Rays run
+                           (Docker only), the dashboard agent on BASE+3, MLflow on BASE+4 (default:
+                           Ray's 6379, 8265, 10001, 52365 and MLflow's 5000); for a machine where other
+                           Rays run
   --temp-dir DIR           this cluster's Ray temp dir (default /tmp/ray); the start commands stop only
                            the Ray of this dir (cluster/stop_ray.py), never other Rays on the machine
   --cluster-name NAME      default icl-scaling-onprem
@@ -30,6 +31,7 @@ The second is one machine (a workstation, a laptop) as the whole cluster, withou
 The template's own commands are this script's output for the template's own settings (a test checks
 it), so the file you get differs from cluster/cluster-local.yaml only where your settings do.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,12 +47,14 @@ TEMPLATE = Path(__file__).resolve().parent / "cluster-local.yaml"
 RAY_DEFAULT_PORTS = {"gcs": 6379, "dashboard": 8265, "client": 10001, "agent": 52365, "mlflow": 5000}
 DOCKER_PROJECT_DIR = "/home/ray/icl-scaling"
 HOST_PROJECT_DIR = "~/icl-scaling-cluster"
-MLFLOW_HOST_DIR = "~/icl-scaling-mlflow"       # MLflow's data on the head host (a volume with Docker)
-CLUSTER_ENV = "~/.icl-scaling/cluster.env"     # what the driver reads on the head (scaling.sweep)
-VERSION_CHECK = ('-c "import sys, ray, torch;'
-                 " found = (sys.version_info[:2], ray.__version__, torch.__version__.split('+')[0]);"
-                 " "
-                 "assert found == ((3, 11), '2.60.0', '2.13.0'), found\"")
+MLFLOW_HOST_DIR = "~/icl-scaling-mlflow"  # MLflow's data on the head host (a volume with Docker)
+CLUSTER_ENV = "~/.icl-scaling/cluster.env"  # what the driver reads on the head (scaling.sweep)
+VERSION_CHECK = (
+    '-c "import sys, ray, torch;'
+    " found = (sys.version_info[:2], ray.__version__, torch.__version__.split('+')[0]);"
+    " "
+    "assert found == ((3, 11), '2.60.0', '2.13.0'), found\""
+)
 
 
 @dataclass
@@ -59,7 +63,7 @@ class Settings:
     worker_ips: list[str] = field(default_factory=list)
     ssh_user: str = "researcher"
     ssh_key: str = "~/.ssh/id_ed25519"
-    python: str | None = None              # None: Docker
+    python: str | None = None  # None: Docker
     storage: str = "/mnt/cluster-storage"
     project_dir: str | None = None
     ports: int | None = None
@@ -89,8 +93,8 @@ def env_prefix(s: Settings) -> str:
 
 
 def storage_commands(s: Settings) -> list[str]:
-    if s.worker_ips:     # several machines: the storage must be the shared mount, never a local directory
-        return [f"mountpoint -q {s.storage} || (echo \"{s.storage} is not mounted\" >&2; exit 1)"]
+    if s.worker_ips:  # several machines: the storage must be the shared mount, never a local directory
+        return [f'mountpoint -q {s.storage} || (echo "{s.storage} is not mounted" >&2; exit 1)']
     return [f"mkdir -p {s.storage}"]
 
 
@@ -113,13 +117,14 @@ def head_start_commands(s: Settings) -> list[str]:
         f"{prefix}MLFLOW_HOME={mlflow_home} MLFLOW_HOST={s.head_ip} MLFLOW_PORT={s.port('mlflow')}"
         f" bash {s.project}/cluster/start_mlflow.sh",
         f"{prefix}ulimit -n 65536;"
-        f" export RAY_AUTH_MODE=token MLFLOW_TRACKING_URI=\"$(cat {mlflow_home}/tracking_uri)\";"
+        f' export RAY_AUTH_MODE=token MLFLOW_TRACKING_URI="$(cat {mlflow_home}/tracking_uri)";'
         f" ray start --head --node-ip-address={s.head_ip} --port={s.port('gcs')} --temp-dir={s.temp_dir}"
         f" --dashboard-host=127.0.0.1 --dashboard-port={s.port('dashboard')}{client}"
         f" --dashboard-agent-listen-port={s.port('agent')}"
         f" --autoscaling-config=~/ray_bootstrap_config.yaml{trials} --disable-usage-stats",
-        f"mkdir -p {Path(CLUSTER_ENV).parent} && printf 'RAY_ADDRESS=%s\\nRAY_AUTH_MODE=token\\nMLFLOW_TRACKING_URI=%s\\n"
-        f"SCALING_STORAGE=%s\\n' {gcs} \"$(cat {mlflow_home}/tracking_uri)\" {s.storage}/icl-scaling"
+        f"mkdir -p {Path(CLUSTER_ENV).parent} && printf"
+        " 'RAY_ADDRESS=%s\\nRAY_AUTH_MODE=token\\nMLFLOW_TRACKING_URI=%s\\n"
+        f'SCALING_STORAGE=%s\\n\' {gcs} "$(cat {mlflow_home}/tracking_uri)" {s.storage}/icl-scaling'
         f" > {CLUSTER_ENV}",
     ]
 
@@ -129,7 +134,7 @@ def worker_start_commands(s: Settings) -> list[str]:
     return [
         f"{prefix}python {s.project}/cluster/stop_ray.py {s.temp_dir}",
         f"{prefix}ulimit -n 65536;"
-        f" export RAY_AUTH_MODE=token MLFLOW_TRACKING_URI=\"http://$RAY_HEAD_IP:{s.port('mlflow')}\";"
+        f' export RAY_AUTH_MODE=token MLFLOW_TRACKING_URI="http://$RAY_HEAD_IP:{s.port("mlflow")}";'
         f" ray start --address=$RAY_HEAD_IP:{s.port('gcs')} --temp-dir={s.temp_dir} --disable-usage-stats",
     ]
 
@@ -160,9 +165,12 @@ def onprem_config(template: dict, s: Settings) -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python cluster/onprem.py", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        prog="python cluster/onprem.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--head-ip", required=True)
     parser.add_argument("--worker-ip", dest="worker_ips", action="append", default=[])
     parser.add_argument("--ssh-user", required=True)
@@ -184,11 +192,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    settings = Settings(args.head_ip, args.worker_ips, args.ssh_user, args.ssh_key, args.python, args.storage,
-                        args.project_dir, args.ports, args.temp_dir, args.cluster_name)
+    settings = Settings(
+        args.head_ip,
+        args.worker_ips,
+        args.ssh_user,
+        args.ssh_key,
+        args.python,
+        args.storage,
+        args.project_dir,
+        args.ports,
+        args.temp_dir,
+        args.cluster_name,
+    )
     config = onprem_config(yaml.safe_load(TEMPLATE.read_text()), settings)
-    header = (f"# Written by: python cluster/onprem.py {shlex.join(argv)}\n"
-              f"# from {TEMPLATE.name}; see docs/cluster.md, \"On-premises cluster\".\n")
+    header = (
+        f"# Written by: python cluster/onprem.py {shlex.join(argv)}\n"
+        f'# from {TEMPLATE.name}; see docs/cluster.md, "On-premises cluster".\n'
+    )
     Path(args.output).write_text(header + yaml.safe_dump(config, sort_keys=False, width=100))
     print(f"wrote {args.output}: ray up -y {args.output}")
     return 0

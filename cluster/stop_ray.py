@@ -12,32 +12,34 @@ session's log and socket paths, the dashboard, monitor and log monitor through -
 process whose command line names ``TEMP_DIR/``, with its descendants, gets SIGTERM, then SIGKILL after
 a grace period. Processes of other Rays (other temp dirs) and of other users are never touched.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 try:
     import psutil
-except ImportError:             # not installed on its own: Ray ships a copy, on sys.path once ray is imported
-    import ray  # noqa: F401
+except ImportError:  # not installed on its own: Ray ships a copy, on sys.path once ray is imported
     import psutil
+    import ray  # noqa: F401
 
 
 def ray_processes(temp_dir: str) -> list[psutil.Process]:
     """This user's processes of the Ray whose temp dir is ``temp_dir``, with their descendants."""
     marker = temp_dir.rstrip("/") + "/"
     me = psutil.Process()
-    spared, found = {me.pid, *(p.pid for p in me.parents())}, {}   # the shell that runs this script names it
+    spared, found = {me.pid, *(p.pid for p in me.parents())}, {}  # the shell that runs this script names it
     for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
         try:
             if proc.pid in spared or proc.info["uids"] is None or proc.info["uids"].real != os.getuid():
                 continue
-            if any(marker in arg or arg.endswith("=" + marker.rstrip("/")) for arg in proc.info["cmdline"] or ()):
+            if any(
+                marker in arg or arg.endswith("=" + marker.rstrip("/")) for arg in proc.info["cmdline"] or ()
+            ):
                 found[proc.pid] = proc
                 for child in proc.children(recursive=True):
                     found[child.pid] = child
@@ -81,10 +83,17 @@ def stop(processes: list[psutil.Process], grace: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("temp_dir", help="the --temp-dir of this cluster's `ray start` (Ray's default: /tmp/ray)")
-    parser.add_argument("--mlflow", action="store_true", help="also stop the MLflow server of start_mlflow.sh")
-    parser.add_argument("--mlflow-home", default=os.environ.get("MLFLOW_HOME", "~/mlflow"),
-                        help="start_mlflow.sh's state directory (default $MLFLOW_HOME or ~/mlflow)")
+    parser.add_argument(
+        "temp_dir", help="the --temp-dir of this cluster's `ray start` (Ray's default: /tmp/ray)"
+    )
+    parser.add_argument(
+        "--mlflow", action="store_true", help="also stop the MLflow server of start_mlflow.sh"
+    )
+    parser.add_argument(
+        "--mlflow-home",
+        default=os.environ.get("MLFLOW_HOME", "~/mlflow"),
+        help="start_mlflow.sh's state directory (default $MLFLOW_HOME or ~/mlflow)",
+    )
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)
     count = stop(ray_processes(os.path.abspath(os.path.expanduser(args.temp_dir))), args.grace)

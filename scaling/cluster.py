@@ -11,6 +11,7 @@ was its own cluster, the same command runs the embedded local Ray again. ``$SCAL
 another file (the tests point it at nothing, so that they never join a cluster they find).
 No Ray import here: the tracking module and the CLI read this before Ray starts.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ AUTOSCALING_CONFIG = "~/ray_bootstrap_config.yaml"
 class NodeType:
     """A node type the autoscaler can start: its resources (None: Ray learns them when the node joins,
     as with the local provider's machines) and how many it may start."""
+
     name: str
     resources: dict[str, float] | None
     max_workers: int
@@ -36,6 +38,7 @@ class NodeType:
 @dataclass(frozen=True)
 class Head:
     """What the head's cluster.env says (see the module docstring)."""
+
     ray_address: str
     tracking_uri: str | None = None
     storage: str | None = None
@@ -78,18 +81,28 @@ def ray_up_head(path: Path | None = None) -> Head | None:
     address = values.get("RAY_ADDRESS")
     if not address or not answers(address):
         return None
-    return Head(address, values.get("MLFLOW_TRACKING_URI") or None, values.get("SCALING_STORAGE") or None,
-                values.get("RAY_AUTH_MODE") or None, str(path))
+    return Head(
+        address,
+        values.get("MLFLOW_TRACKING_URI") or None,
+        values.get("SCALING_STORAGE") or None,
+        values.get("RAY_AUTH_MODE") or None,
+        str(path),
+    )
 
 
 def node_types(config: dict) -> list[NodeType]:
     """The worker node types of an autoscaling config (`ray up`'s ~/ray_bootstrap_config.yaml)."""
-    cap = int(config.get("max_workers", 0) or 0)       # across all worker types
+    cap = int(config.get("max_workers", 0) or 0)  # across all worker types
     types = []
     for name, spec in (config.get("available_node_types") or {}).items():
         resources = spec.get("resources") or None
-        types.append(NodeType(name, {k: float(v) for k, v in resources.items()} if resources else None,
-                              min(int(spec.get("max_workers", cap) or 0), cap)))
+        types.append(
+            NodeType(
+                name,
+                {k: float(v) for k, v in resources.items()} if resources else None,
+                min(int(spec.get("max_workers", cap) or 0), cap),
+            )
+        )
     return [t for t in types if t.max_workers > 0]
 
 
@@ -105,8 +118,11 @@ def read_node_types(path: str | Path = AUTOSCALING_CONFIG) -> list[NodeType]:
 def describe(types: list[NodeType]) -> str:
     shown = []
     for t in types:
-        res = "resources known when it joins" if t.resources is None else ", ".join(
-            f"{k}={v:g}" for k, v in sorted(t.resources.items()))
+        res = (
+            "resources known when it joins"
+            if t.resources is None
+            else ", ".join(f"{k}={v:g}" for k, v in sorted(t.resources.items()))
+        )
         shown.append(f"{t.name} [{res}] x{t.max_workers}")
     return "; ".join(shown) or "(none)"
 
@@ -114,11 +130,16 @@ def describe(types: list[NodeType]) -> str:
 def could_start(request: dict[str, float], types: list[NodeType]) -> bool:
     """Whether the autoscaler could start a node that holds ``request`` (Ray resource names) on itself;
     a node type whose resources Ray learns only when it joins might."""
-    return any(t.resources is None or all(t.resources.get(name, 0.0) >= amount
-                                          for name, amount in request.items() if amount > 0) for t in types)
+    return any(
+        t.resources is None
+        or all(t.resources.get(name, 0.0) >= amount for name, amount in request.items() if amount > 0)
+        for t in types
+    )
 
 
-def waiting_for_autoscaler(unmet: list[tuple[str, dict[str, float]]], types: list[NodeType]) -> tuple[list[str], list[str]]:
+def waiting_for_autoscaler(
+    unmet: list[tuple[str, dict[str, float]]], types: list[NodeType]
+) -> tuple[list[str], list[str]]:
     """Split cells that no live node holds (``(label, Ray request)`` pairs) into those a node type of the
     autoscaler could hold (they wait for it) and those none could ever hold (the driver refuses them)."""
     waiting = [label for label, request in unmet if could_start(request, types)]

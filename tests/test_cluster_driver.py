@@ -8,6 +8,7 @@ a real Ray head started by `ray start` (as the cluster files' start commands do)
 - A cell no node type could hold ends the driver with exit status 2 before anything is written (a flag's
   storage included).
 """
+
 import os
 import signal
 import socket
@@ -38,27 +39,53 @@ def head(tmp_path_factory):
     home, temp_dir, port = tmp / "home", f"/tmp/ray-drvtest-{uuid.uuid4().hex[:6]}", free_port()
     (home / ".icl-scaling").mkdir(parents=True)
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HOME": str(home)}
-    env.pop("SCALING_CLUSTER_ENV")        # conftest's "never a cluster": this test is the head of one
+    env.pop("SCALING_CLUSTER_ENV")  # conftest's "never a cluster": this test is the head of one
     env.pop("RAY_ADDRESS", None)
-    subprocess.run([RAY, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                    f"--temp-dir={temp_dir}", "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false",
-                    "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            RAY,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={temp_dir}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         (home / ".icl-scaling" / "cluster.env").write_text(
             f"RAY_ADDRESS=127.0.0.1:{port}\nRAY_AUTH_MODE=disabled\n"
-            f"MLFLOW_TRACKING_URI=sqlite:///{tmp}/cluster-mlflow.db\nSCALING_STORAGE={tmp}/cluster-storage\n")
+            f"MLFLOW_TRACKING_URI=sqlite:///{tmp}/cluster-mlflow.db\nSCALING_STORAGE={tmp}/cluster-storage\n"
+        )
         bootstrap = prepare_config(yaml.safe_load((ROOT / "cluster.yaml").read_text()))
         (home / "ray_bootstrap_config.yaml").write_text(yaml.safe_dump(bootstrap))
         yield tmp, env
     finally:
-        subprocess.run([sys.executable, str(ROOT / "cluster" / "stop_ray.py"), temp_dir, "--grace", "5"],
-                       check=False, capture_output=True, timeout=60)
+        subprocess.run(
+            [sys.executable, str(ROOT / "cluster" / "stop_ray.py"), temp_dir, "--grace", "5"],
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def sweep(env, *args, **popen):
-    return subprocess.Popen([sys.executable, "-m", "scaling.sweep", "sweeps/smoke.yaml", "--set", "grid.model=[mlp]",
-                             *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "scaling.sweep", "sweeps/smoke.yaml", "--set", "grid.model=[mlp]", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
 
 
 def test_gpu_cell_waits_for_an_autoscaled_node_on_the_cluster_of_the_head(head):
@@ -66,7 +93,7 @@ def test_gpu_cell_waits_for_an_autoscaled_node_on_the_cluster_of_the_head(head):
     driver = sweep(env, "--set", "models.mlp.resources={cpu: 1, gpu: 0.25}")
     lines = []
     try:
-        for line in driver.stdout:         # until the trials are submitted (they wait for a GPU node)
+        for line in driver.stdout:  # until the trials are submitted (they wait for a GPU node)
             lines.append(line)
             if "cells to run" in line:
                 break

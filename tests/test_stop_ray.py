@@ -1,6 +1,7 @@
 """cluster/stop_ray.py stops the Ray of one temp dir and leaves every other Ray on the machine running
 (the cluster files' start commands run it where `ray stop` would stop everyone's Ray): two real
 `ray start --head` nodes with temp dirs of their own, one stopped, the other still answering."""
+
 import os
 import socket
 import subprocess
@@ -33,8 +34,12 @@ def processes_of(temp_dir: str) -> list[str]:
 
 
 def stop_ray(temp_dir: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "cluster" / "stop_ray.py"), temp_dir, "--grace", "5"],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "cluster" / "stop_ray.py"), temp_dir, "--grace", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -47,9 +52,22 @@ def two_rays():
         for _ in range(2):
             temp_dir, port = f"/tmp/ray-stoptest-{uuid.uuid4().hex[:6]}", free_port()
             rays.append((temp_dir, port))
-            subprocess.run([RAY, "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", "--num-cpus=1",
-                            "--include-dashboard=false", "--disable-usage-stats"],
-                           env=env, check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                [
+                    RAY,
+                    "start",
+                    "--head",
+                    f"--port={port}",
+                    f"--temp-dir={temp_dir}",
+                    "--num-cpus=1",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         yield rays
     finally:
         for temp_dir, _ in rays:
