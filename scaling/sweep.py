@@ -390,7 +390,9 @@ def collect_outcome(results, pending, tracker: Tracker, experiment_id: str, outc
     """Fill ``outcome`` from the trials' results and the store; the cells left unfinished."""
     final = tracker.cell_records(experiment_id)
     for result in results:
-        for key in trial_keys(result.config):
+        # A trial still pending when the run was interrupted (Ctrl-C while it waited for a node) has no
+        # config in its result; its cells count as unfinished below, by the store.
+        for key in trial_keys(result.config) if result.config else []:
             if key in final and final[key].status == STATUS_COMPLETE:
                 outcome.completed.append(key)
             elif result.error is not None:

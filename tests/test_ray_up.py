@@ -146,7 +146,7 @@ def loopback_ssh(tmp_path):
 
 
 def ray_processes(temp_dir: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if temp_dir + "/" in line]
 
 
