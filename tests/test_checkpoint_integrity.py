@@ -105,6 +105,7 @@ for planned in plan.cells:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_sweep_over_a_zeroed_checkpoint_ends_with_the_uninterrupted_numbers(tmp_path, tiny_sweep):
     tiny_sweep["name"] = "damaged"
     tiny_sweep["models"]["mlp"]["width"] = 64  # a checkpoint of a few dozen KiB

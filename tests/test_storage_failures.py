@@ -52,6 +52,7 @@ def test_read_only_storage_exits_2_before_anything_is_written(tmp_path, tiny_swe
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_storage_filling_up_ends_with_a_summary_and_the_rerun_completes(tmp_path, tiny_sweep):
     tiny_sweep["name"] = "full"
     tiny_sweep["models"]["mlp"]["width"] = 1024  # checkpoints of ~68 KB: a few fit, then the disk is full
