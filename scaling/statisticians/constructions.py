@@ -6,10 +6,13 @@ ReLUs exactly (eq. 3.2 with epsilon = 0) and every construction below is exact, 
 the scores it masks stay below ``bound`` in magnitude (the paper assumes bounded inputs the same way).
 
 - ``gd_transformer``: L layers of gradient descent (eqs. 3.1, 3.3-3.4) on the training examples (t = 1),
-  w <- w - eta [(1/N) sum_{j: t_j = 1} (<w, x_j> - y_j) x_j + lam w], then one read-out layer of two heads
-  writing <w, x_i> into every token (sigma(s) - sigma(-s) = s). The ridge penalty is weight decay: two
-  more heads per layer add -eta lam w (relu(t_j) + relu(-t_j) = 1 on every example, so their average
-  over the N examples is w itself).
+  w <- w - (eta / N) [sum_{j: t_j = 1} (<w, x_j> - y_j) x_j + lam w], then one read-out layer of two heads
+  writing <w, x_i> into every token (sigma(s) - sigma(-s) = s). This is gradient descent on the ridge
+  risk (1/2N) [sum_train (<w, x_j> - y_j)^2 + lam ||w||^2], whose minimiser is the project's ridge
+  (G + lam I)^-1 b on the training examples (lam = d sigma^2 is the Bayes ridge of noise sigma, as in
+  scaling.science.baselines; TaS writes the penalty as lam / 2 ||w||^2 beside the mean loss, i.e. its
+  lam is ours divided by N). The penalty is weight decay: two more heads per layer subtract
+  eta lam w / N, reading w from the test token alone (see ``decay_heads``).
 - ``selection_transformer``: K ridge GD-transformers with penalties lam_1..lam_K side by side (eq. 4.2),
   the validation-loss layer (eq. 4.3's evaluation step), and the three selection layers (eqs. 4.4-4.5).
 
@@ -19,6 +22,7 @@ MLP). The selection transformer's are w_k, f_k, e_k per algorithm, then val (K v
 c (K), u (K), e and fhat (the selected prediction). The paper overwrites one slot per stage; each stage
 here has its own slots so that it can be read back.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -27,7 +31,7 @@ import torch
 
 from .transformer import DTYPE, Head, Layer, ReLUTransformer, Slots, Unit, embed, parallel
 
-BOUND = 1e4          # largest |score| the masks and the selection's offset allow (see the docstring)
+BOUND = 1e4  # largest |score| the masks and the selection's offset allow (see the docstring)
 
 
 def unit_vector(slots: Slots, name: str, k: int = 0, scale: float = 1.0) -> torch.Tensor:
@@ -61,16 +65,17 @@ def gradient_heads(slots: Slots, eta: float, bound: float) -> list[Head]:
 
 
 def decay_heads(slots: Slots, eta: float, lam: float) -> list[Head]:
-    """The ridge penalty as weight decay: scores relu(t_j) and relu(-t_j) sum to 1 on every example and
-    0 on the test token, so the two heads add -eta lam (1/N) sum_examples w_j = -eta lam w."""
+    """The ridge penalty as weight decay, -eta lam w / N: the scores relu(1 - t_j) and relu(-t_j) are
+    1, 0 on the test token (t = 0), 0, 0 on a training token and 2, 1 on a validation token, so the
+    heads, writing -eta lam and +2 eta lam, read w from the test token alone: (1/N) w_test = w / N."""
     d, D = slots.size("x"), slots.dim
     heads = []
-    for s in (1.0, -1.0):
+    for offset, scale in ((1.0, 1.0), (0.0, -2.0)):
         h = Head.zeros(D, 1, d)
         h.query[0, slots.at("one")] = 1.0
-        h.key[0, slots.at("t")] = s
+        h.key[0, slots.at("one")], h.key[0, slots.at("t")] = offset, -1.0
         h.read[list(range(d)), slots.index("w")] = 1.0
-        h.write[slots.index("w"), list(range(d))] = -eta * lam
+        h.write[slots.index("w"), list(range(d))] = -eta * lam * scale
         heads.append(h)
     return heads
 
@@ -102,7 +107,7 @@ def gd_transformer(d: int, steps: int, eta: float, lam: float = 0.0, bound: floa
         raise ValueError(f"need steps >= 0, eta > 0, lam >= 0; got {steps}, {eta}, {lam}")
     slots = gd_slots(d)
     step_heads = gradient_heads(slots, eta, bound) + (decay_heads(slots, eta, lam) if lam > 0 else [])
-    first_mlp = indicator_units(slots, "e")                     # the first layer's MLP writes e
+    first_mlp = indicator_units(slots, "e")  # the first layer's MLP writes e
     layers = [Layer(step_heads, first_mlp if l == 0 else [], slots.dim, f"gd{l + 1}") for l in range(steps)]
     layers.append(Layer(readout_heads(slots), first_mlp if steps == 0 else [], slots.dim, "readout"))
     return ReLUTransformer(slots, layers)
@@ -110,8 +115,20 @@ def gd_transformer(d: int, steps: int, eta: float, lam: float = 0.0, bound: floa
 
 def selection_slots(d: int, K: int) -> Slots:
     blocks = [item for k in range(K) for item in ((f"w{k}", d), (f"f{k}", 1), (f"e{k}", 1))]
-    return Slots([("x", d), ("y", 1), *blocks, ("val", K), ("c", K), ("u", K), ("e", 1), ("fhat", 1),
-                  ("one", 1), ("t", 1)])
+    return Slots(
+        [
+            ("x", d),
+            ("y", 1),
+            *blocks,
+            ("val", K),
+            ("c", K),
+            ("u", K),
+            ("e", 1),
+            ("fhat", 1),
+            ("one", 1),
+            ("t", 1),
+        ]
+    )
 
 
 def validation_heads(slots: Slots, K: int, bound: float) -> list[Head]:
@@ -144,8 +161,10 @@ def comparison_units(slots: Slots, K: int) -> list[Unit]:
 
 def threshold_units(slots: Slots, K: int, gamma: float) -> list[Unit]:
     """Selection layer 2's MLP: u_k = relu(1 - c_k / gamma), in [0, 1] and > 0 iff c_k < gamma."""
-    return [Unit(unit_vector(slots, "one") - unit_vector(slots, "c", k, 1.0 / gamma), unit_vector(slots, "u", k))
-            for k in range(K)]
+    return [
+        Unit(unit_vector(slots, "one") - unit_vector(slots, "c", k, 1.0 / gamma), unit_vector(slots, "u", k))
+        for k in range(K)
+    ]
 
 
 def combination_heads(slots: Slots, K: int, bound: float) -> list[Head]:
@@ -169,8 +188,9 @@ def combination_heads(slots: Slots, K: int, bound: float) -> list[Head]:
     return heads
 
 
-def selection_transformer(d: int, steps: int, eta: float, lambdas: Sequence[float], gamma: float,
-                          bound: float = BOUND) -> ReLUTransformer:
+def selection_transformer(
+    d: int, steps: int, eta: float, lambdas: Sequence[float], gamma: float, bound: float = BOUND
+) -> ReLUTransformer:
     """Post-ICL validation (Sec. 4): K = len(lambdas) ridge GD-transformers in parallel on the training
     examples (t = 1), the validation-loss layer on the validation examples (t = -1), then the three
     selection layers: L + 5 layers. ``fhat`` of the test token is the prediction."""
@@ -178,10 +198,14 @@ def selection_transformer(d: int, steps: int, eta: float, lambdas: Sequence[floa
         raise ValueError(f"need gamma > 0 and at least one lambda; got {gamma}, {list(lambdas)}")
     K = len(lambdas)
     slots = selection_slots(d, K)
-    blocks = [embed(gd_transformer(d, steps, eta, lam, bound), slots, {"w": f"w{k}", "f": f"f{k}", "e": f"e{k}"})
-              for k, lam in enumerate(lambdas)]
-    stages = [Layer(validation_heads(slots, K, bound), [], slots.dim, "validation"),
-              Layer([], comparison_units(slots, K), slots.dim, "select-c"),
-              Layer([], threshold_units(slots, K, gamma), slots.dim, "select-u"),
-              Layer(combination_heads(slots, K, bound), [], slots.dim, "select")]
+    blocks = [
+        embed(gd_transformer(d, steps, eta, lam, bound), slots, {"w": f"w{k}", "f": f"f{k}", "e": f"e{k}"})
+        for k, lam in enumerate(lambdas)
+    ]
+    stages = [
+        Layer(validation_heads(slots, K, bound), [], slots.dim, "validation"),
+        Layer([], comparison_units(slots, K), slots.dim, "select-c"),
+        Layer([], threshold_units(slots, K, gamma), slots.dim, "select-u"),
+        Layer(combination_heads(slots, K, bound), [], slots.dim, "select"),
+    ]
     return parallel(blocks) + ReLUTransformer(slots, stages)

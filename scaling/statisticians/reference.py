@@ -2,11 +2,12 @@
 descent (eq. 3.1), closed-form ridge, and the prompts' token indicators (which examples train, which
 validate). Everything in float64.
 
-The attention layers average over the N examples of a prompt, so the gradient step of the constructions is
-w <- w - eta [(1/N) sum_{j: t_j = 1} (<w, x_j> - y_j) x_j + lam w]: with every example training (Sec. 3)
-it is gradient descent on the mean square loss (1/2N) sum_j (<w, x_j> - y_j)^2 + lam/2 ||w||^2, whose
-minimiser is the ridge (G_n + n lam I)^+ b_n with G_n = sum_j x_j x_j^T, b_n = sum_j y_j x_j.
+The attention layers divide by the N examples of a prompt, so the gradient step of the constructions is
+w <- w - (eta / N) [sum_{j: t_j = 1} (<w, x_j> - y_j) x_j + lam w]: gradient descent on the ridge risk
+(1/2N) [sum_{t_j = 1} (<w, x_j> - y_j)^2 + lam ||w||^2], whose minimiser is the project's ridge
+(G + lam I)^+ b with G = sum_{t_j = 1} x_j x_j^T, b = sum_{t_j = 1} y_j x_j (scaling.science.baselines).
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,9 @@ import torch
 DTYPE = torch.float64
 
 
-def explicit_gd(xs: torch.Tensor, ys: torch.Tensor, train: torch.Tensor, steps: int, eta: float,
-                lam: float = 0.0) -> torch.Tensor:
+def explicit_gd(
+    xs: torch.Tensor, ys: torch.Tensor, train: torch.Tensor, steps: int, eta: float, lam: float = 0.0
+) -> torch.Tensor:
     """``steps`` steps of gradient descent from w = 0 on the examples where ``train`` is true:
     xs (B, N, d), ys (B, N), train (N,) or (B, N) -> w (B, d). The gradient sum is divided by N."""
     xs, ys = xs.to(DTYPE), ys.to(DTYPE)
@@ -23,8 +25,8 @@ def explicit_gd(xs: torch.Tensor, ys: torch.Tensor, train: torch.Tensor, steps: 
     mask = torch.as_tensor(train, device=xs.device).expand(B, N).to(DTYPE)
     w = torch.zeros(B, d, dtype=DTYPE, device=xs.device)
     for _ in range(steps):
-        residual = (torch.einsum("bnd,bd->bn", xs, w) - ys) * mask          # (B, N)
-        w = w - eta * (torch.einsum("bn,bnd->bd", residual, xs) / max(N, 1) + lam * w)
+        residual = (torch.einsum("bnd,bd->bn", xs, w) - ys) * mask  # (B, N)
+        w = w - eta * (torch.einsum("bn,bnd->bd", residual, xs) + lam * w) / max(N, 1)
     return w
 
 
@@ -36,24 +38,25 @@ def prefix_grams(xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor, torc
     return torch.cumsum(outer, 1) - outer, torch.cumsum(xy, 1) - xy
 
 
-def prefix_gd_weights(xs: torch.Tensor, ys: torch.Tensor, steps: int, eta: float, lam: float = 0.0) -> torch.Tensor:
+def prefix_gd_weights(
+    xs: torch.Tensor, ys: torch.Tensor, steps: int, eta: float, lam: float = 0.0
+) -> torch.Tensor:
     """Gradient descent on every prefix of every prompt at once, every example training: (B, P, d);
-    prefix n uses the pairs j < n (w = 0 at n = 0). The same iteration as ``explicit_gd`` on G_n / n, b_n / n."""
+    prefix n uses the pairs j < n (w = 0 at n = 0). The same iteration as ``explicit_gd`` on G_n, b_n."""
     grams, rhs = prefix_grams(xs, ys)
     n = torch.arange(xs.shape[1], dtype=DTYPE, device=xs.device).clamp(min=1).reshape(1, -1, 1)
     w = torch.zeros_like(rhs)
     for _ in range(steps):
-        w = w - eta * ((torch.einsum("bpij,bpj->bpi", grams, w) - rhs) / n + lam * w)
+        w = w - eta * (torch.einsum("bpij,bpj->bpi", grams, w) - rhs + lam * w) / n
     return w
 
 
 def prefix_ridge_weights(xs: torch.Tensor, ys: torch.Tensor, lam: float = 0.0) -> torch.Tensor:
-    """The minimiser of (1/2n) sum_{j<n} (<w, x_j> - y_j)^2 + lam/2 ||w||^2 on every prefix: (B, P, d),
-    (G_n + n lam I)^+ b_n (the minimum-norm least squares at lam = 0: where GD from 0 converges)."""
+    """The minimiser of sum_{j<n} (<w, x_j> - y_j)^2 + lam ||w||^2 on every prefix: (B, P, d),
+    (G_n + lam I)^+ b_n (the minimum-norm least squares at lam = 0: where GD from 0 converges)."""
     grams, rhs = prefix_grams(xs, ys)
-    d, P = xs.shape[-1], xs.shape[1]
-    n = torch.arange(P, dtype=DTYPE, device=xs.device).reshape(1, -1, 1, 1)
-    A = grams + n * lam * torch.eye(d, dtype=DTYPE, device=xs.device)
+    d = xs.shape[-1]
+    A = grams + lam * torch.eye(d, dtype=DTYPE, device=xs.device)
     return (torch.linalg.pinv(A, hermitian=True) @ rhs.unsqueeze(-1)).squeeze(-1)
 
 

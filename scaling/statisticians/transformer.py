@@ -16,10 +16,11 @@ P_m (M, r_v, D) and a write O_m (M, D, r_v): the same map as the paper's D x D m
 returns them) at the cost of the few slots a head touches. ``embed`` moves a transformer onto a larger
 token layout and ``parallel`` runs transformers side by side on one token (eqs. 4.1-4.2).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -77,7 +78,7 @@ class Head:
 
     @classmethod
     def zeros(cls, D: int, r: int, r_v: int) -> "Head":
-        z = lambda *shape: torch.zeros(*shape, dtype=DTYPE)          # noqa: E731
+        z = lambda *shape: torch.zeros(*shape, dtype=DTYPE)  # noqa: E731
         return cls(z(r, D), z(r, D), z(r_v, D), z(D, r_v))
 
 
@@ -119,22 +120,28 @@ class ReLUAttention(nn.Module):
 
     @property
     def heads(self) -> list[Head]:
-        return [Head(*(t[m].detach().clone() for t in (self.query, self.key, self.read, self.write)))
-                for m in range(self.query.shape[0])]
+        return [
+            Head(*(t[m].detach().clone() for t in (self.query, self.key, self.read, self.write)))
+            for m in range(self.query.shape[0])
+        ]
 
-    def forward(self, H: torch.Tensor, N: int) -> torch.Tensor:
+    def forward(self, H: torch.Tensor, N: torch.Tensor | int) -> torch.Tensor:
+        """H (B, T, D) -> (B, T, D); ``N`` the number of examples of each sequence, an int or (B,)."""
         if self.query.shape[0] == 0:
             return H
-        q = torch.einsum("btd,mrd->bmtr", H, self.query)                    # (B, M, T, r)
-        k = torch.einsum("btd,mrd->bmtr", H, self.key)
-        weights = torch.relu(q @ k.transpose(-1, -2)) / N                    # (B, M, T_i, T_j)
-        v = torch.einsum("btd,mrd->bmtr", H, self.read)                     # (B, M, T, r_v)
-        return H + torch.einsum("bmtr,mdr->btd", weights @ v, self.write)
+        (B, T, D), (M, r, _), r_v = H.shape, self.query.shape, self.read.shape[1]
+        q = (H @ self.query.reshape(M * r, D).T).view(B, T, M, r).transpose(1, 2)  # (B, M, T, r)
+        k = (H @ self.key.reshape(M * r, D).T).view(B, T, M, r).transpose(1, 2)
+        v = (H @ self.read.reshape(M * r_v, D).T).view(B, T, M, r_v).transpose(1, 2)  # (B, M, T, r_v)
+        weights = torch.relu(q @ k.transpose(-1, -2))  # (B, M, T_i, T_j)
+        heads = (weights @ v).transpose(1, 2).reshape(B, T, M * r_v)  # (B, T, M r_v)
+        out = heads @ self.write.permute(1, 0, 2).reshape(D, M * r_v).T  # (B, T, D)
+        return H + out / torch.as_tensor(N, dtype=H.dtype, device=H.device).reshape(-1, 1, 1)
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The paper's Q_m, K_m, V_m as (M, D, D) matrices (zero rows below the stored ones)."""
         M, r, D = self.query.shape
-        pad = lambda t: torch.nn.functional.pad(t.detach(), (0, 0, 0, D - r))   # noqa: E731
+        pad = lambda t: torch.nn.functional.pad(t.detach(), (0, 0, 0, D - r))  # noqa: E731
         return pad(self.query), pad(self.key), self.write.detach() @ self.read.detach()
 
 
@@ -146,11 +153,13 @@ class ResidualMLP(nn.Module):
         self.D = D
         w1 = torch.stack([u.w_in for u in units]) if units else torch.zeros(0, D, dtype=DTYPE)
         w2 = torch.stack([u.w_out for u in units], 1) if units else torch.zeros(D, 0, dtype=DTYPE)
-        self.w1, self.w2 = frozen(w1), frozen(w2)                             # (U, D), (D, U)
+        self.w1, self.w2 = frozen(w1), frozen(w2)  # (U, D), (D, U)
 
     @property
     def units(self) -> list[Unit]:
-        return [Unit(self.w1[u].detach().clone(), self.w2[:, u].detach().clone()) for u in range(self.w1.shape[0])]
+        return [
+            Unit(self.w1[u].detach().clone(), self.w2[:, u].detach().clone()) for u in range(self.w1.shape[0])
+        ]
 
     def forward(self, H: torch.Tensor) -> torch.Tensor:
         if self.w1.shape[0] == 0:
@@ -167,7 +176,7 @@ class Layer(nn.Module):
         self.attention = ReLUAttention(heads, D)
         self.mlp = ResidualMLP(units, D)
 
-    def forward(self, H: torch.Tensor, N: int) -> torch.Tensor:
+    def forward(self, H: torch.Tensor, N: torch.Tensor | int) -> torch.Tensor:
         return self.mlp(self.attention(H, N))
 
 
@@ -182,19 +191,27 @@ class ReLUTransformer(nn.Module):
             if layer.attention.D != slots.dim:
                 raise ValueError(f"layer {layer.name!r} has D = {layer.attention.D}, the slots {slots.dim}")
 
-    def forward(self, H: torch.Tensor, keep: bool = False) -> torch.Tensor | list[torch.Tensor]:
-        """The output tokens; with keep=True the tokens after every layer, the input first."""
-        N = max(H.shape[1] - 1, 1)
-        states = [H]
+    def states(self, H: torch.Tensor, N: torch.Tensor | int | None = None) -> Iterator[torch.Tensor]:
+        """The tokens after each layer in turn. ``N``: the examples of each sequence, an int or (B,);
+        by default every sequence is N examples and a test token, N = T - 1 (eq. 2.1's normaliser)."""
+        N = max(H.shape[1] - 1, 1) if N is None else N
         for layer in self.layers:
             H = layer(H, N)
-            states.append(H)
-        return states if keep else H
+            yield H
+
+    def forward(
+        self, H: torch.Tensor, N: torch.Tensor | int | None = None, keep: bool = False
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """The output tokens; with keep=True the tokens after every layer, the input first."""
+        states = [H, *self.states(H, N)]
+        return states if keep else states[-1]
 
     def __add__(self, other: "ReLUTransformer") -> "ReLUTransformer":
         """Composition: ``self``'s layers, then ``other``'s (same slots)."""
         if other.slots.items != self.slots.items:
-            raise ValueError(f"cannot compose transformers on different slots: {self.slots} and {other.slots}")
+            raise ValueError(
+                f"cannot compose transformers on different slots: {self.slots} and {other.slots}"
+            )
         return ReLUTransformer(self.slots, [*self.layers, *other.layers])
 
 
@@ -210,15 +227,17 @@ def embed(model: ReLUTransformer, slots: Slots, names: dict[str, str] | None = N
         index[model.slots[name]] = torch.arange(slots[target].start, slots[target].stop)
     D = slots.dim
 
-    def columns(t: torch.Tensor) -> torch.Tensor:                           # (..., D_old) -> (..., D)
+    def columns(t: torch.Tensor) -> torch.Tensor:  # (..., D_old) -> (..., D)
         out = torch.zeros(*t.shape[:-1], D, dtype=t.dtype)
         out[..., index] = t
         return out
 
     layers = []
     for layer in model.layers:
-        heads = [Head(columns(h.query), columns(h.key), columns(h.read), columns(h.write.T).T)
-                 for h in layer.attention.heads]
+        heads = [
+            Head(columns(h.query), columns(h.key), columns(h.read), columns(h.write.T).T)
+            for h in layer.attention.heads
+        ]
         units = [Unit(columns(u.w_in), columns(u.w_out)) for u in layer.mlp.units]
         layers.append(Layer(heads, units, D, layer.name))
     return ReLUTransformer(slots, layers)
@@ -244,7 +263,10 @@ def parallel(models: Sequence[ReLUTransformer]) -> ReLUTransformer:
         for layer in present:
             rows = written(layer)
             if rows & seen:
-                raise ValueError(f"parallel transformers write the same coordinates {sorted(rows & seen)} in layer {depth_index}")
+                raise ValueError(
+                    f"parallel transformers write the same coordinates {sorted(rows & seen)}"
+                    f" in layer {depth_index}"
+                )
             seen |= rows
         heads = [h for layer in present for h in layer.attention.heads]
         units = [u for layer in present for u in layer.mlp.units]
@@ -255,7 +277,8 @@ def parallel(models: Sequence[ReLUTransformer]) -> ReLUTransformer:
 
 def tokens(slots: Slots, xs: torch.Tensor, ys: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """Eq. 2.2: tokens (B, N+1, D) from inputs xs (B, N+1, d), labels ys (B, N+1) and indicators t
-    (N+1,) or (B, N+1); the label of every token with t = 0 (the test token) is set to 0, placeholders are 0."""
+    (N+1,) or (B, N+1); the label of every token with t = 0 (the test token) is set to 0, placeholders
+    are 0."""
     B, T, d = xs.shape
     H = torch.zeros(B, T, slots.dim, dtype=DTYPE, device=xs.device)
     t = torch.as_tensor(t, dtype=DTYPE, device=xs.device).expand(B, T)
