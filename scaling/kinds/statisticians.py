@@ -72,6 +72,9 @@ class ConstructionConfig:
             "lambdas",
             f"needs one or more values >= 0, got {list(self.lambdas)}",
         )
+        check(
+            len(set(self.lambdas)) == len(self.lambdas), "lambdas", f"repeats a value: {list(self.lambdas)}"
+        )
         check(self.gamma > 0, "gamma", f"must be > 0, got {self.gamma}")
         check(0 < self.val_fraction < 1, "val_fraction", f"must lie in (0, 1), got {self.val_fraction}")
         check(self.bound > 0, "bound", f"must be > 0, got {self.bound}")

@@ -44,11 +44,16 @@ def prefix_tokens(
     return H.reshape(B * len(ns), length, slots.dim), counts
 
 
-def prefix_groups(prefixes: list[int], batch: int, heads: int, memory: int = MEMORY) -> list[list[int]]:
-    """Increasing ``prefixes`` in groups whose padded attention weights stay under ``memory`` bytes."""
+def prefix_groups(
+    prefixes: list[int], batch: int, heads: int, memory: int = MEMORY, waste: float = 1.3
+) -> list[list[int]]:
+    """Increasing ``prefixes`` in groups whose padded attention weights stay under ``memory`` bytes and
+    at most ``waste`` times what the group's prefixes would hold alone."""
     groups, current = [], []
     for n in sorted(prefixes):
-        if current and batch * (len(current) + 1) * heads * (n + 1) ** 2 * 8 > memory:
+        padded = (len(current) + 1) * (n + 1) ** 2
+        alone = sum((m + 1) ** 2 for m in current) + (n + 1) ** 2
+        if current and (batch * padded * heads * 8 > memory or padded > waste * alone):
             groups.append(current)
             current = []
         current.append(n)
