@@ -265,14 +265,23 @@ def write_report(result: ConstructionResult, path: Path) -> Path:
 
 
 def analyse(
-    sweep, experiment=None, profile="", tracking_uri=None, out=None, bootstrap=1000, log=True, layout=None
+    sweep,
+    experiment=None,
+    profile="",
+    tracking_uri=None,
+    out=None,
+    bootstrap=1000,
+    log=True,
+    layout=None,
+    overrides=(),
+    ui_url="",
 ) -> ConstructionResult:
     """Table, figures, verdicts and report of a sweep of seed-003 construction cells; logged to MLflow."""
     from scaling.tracking import resolve_tracking_uri
 
-    name, document, planned = resolve_experiment(sweep, experiment, profile)
-    uri = resolve_tracking_uri(tracking_uri)
-    base = read(name, document, uri, (out or Path("analysis_out") / name).resolve(), planned)
+    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
+    name, uri = source.name, resolve_tracking_uri(tracking_uri)
+    base = read(source, uri, (out or Path("analysis_out") / name).resolve())
     result = ConstructionResult(**vars(base))
     table = result.table
     table.to_parquet(result.out / "table.parquet", index=False)
