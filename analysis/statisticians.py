@@ -165,6 +165,8 @@ def split_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The selection cells' rows, with ``base`` (the predictor) and ``level`` (the split, '' for all)."""
     cells = table.loc[table["predictor"] == "selection", "cell_key"].unique()
     rows = table[table["cell_key"].isin(cells)]
+    if rows.empty:
+        return rows.assign(base=pd.Series(dtype=str), level=pd.Series(dtype=str))
     parts = rows["predictor"].str.partition("|")
     return rows.assign(base=parts[0], level=parts[2])
 
