@@ -6,21 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from scaling.statisticians import (
-    OutOfBound,
-    embed,
+from scaling.statisticians.constructions import gd_transformer, selection_transformer
+from scaling.statisticians.predictors import OutOfBound, prefix_predictions
+from scaling.statisticians.reference import (
     explicit_gd,
-    gd_transformer,
     indicators,
-    parallel,
     prefix_gd_weights,
-    prefix_predictions,
     prefix_ridge_weights,
-    selection_transformer,
-    tokens,
     validation_split,
 )
-from scaling.statisticians.transformer import Slots
+from scaling.statisticians.transformer import Slots, embed, parallel, tokens
 
 
 def prompts(B, n, d, seed):

@@ -36,14 +36,9 @@ from ..science.baselines import LINEAR, applicable_baselines
 from ..science.evaluate import context_grid, evaluate
 from ..science.models import model_facts
 from ..science.tasks import fresh_prompts, make_family
-from ..statisticians import (
-    BOUND,
-    gd_transformer,
-    prefix_gd_weights,
-    prefix_ridge_weights,
-    selection_transformer,
-    transformer_predictor,
-)
+from ..statisticians.constructions import BOUND, gd_transformer, selection_transformer
+from ..statisticians.predictors import transformer_predictor
+from ..statisticians.reference import prefix_gd_weights, prefix_ridge_weights
 from ..tracking import curve_metric_key, metric_name
 from . import CellCost, Kind
 
