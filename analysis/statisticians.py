@@ -218,8 +218,8 @@ def selection_verdicts(rows: pd.DataFrame) -> list[dict]:
                     "figure": "selection",
                     "subject": f"{where} vs ridge_per_level",
                     "value": gap,
-                    "verdict": f"{where}: the selection transformer is within {100 * gap:+.1f}% of the"
-                    f" per-level ridge (mean error over n {sel:.3g} vs {float(mean['ridge_per_level']):.3g})",
+                    "verdict": f"{where}: the selection transformer's mean error over n is {1 + gap:.2f}x"
+                    f" the per-level ridge's ({sel:.3g} vs {float(mean['ridge_per_level']):.3g})",
                 }
             )
         singles = mean[[n for n in mean.index if n.startswith("gd_ridge(")]]
@@ -231,8 +231,7 @@ def selection_verdicts(rows: pd.DataFrame) -> list[dict]:
                         "figure": "selection",
                         "subject": f"{where} vs {name}",
                         "value": gap,
-                        "verdict": f"{where}: selection {100 * gap:+.1f}% vs {label}"
-                        f" ({float(mean[name]):.3g})",
+                        "verdict": f"{where}: selection {1 + gap:.2f}x {label} ({float(mean[name]):.3g})",
                     }
                 )
         if len(singles):
@@ -243,7 +242,7 @@ def selection_verdicts(rows: pd.DataFrame) -> list[dict]:
                     "figure": "selection",
                     "subject": f"{where} vs best single",
                     "value": gap,
-                    "verdict": f"{where}: selection {100 * gap:+.1f}% vs its best single algorithm"
+                    "verdict": f"{where}: selection {1 + gap:.2f}x its best single algorithm"
                     f" {best} ({float(singles.min()):.3g})",
                 }
             )
