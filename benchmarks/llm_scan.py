@@ -31,10 +31,10 @@ from .common import Result, skipped
 
 TARGET = 5.0
 DATA = Path(__file__).resolve().parents[1] / "data" / "science_qa"
-LLAMA2_7B_PARAMS = 6.5e9            # non-embedding parameters of LLaMA-2-7B
-GPU_PREFILL_FLOPS = 0.4 * 312e12    # A100 bf16 dense peak x 40% utilisation (assumption)
+LLAMA2_7B_PARAMS = 6.5e9  # non-embedding parameters of LLaMA-2-7B
+GPU_PREFILL_FLOPS = 0.4 * 312e12  # A100 bf16 dense peak x 40% utilisation (assumption)
 GPU_DECODE_STEP_S = 13.5e9 / 1.5e12  # bf16 weights read once per decoding step at 1.5 TB/s (assumption)
-FIG3_ANSWERS = 6 * 7 * 12 * 1000    # Fig. 3b: 6 noisy ratios x 7 taus x 12 runs x SciQ's 1000 test questions
+FIG3_ANSWERS = 6 * 7 * 12 * 1000  # Fig. 3b: 6 noisy ratios x 7 taus x 12 runs x SciQ's 1000 test questions
 
 
 def _non_embedding_params(model) -> int:
@@ -52,8 +52,14 @@ def run(quick: bool) -> list[Result]:
         return [skipped(name, str(error))]
     import torch
 
-    from scaling.temperature.llm_icl import (answer_from_generation, exact_match, load_causal_lm, load_sciq,
-                                             make_retriever, query_text)
+    from scaling.temperature.llm_icl import (
+        answer_from_generation,
+        exact_match,
+        load_causal_lm,
+        load_sciq,
+        make_retriever,
+        query_text,
+    )
     from scaling.temperature.patch import attention_temperature
     from scaling.temperature.scan import PromptSet, generate_token_answers
 
@@ -83,21 +89,32 @@ def run(quick: bool) -> list[Result]:
         for tau in taus:
             with attention_temperature(model, tau), torch.no_grad():
                 for run in range(runs):
-                    texts = PromptSet.build(tokenizer, train, test, demos, 0.6, run + 1, seed=0).run_prompts(run)
+                    texts = PromptSet.build(tokenizer, train, test, demos, 0.6, run + 1, seed=0).run_prompts(
+                        run
+                    )
                     row = []
                     for text in texts:
                         batch = tokenizer([text], return_tensors="pt")
-                        output = model.generate(**batch, do_sample=False, max_new_tokens=30,
-                                                pad_token_id=tokenizer.pad_token_id,
-                                                eos_token_id=tokenizer.eos_token_id)
+                        output = model.generate(
+                            **batch,
+                            do_sample=False,
+                            max_new_tokens=30,
+                            pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=tokenizer.eos_token_id,
+                        )
                         prompt_tokens += batch["input_ids"].shape[1]
                         new_tokens += output.shape[1] - batch["input_ids"].shape[1]
-                        row.append(answer_from_generation(tokenizer.decode(output[0, batch["input_ids"].shape[1]:],
-                                                                           skip_special_tokens=True)))
+                        row.append(
+                            answer_from_generation(
+                                tokenizer.decode(
+                                    output[0, batch["input_ids"].shape[1] :], skip_special_tokens=True
+                                )
+                            )
+                        )
                     answers.append(row)
         return answers, time.perf_counter() - start, prompt_tokens, new_tokens
 
-    ours()                                                  # warm-up (first calls allocate)
+    ours()  # warm-up (first calls allocate)
     fast_answers, fast_1 = ours()
     plain_answers, plain_s, prompt_tokens, plain_new = plain()
     _, fast_2 = ours()
@@ -116,22 +133,39 @@ def run(quick: bool) -> list[Result]:
     ours_s_per_answer = fast_s / count
     llama_cpu_s = FIG3_ANSWERS * ours_s_per_answer * LLAMA2_7B_PARAMS / params
     gpu_prefill = FIG3_ANSWERS * 2 * LLAMA2_7B_PARAMS * per_answer_prompt / GPU_PREFILL_FLOPS
-    decode_steps = stats["steps"] / stats["batches"]        # ours: decoding steps per batch of 16, measured
+    decode_steps = stats["steps"] / stats["batches"]  # ours: decoding steps per batch of 16, measured
     gpu_decode = FIG3_ANSWERS / 16 * decode_steps * GPU_DECODE_STEP_S
-    note = (f"{count} answers; exact match ours {em_fast:.3f} vs plain {em_plain:.3f}; answers agree {agree:.1%};"
-            f" {per_answer_prompt:.0f} prompt tokens and {plain_new / count:.1f} new tokens per plain answer;"
-            f" ours {decode_steps:.1f} decoding steps per batch. Fig. 3b at full size (6 ratios x 7 taus x 12 runs x 1000"
-            f" questions) on LLaMA-2-7B: ~{llama_cpu_s / 3600:.0f} h on this CPU (ours x FLOP ratio"
-            f" {LLAMA2_7B_PARAMS / params:.0f}), ~{(gpu_prefill + gpu_decode) / 3600:.1f} h on one A100"
-            f" (prefill {gpu_prefill / 3600:.1f} h at 125 TFLOP/s + decoding {gpu_decode / 3600:.1f} h,"
-            f" {decode_steps:.1f} steps per batch of 16 at {GPU_DECODE_STEP_S * 1e3:.0f} ms)")
-    result = Result(name, "plain loop: 1 prompt, 30 new tokens", "scan: tokenised once, length batches of 16,"
-                    " stop at answer", unit="answers/s", reference_rate=count / plain_s, ours_rate=count / fast_s,
-                    target=TARGET, note=note,
-                    extra={"em_ours": em_fast, "em_plain": em_plain, "agree": agree, "answers": count,
-                           "ours_s": [fast_1, fast_2], "plain_s": plain_s, "prompt_tokens_per_answer": per_answer_prompt,
-                           "llama2_7b_cpu_hours": llama_cpu_s / 3600,
-                           "llama2_7b_gpu_hours": (gpu_prefill + gpu_decode) / 3600})
+    note = (
+        f"{count} answers; exact match ours {em_fast:.3f} vs plain {em_plain:.3f}; answers agree {agree:.1%};"
+        f" {per_answer_prompt:.0f} prompt tokens and {plain_new / count:.1f} new tokens per plain answer;"
+        f" ours {decode_steps:.1f} decoding steps per batch."
+        " Fig. 3b at full size (6 ratios x 7 taus x 12 runs x 1000"
+        f" questions) on LLaMA-2-7B: ~{llama_cpu_s / 3600:.0f} h on this CPU (ours x FLOP ratio"
+        f" {LLAMA2_7B_PARAMS / params:.0f}), ~{(gpu_prefill + gpu_decode) / 3600:.1f} h on one A100"
+        f" (prefill {gpu_prefill / 3600:.1f} h at 125 TFLOP/s + decoding {gpu_decode / 3600:.1f} h,"
+        f" {decode_steps:.1f} steps per batch of 16 at {GPU_DECODE_STEP_S * 1e3:.0f} ms)"
+    )
+    result = Result(
+        name,
+        "plain loop: 1 prompt, 30 new tokens",
+        "scan: tokenised once, length batches of 16, stop at answer",
+        unit="answers/s",
+        reference_rate=count / plain_s,
+        ours_rate=count / fast_s,
+        target=TARGET,
+        note=note,
+        extra={
+            "em_ours": em_fast,
+            "em_plain": em_plain,
+            "agree": agree,
+            "answers": count,
+            "ours_s": [fast_1, fast_2],
+            "plain_s": plain_s,
+            "prompt_tokens_per_answer": per_answer_prompt,
+            "llama2_7b_cpu_hours": llama_cpu_s / 3600,
+            "llama2_7b_gpu_hours": (gpu_prefill + gpu_decode) / 3600,
+        },
+    )
     result.judged()
     if em_fast != em_plain:
         result.status = "FAIL"

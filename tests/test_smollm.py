@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from scaling.temperature.llm_icl import answer_from_generation, exact_match, load_sciq, make_retriever, query_text
-from scaling.temperature.scan import PromptSet, answer_complete, generate_token_answers, length_batches
+from scaling.temperature.llm_icl import (
+    answer_from_generation,
+    exact_match,
+    load_sciq,
+    make_retriever,
+    query_text,
+)
 from scaling.temperature.questions import TABLES, items, split
+from scaling.temperature.scan import PromptSet, answer_complete, generate_token_answers, length_batches
 
 DATA = Path(__file__).parent.parent / "data" / "science_qa"
 
@@ -35,9 +41,11 @@ def test_the_gguf_converts_to_a_llama_that_answers_a_question(smollm):
     model, tokenizer = smollm
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.num_hidden_layers == 30
     assert 130e6 < sum(p.numel() for p in model.parameters()) < 140e6
-    prompt = ("Support: Paris is the capital city of France.\nQuestion: What is the capital city of France?\n"
-              "Output: Paris\nSupport: The heart pumps blood through the blood vessels.\n"
-              "Question: Which organ of the human body pumps blood through the blood vessels?\nOutput:")
+    prompt = (
+        "Support: Paris is the capital city of France.\nQuestion: What is the capital city of France?\n"
+        "Output: Paris\nSupport: The heart pumps blood through the blood vessels.\n"
+        "Question: Which organ of the human body pumps blood through the blood vessels?\nOutput:"
+    )
     ids = tokenizer([prompt], add_special_tokens=True)["input_ids"]
     assert exact_match(generate_token_answers(model, tokenizer, ids, max_new_tokens=10)[0], "heart")
 
@@ -50,19 +58,32 @@ def test_stop_at_answer_gives_the_answers_of_fixed_length_decoding(smollm):
     demos = make_retriever("tfidf", train).top_k([query_text(item) for item in test], 6)
     prompts = PromptSet.build(tokenizer, train, test, demos, 0.5, n_runs=2, seed=0)
     fast_stats, slow_stats = {}, {}
-    fast = generate_token_answers(model, tokenizer, prompts.token_ids, 30, 4, stop_at_answer=True, stats=fast_stats)
-    slow = generate_token_answers(model, tokenizer, prompts.token_ids, 30, 4, stop_at_answer=False, stats=slow_stats)
+    fast = generate_token_answers(
+        model, tokenizer, prompts.token_ids, 30, 4, stop_at_answer=True, stats=fast_stats
+    )
+    slow = generate_token_answers(
+        model, tokenizer, prompts.token_ids, 30, 4, stop_at_answer=False, stats=slow_stats
+    )
     assert fast == slow
     assert fast_stats["steps"] < slow_stats["steps"] == 30 * slow_stats["batches"]
     assert sum(exact_match(fast[i], item.correct_answer) for i, item in zip(prompts.runs[0], test)) >= 2
 
 
-@pytest.mark.parametrize("text, complete", [
-    (" Paris", False), ("\n\n Paris", False), (" Paris\n", True), ("\nParis\nSupport", True),
-    (" ParisSupport", True), ("", False), ("   ", False)])
+@pytest.mark.parametrize(
+    "text, complete",
+    [
+        (" Paris", False),
+        ("\n\n Paris", False),
+        (" Paris\n", True),
+        ("\nParis\nSupport", True),
+        (" ParisSupport", True),
+        ("", False),
+        ("   ", False),
+    ],
+)
 def test_an_answer_is_complete_once_more_text_cannot_change_it(text, complete):
     assert answer_complete(text) is complete
-    if complete:   # whatever follows, the answer stays
+    if complete:  # whatever follows, the answer stays
         assert answer_from_generation(text + " more words\nand lines") == answer_from_generation(text)
 
 
@@ -93,5 +114,5 @@ def test_the_question_set_is_the_generator_s_and_well_formed():
     for record in train + test:
         distractors = {record[f"distractor{i}"] for i in (1, 2, 3)}
         assert len(distractors) == 3 and record["correct_answer"] not in distractors
-        assert record["correct_answer"] in record["support"]
+        assert record["correct_answer"].lower() in record["support"].lower()
     assert {r["kind"] for r in test} == set(TABLES)

