@@ -69,7 +69,8 @@ def job_of(table: pd.DataFrame) -> pd.Series:
 
 
 def jobs(table: pd.DataFrame) -> list[str]:
-    return sorted(set(job_of(table)) - {"train"})
+    """The table's temperature kinds (the jobs this module draws), sorted."""
+    return sorted(job for job in set(job_of(table)) if job in FIGURES)
 
 
 def _rows(table: pd.DataFrame, job: str) -> pd.DataFrame:
@@ -487,13 +488,28 @@ def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
 
 # ----------------------------------------------------------------------------- entry points
 
-FIGURE_STEMS = {
-    "theory_context": "fig1_fig2a",
-    "theory_noise": "fig2bc",
-    "theory_mean_shift": "fig4",
-    "attention_histograms": "fig5",
-    "gpt2_scan": "fig6",
-    "llm_scan": "fig3",
+
+def _context_figure(rows: pd.DataFrame, title: str) -> dict[str, plt.Figure]:
+    """Fig. 1, or Fig. 2a when every cell is the noise shift's (the temp_fig2 sweep's context cell)."""
+    return {("fig2a" if set(rows["figure"].astype(str)) == {"2"} else "fig1"): draw_theory(rows, title)}
+
+
+# the figures (file stem -> figure) and verdict rows of each temperature kind, by the cells' ``job``
+FIGURES = {
+    "theory_context": _context_figure,
+    "theory_noise": lambda rows, title: {"fig2bc": draw_theory(rows, title)},
+    "theory_mean_shift": lambda rows, title: {"fig4": draw_theory(rows, title)},
+    "attention_histograms": lambda rows, title: {"fig5": draw_histograms(rows, title)},
+    "gpt2_scan": lambda rows, title: {"fig6": draw_scan(rows, title, llm=False)},
+    "llm_scan": lambda rows, title: {"fig3": draw_scan(rows, title, llm=True)},
+}
+VERDICTS = {
+    "theory_context": theory_verdicts,
+    "theory_noise": theory_verdicts,
+    "theory_mean_shift": theory_verdicts,
+    "attention_histograms": histogram_verdicts,
+    "gpt2_scan": lambda rows: scan_verdicts(rows, "6", llm=False),
+    "llm_scan": lambda rows: scan_verdicts(rows, "3", llm=True),
 }
 
 
@@ -501,17 +517,7 @@ def draw(table: pd.DataFrame, name: str) -> dict[str, plt.Figure]:
     """The figures of every temperature job in the table, keyed by file stem."""
     figures = {}
     for job in jobs(table):
-        rows = _rows(table, job)
-        title = f"{name}: {job}"
-        if job in ("theory_context", "theory_noise", "theory_mean_shift"):
-            stem = FIGURE_STEMS[job]
-            if job == "theory_context":
-                stem = "fig2a" if set(rows["figure"].astype(str)) == {"2"} else "fig1"
-            figures[stem] = draw_theory(rows, title)
-        elif job == "attention_histograms":
-            figures["fig5"] = draw_histograms(rows, title)
-        elif job in ("gpt2_scan", "llm_scan"):
-            figures[FIGURE_STEMS[job]] = draw_scan(rows, title, llm=job == "llm_scan")
+        figures.update(FIGURES[job](_rows(table, job), f"{name}: {job}"))
     return figures
 
 
@@ -519,15 +525,7 @@ def verdicts(table: pd.DataFrame) -> pd.DataFrame:
     """The verdict table (VERDICT_COLUMNS) of every temperature job in the table."""
     out: list[dict] = []
     for job in jobs(table):
-        rows = _rows(table, job)
-        if job in ("theory_context", "theory_noise", "theory_mean_shift"):
-            out += theory_verdicts(rows)
-        elif job == "attention_histograms":
-            out += histogram_verdicts(rows)
-        elif job == "gpt2_scan":
-            out += scan_verdicts(rows, "6", llm=False)
-        elif job == "llm_scan":
-            out += scan_verdicts(rows, "3", llm=True)
+        out += VERDICTS[job](_rows(table, job))
     return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
