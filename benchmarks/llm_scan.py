@@ -63,7 +63,7 @@ def run(quick: bool) -> list[Result]:
     from scaling.temperature.patch import attention_temperature
     from scaling.temperature.scan import PromptSet, generate_token_answers
 
-    n_test, runs, taus = (4, 1, (1.0,)) if quick else (16, 2, (1.0, 1.5))
+    n_test, runs, taus = (4, 1, (1.0,)) if quick else (8, 2, (1.0, 1.5))
     model, tokenizer = load_causal_lm(directory, device="cpu")
     train, test = load_sciq(DATA / "train.jsonl"), load_sciq(DATA / "test.jsonl")[:n_test]
     retriever = make_retriever("tfidf", train)
@@ -114,7 +114,8 @@ def run(quick: bool) -> list[Result]:
                     answers.append(row)
         return answers, time.perf_counter() - start, prompt_tokens, new_tokens
 
-    ours()  # warm-up (first calls allocate)
+    warm = tokenizer(["Support: warm-up.\nQuestion: Warm?\nOutput:"] * 2)["input_ids"]
+    generate_token_answers(model, tokenizer, warm, 4, 2)  # warm-up (first calls allocate)
     fast_answers, fast_1 = ours()
     plain_answers, plain_s, prompt_tokens, plain_new = plain()
     _, fast_2 = ours()
