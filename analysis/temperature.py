@@ -601,27 +601,45 @@ the finite-l effect of a large-l theory.</p>
 
 
 def analyse(
-    sweep, experiment=None, profile="", tracking_uri=None, out=None, bootstrap=1000, log=True, layout=None
+    sweep,
+    experiment=None,
+    profile="",
+    tracking_uri=None,
+    out=None,
+    bootstrap=1000,
+    log=True,
+    layout=None,
+    overrides=(),
+    ui_url="",
 ):
-    """The temperature kinds' analysis: table, verdicts, the paper's figures, report, logged."""
-    from dataclasses import fields
+    """The temperature kinds' analysis: table, verdicts, the paper's figures, report, logged (the report
+    names the analysis run it is logged in). ``bootstrap`` and ``layout`` do not apply (no fits; one
+    figure per kind)."""
+    from dataclasses import fields, replace
 
     from scaling.tracking import resolve_tracking_uri
 
     from . import plots
     from .run import log_analysis, read, resolve_experiment
 
-    name, document, planned = resolve_experiment(sweep, experiment, profile)
+    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
     uri = resolve_tracking_uri(tracking_uri)
-    base = read(name, document, uri, (Path(out) if out else Path("analysis_out") / name).resolve(), planned)
+    base = read(source, uri, (Path(out) if out else Path("analysis_out") / source.name).resolve())
     result = _result_type()(**{f.name: getattr(base, f.name) for f in fields(base)})
+    result.ui_url = ui_url or (uri if uri.startswith("http") else "")
     result.table.to_parquet(result.out / "table.parquet", index=False)
     result.verdicts = verdicts(result.table)
     result.verdicts.to_csv(result.out / "verdicts.csv", index=False)
     result.files += [result.out / "table.parquet", result.out / "verdicts.csv"]
-    for stem, fig in draw(result.table, name).items():
+    for stem, fig in draw(result.table, source.name).items():
         result.files += plots.save(fig, result.out / stem)
-    result.files.append(write_report(result, result.out / "report.html"))
+    report = write_report(result, result.out / "report.html")
     if log:
-        result.run_id = log_analysis(uri, name, result)
+        result.run_id = log_analysis(
+            uri,
+            source.name,
+            result,
+            report=lambda run_id: write_report(replace(result, run_id=run_id), report),
+        )
+    result.files.append(report)
     return result

@@ -64,9 +64,8 @@ def test_analysis_of_a_quick_temperature_sweep(sweep, tmp_path, monkeypatch, cap
     path = str(SWEEPS / f"{sweep}.yaml")
     assert run_sweep(path, "quick", overrides, tracking_uri=uri, storage=storage).ok
     out = tmp_path / "out"
-    # by experiment name: the sweep file without these overrides plans other cells
-    experiment = f"{sweep.replace('_', '-')}-quick"
-    assert analysis_main(["--experiment", experiment, "--tracking-uri", uri, "--out", str(out)]) == 0
+    sets = [arg for o in overrides for arg in ("--set", o)]  # the cells as the sweep ran them
+    assert analysis_main([path, "--profile", "quick", *sets, "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for stem in stems:
         assert (out / f"{stem}.png").stat().st_size > 1000 and (out / f"{stem}.svg").is_file()
