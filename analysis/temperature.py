@@ -1,17 +1,645 @@
 """Analysis of seed 004's temperature kinds (scaling.kinds.temperature): their plug-in.
 
-Not built yet: issue 17 draws the paper's figures and the verdict table from these cells' curves.
+``python -m analysis sweeps/temp_*.yaml [--profile P]`` reads the sweep's complete cells (MLflow through
+scaling.tracking, as every analysis does) and writes into ``analysis_out/<experiment>/``: the table,
+``verdicts.csv``, the paper's figures as PNG and SVG (fig1 / fig2a / fig2bc / fig3 / fig4 / fig5 / fig6)
+and ``report.html``; and logs them as a ``kind=analysis`` run under the sweep's parent run.
+
+``draw(table)`` gives the paper's figures (one per job found in the table), ``verdicts(table)`` a table a
+reader can act on: per panel the best tau, the error (or exact match) at tau = 1 and at the best tau with
+90% intervals, and whether the gain is resolved (its interval excludes zero); for the theory panels also
+the largest gap between Thm 4.6 and Monte Carlo. Both read only the table's columns (the curves each
+job writes: predictor, x, tau, err, err_lo, err_hi, curve, source, panel, ... and ``param.job``).
+
+Intervals: the jobs' err_lo / err_hi are 90% intervals (theory Monte Carlo: +-1.645 standard errors over
+the prompts; GPT-2: bootstrap over prompts; LLM: +-1 standard deviation over the Monte Carlo runs, the
+paper's error bars). A difference of two curves here takes each point's half-width as 1.645 standard
+errors and adds them in quadrature (independent errors; the curves share prompts, so this is
+conservative). For the LLM the standard error of a mean over ``mc_runs`` runs is std / sqrt(runs).
 """
 
 from __future__ import annotations
 
-from .run import AnalysisError
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+Z90 = 1.6448536269514722
+VERDICT_COLUMNS = [
+    "figure",
+    "panel",
+    "x",
+    "metric",
+    "best_tau",
+    "at_tau1",
+    "at_tau1_lo",
+    "at_tau1_hi",
+    "at_best",
+    "at_best_lo",
+    "at_best_hi",
+    "gain",
+    "gain_lo",
+    "gain_hi",
+    "resolved",
+    "tau_heuristic",
+    "theory_gap",
+    "verdict",
+]
+THEORY_COLOURS = {
+    "tau=1": "tab:blue",
+    "tau_opt": "tab:red",
+    "bayes_ridge": "tab:green",
+    "linear": "tab:purple",
+    "linearized": "tab:orange",
+}
+
+
+def job_of(table: pd.DataFrame) -> pd.Series:
+    if "param.job" in table:
+        return table["param.job"].fillna("train")
+    return pd.Series("train", index=table.index)
+
+
+def jobs(table: pd.DataFrame) -> list[str]:
+    """The table's temperature kinds (the jobs this module draws), sorted."""
+    return sorted(job for job in set(job_of(table)) if job in FIGURES)
+
+
+def _rows(table: pd.DataFrame, job: str) -> pd.DataFrame:
+    return table[job_of(table) == job]
+
+
+def _half(frame: pd.DataFrame) -> pd.Series:
+    return ((frame["err_hi"] - frame["err_lo"]) / 2).fillna(0.0)
+
+
+def _se(frame: pd.DataFrame) -> pd.Series:
+    return _half(frame) / Z90
+
+
+def _verdict_text(gain: float, lo: float, hi: float, what: str, best: str) -> str:
+    if lo > 0:
+        return (
+            f"{best} beats tau = 1 on {what}: gain {gain:.3g} (90% interval {lo:.3g} to {hi:.3g}) is resolved"
+        )
+    if hi < 0:
+        return f"tau = 1 is better on {what} (interval {lo:.3g} to {hi:.3g})"
+    return (
+        f"no resolved difference between {best} and tau = 1 on {what}"
+        f" (interval {lo:.3g} to {hi:.3g} includes 0)"
+    )
+
+
+def _row(**kw) -> dict:
+    return {c: kw.get(c, np.nan) for c in VERDICT_COLUMNS}
+
+
+# ----------------------------------------------------------------------------- theory (Figs. 1, 2, 4)
+
+
+def _theory_panels(rows: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(figure, panel, rows) of the error-vs-x theory panels (Fig. 2c, tau_opt vs sigma_test, excluded)."""
+    out = []
+    for (figure, panel), group in rows.groupby(["figure", "panel"], sort=True):
+        if str(panel) == "c":
+            continue
+        out.append((str(figure), str(panel), group))
+    return out
+
+
+def _mean_over_seeds(group: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    agg = group.groupby(keys, as_index=False).agg(
+        err=("err", "mean"), err_lo=("err_lo", "mean"), err_hi=("err_hi", "mean"), tau=("tau", "mean")
+    )
+    return agg
+
+
+def theory_verdicts(rows: pd.DataFrame) -> list[dict]:
+    """Per panel: the Monte Carlo error at tau = 1 and at tau_opt (Thm 4.7) where the theory's gain is
+    largest, the gain's interval, and the largest |Thm 4.6 - Monte Carlo| over the panel's points."""
+    out = []
+    for figure, panel, group in _theory_panels(rows):
+        sim = _mean_over_seeds(group[group["source"] == "simulation"], ["curve", "x"])
+        th = _mean_over_seeds(group[group["source"] == "theory"], ["curve", "x"])
+        both = sim.merge(th, on=["curve", "x"], suffixes=("", "_th"))
+        gap_row = both.loc[(both["err"] - both["err_th"]).abs().idxmax()] if len(both) else None
+        gap = float(abs(gap_row["err"] - gap_row["err_th"])) if gap_row is not None else np.nan
+        gap_note = (
+            f"largest |Thm 4.6 - Monte Carlo| = {gap:.3g} ({gap_row['curve']}, x = {gap_row['x']:g}):"
+            " the finite-l effect of the theory's large-l limit"
+            if gap_row is not None
+            else ""
+        )
+        one, opt = sim[sim["curve"] == "tau=1"].set_index("x"), sim[sim["curve"] == "tau_opt"].set_index("x")
+        common = one.index.intersection(opt.index)
+        if figure == "4" or not len(common):  # Fig. 4 compares linear and linearized attention at tau = 1
+            lin, lzd = (
+                sim[sim["curve"] == "linear"].set_index("x"),
+                sim[sim["curve"] == "linearized"].set_index("x"),
+            )
+            common = lin.index.intersection(lzd.index)
+            if not len(common):
+                continue
+            x = max(common)
+            diff = float(lin.loc[x, "err"] - lzd.loc[x, "err"])
+            se = math.hypot(_se(lin.loc[[x]]).iloc[0], _se(lzd.loc[[x]]).iloc[0])
+            lo, hi = diff - Z90 * se, diff + Z90 * se
+            verdict = (
+                f"at l = {x:g} linear attention's error exceeds linearized attention's by {diff:.3g}"
+                f" (90% interval {lo:.3g} to {hi:.3g}){'' if lo > 0 else ', not resolved'}; {gap_note}"
+            )
+            out.append(
+                _row(
+                    figure=figure,
+                    panel=panel,
+                    x=x,
+                    metric="err (linear - linearized)",
+                    best_tau=1.0,
+                    at_tau1=float(lin.loc[x, "err"]),
+                    at_tau1_lo=float(lin.loc[x, "err_lo"]),
+                    at_tau1_hi=float(lin.loc[x, "err_hi"]),
+                    at_best=float(lzd.loc[x, "err"]),
+                    at_best_lo=float(lzd.loc[x, "err_lo"]),
+                    at_best_hi=float(lzd.loc[x, "err_hi"]),
+                    gain=diff,
+                    gain_lo=lo,
+                    gain_hi=hi,
+                    resolved=bool(lo > 0 or hi < 0),
+                    theory_gap=gap,
+                    verdict=verdict,
+                )
+            )
+            continue
+        th_one = th[th["curve"] == "tau=1"].set_index("x")["err"]
+        th_opt = th[th["curve"] == "tau_opt"].set_index("x")["err"]
+        theory_gain = (th_one - th_opt).reindex(common)
+        x = float(theory_gain.idxmax()) if theory_gain.notna().any() else float(max(common))
+        gain = float(one.loc[x, "err"] - opt.loc[x, "err"])
+        se = math.hypot(_se(one.loc[[x]]).iloc[0], _se(opt.loc[[x]]).iloc[0])
+        lo, hi = gain - Z90 * se, gain + Z90 * se
+        tau_opt = float(opt.loc[x, "tau"])
+        verdict = _verdict_text(
+            gain, lo, hi, f"the Monte Carlo error at x = {x:g}", f"tau_opt = {tau_opt:.3g}"
+        )
+        out.append(
+            _row(
+                figure=figure,
+                panel=panel,
+                x=x,
+                metric="err (Monte Carlo)",
+                best_tau=tau_opt,
+                at_tau1=float(one.loc[x, "err"]),
+                at_tau1_lo=float(one.loc[x, "err_lo"]),
+                at_tau1_hi=float(one.loc[x, "err_hi"]),
+                at_best=float(opt.loc[x, "err"]),
+                at_best_lo=float(opt.loc[x, "err_lo"]),
+                at_best_hi=float(opt.loc[x, "err_hi"]),
+                gain=gain,
+                gain_lo=lo,
+                gain_hi=hi,
+                resolved=bool(lo > 0 or hi < 0),
+                theory_gap=gap,
+                verdict=f"{verdict}; {gap_note}",
+            )
+        )
+    return out
+
+
+def draw_theory(rows: pd.DataFrame, title: str) -> plt.Figure:
+    """Error vs x per panel: theory as lines, Monte Carlo as points with 90% intervals; Fig. 2c's panel
+    (tau_opt vs sigma_test) as tau against x."""
+    panels = sorted({(str(f), str(p)) for f, p in zip(rows["figure"], rows["panel"])})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, (figure, panel) in zip(axes[0], panels):
+        group = rows[(rows["figure"].astype(str) == figure) & (rows["panel"].astype(str) == panel)]
+        if panel == "c":  # Fig. 2c: tau_opt against sigma_test
+            th = group[group["source"] == "theory"].groupby("x")["tau"].mean()
+            sim = (
+                group[group["source"] == "simulation"]
+                .groupby("x")
+                .agg(tau=("tau", "mean"), se=("tau_se", "mean"))
+            )
+            ax.plot(th.index, th.values, "-", color="tab:red", label="tau_opt (Thm 4.7)")
+            ax.errorbar(
+                sim.index,
+                sim["tau"],
+                yerr=Z90 * sim["se"].fillna(0),
+                fmt="o",
+                color="tab:red",
+                mfc="none",
+                capsize=2,
+                label="Monte Carlo minimiser",
+            )
+            ax.set_xscale("log")
+            ax.set_xlabel("sigma_test")
+            ax.set_ylabel("tau_opt")
+            ax.set_title(f"Fig. {figure}c: tau_opt vs sigma_test")
+            ax.legend(fontsize=7)
+            continue
+        for curve, part in group.groupby("curve"):
+            colour = THEORY_COLOURS.get(curve, None)
+            th = part[part["source"] == "theory"].groupby("x")["err"].mean()
+            sim = (
+                part[part["source"] == "simulation"]
+                .groupby("x")
+                .agg(err=("err", "mean"), lo=("err_lo", "mean"), hi=("err_hi", "mean"))
+            )
+            if len(th):
+                ax.plot(th.index, th.values, "-", color=colour, label=f"{curve} (theory)")
+            if len(sim):
+                ax.errorbar(
+                    sim.index,
+                    sim["err"],
+                    yerr=[sim["err"] - sim["lo"], sim["hi"] - sim["err"]],
+                    fmt="o",
+                    color=colour,
+                    mfc="none",
+                    ms=4,
+                    capsize=2,
+                    label=f"{curve} (Monte Carlo)",
+                )
+        xlabel = {"4": "l (context length)"}.get(figure, "sigma_test" if panel == "b" else "l / d")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("normalised error")
+        if panel == "b":
+            ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"Fig. {figure} ({panel})")
+        ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- Fig. 5
+
+
+def draw_histograms(rows: pd.DataFrame, title: str) -> plt.Figure:
+    kinds = [k for k in ("input", "softmax", "linearized_softmax", "linear") if k in set(rows["curve"])]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.5), squeeze=False)
+    taus = sorted(t for t in rows["tau"].dropna().unique())
+    colours = plt.cm.viridis(np.linspace(0, 0.9, max(len(taus), 1)))
+    for ax, kind in zip(axes[0], kinds):
+        part = rows[rows["curve"] == kind]
+        for tau, colour in zip([np.nan] if kind == "input" else taus, colours):
+            one = part if kind == "input" else part[part["tau"] == tau]
+            one = one.groupby("x")["err"].mean()
+            ax.step(
+                one.index,
+                one.values,
+                where="mid",
+                color="black" if kind == "input" else colour,
+                label="scores" if kind == "input" else f"tau = {tau:g}",
+            )
+        ax.set_title(f"Fig. 5: {kind}")
+        ax.set_xlabel("weight" if kind != "input" else "score")
+        ax.set_ylabel("density")
+        ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def histogram_verdicts(rows: pd.DataFrame) -> list[dict]:
+    """Fig. 5 is descriptive: per weight kind, how the weights' spread (their variance) moves with tau."""
+    out = []
+    for kind, part in rows[rows["curve"] != "input"].groupby("curve"):
+        var = part.groupby("tau")["var"].mean()
+        lo, hi = var.idxmin(), var.idxmax()
+        out.append(
+            _row(
+                figure="5",
+                panel=kind,
+                metric="variance of the weights",
+                best_tau=np.nan,
+                at_tau1=float(var.get(1.0, np.nan)),
+                verdict=f"{kind}: the weights' variance runs from {var.min():.3g} (tau = {lo:g}) to"
+                f" {var.max():.3g} (tau = {hi:g}); a larger tau flattens the weights"
+                if kind != "linear" or lo > hi
+                else f"{kind}: variance {var.min():.3g} (tau = {lo:g}) to {var.max():.3g} (tau = {hi:g})",
+            )
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- tau scans (Figs. 3 and 6)
+
+
+def _tau_curves(rows: pd.DataFrame) -> pd.DataFrame:
+    """The tau=<value> rows (no split rows), averaged over seeds per (panel, tau, x)."""
+    scans = rows[rows["tau"].notna() & ~rows["predictor"].astype(str).str.contains("|", regex=False)]
+    return scans.groupby(["panel", "tau", "x"], as_index=False).agg(
+        err=("err", "mean"), err_lo=("err_lo", "mean"), err_hi=("err_hi", "mean"), seeds=("seed", "nunique")
+    )
+
+
+def scan_verdicts(rows: pd.DataFrame, figure: str, llm: bool) -> list[dict]:
+    """Per panel of a tau scan: the best tau (least mean error over x; for the LLM, most exact match),
+    the metric at tau = 1 and at the best tau averaged over x with 90% intervals, the gain's interval;
+    for the LLM also one row per x (noisy ratio or demonstrations)."""
+    out = []
+    curves = _tau_curves(rows)
+    for panel, part in curves.groupby("panel"):
+        heuristic = (
+            float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
+            if "tau_heuristic" in rows
+            else np.nan
+        )
+        points = [(None, part)]
+        if llm:
+            points += [(x, part[part["x"] == x]) for x in sorted(part["x"].unique())]
+        for x, sub in points:
+            means = sub.groupby("tau")["err"].mean()
+            if 1.0 not in means.index:
+                continue
+            best = float(means.idxmin())
+            one, top = sub[sub["tau"] == 1.0].set_index("x"), sub[sub["tau"] == best].set_index("x")
+            common = one.index.intersection(top.index)
+            one, top = one.loc[common], top.loc[common]
+            if llm:
+                se1 = _half(one) / math.sqrt(_llm_runs(rows))
+                se2 = _half(top) / math.sqrt(_llm_runs(rows))
+            else:
+                se1, se2 = _se(one), _se(top)
+            k = len(common)
+            gain = float((one["err"] - top["err"]).mean())
+            se = float(np.sqrt((se1**2 + se2**2).sum()) / k)
+            lo, hi = gain - Z90 * se, gain + Z90 * se
+            a1, ab = float(one["err"].mean()), float(top["err"].mean())
+            s1, sb = float(np.sqrt((se1**2).sum()) / k), float(np.sqrt((se2**2).sum()) / k)
+            where = "all x" if x is None else f"x = {x:g}"
+            if llm:  # report exact match, gain = EM(best) - EM(1)
+                row = _row(
+                    figure=figure,
+                    panel=panel,
+                    x=x if x is not None else np.nan,
+                    metric="exact match",
+                    best_tau=best,
+                    at_tau1=1 - a1,
+                    at_tau1_lo=1 - a1 - Z90 * s1,
+                    at_tau1_hi=1 - a1 + Z90 * s1,
+                    at_best=1 - ab,
+                    at_best_lo=1 - ab - Z90 * sb,
+                    at_best_hi=1 - ab + Z90 * sb,
+                    gain=gain,
+                    gain_lo=lo,
+                    gain_hi=hi,
+                    resolved=bool(lo > 0 or hi < 0),
+                    tau_heuristic=heuristic,
+                    verdict=_verdict_text(gain, lo, hi, f"exact match ({where})", f"tau = {best:g}")
+                    + (f"; heuristic tau (App. J) = {heuristic:.3g}" if math.isfinite(heuristic) else ""),
+                )
+            else:
+                row = _row(
+                    figure=figure,
+                    panel=panel,
+                    x=np.nan,
+                    metric="err (mean over n)",
+                    best_tau=best,
+                    at_tau1=a1,
+                    at_tau1_lo=a1 - Z90 * s1,
+                    at_tau1_hi=a1 + Z90 * s1,
+                    at_best=ab,
+                    at_best_lo=ab - Z90 * sb,
+                    at_best_hi=ab + Z90 * sb,
+                    gain=gain,
+                    gain_lo=lo,
+                    gain_hi=hi,
+                    resolved=bool(lo > 0 or hi < 0),
+                    tau_heuristic=heuristic,
+                    verdict=_verdict_text(gain, lo, hi, "the error averaged over n", f"tau = {best:g}")
+                    + (f"; heuristic tau (App. J) = {heuristic:.3g}" if math.isfinite(heuristic) else ""),
+                )
+            out.append(row)
+    return out
+
+
+def _llm_runs(rows: pd.DataFrame) -> int:
+    if "param.temperature.mc_runs" in rows:
+        return int(pd.to_numeric(rows["param.temperature.mc_runs"]).max())
+    return 1
+
+
+def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
+    """One panel per shift (GPT-2) or per x axis (LLM): one curve per tau, tau = 1 bold black, the best tau
+    dashed red; GPT-2 adds its baselines (grey), the LLM marks the heuristic tau in the legend."""
+    curves = _tau_curves(rows)
+    panels = sorted(curves["panel"].unique())
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        part = curves[curves["panel"] == panel]
+        means = part.groupby("tau")["err"].mean()
+        best = float(means.idxmin())
+        taus = sorted(part["tau"].unique())
+        colours = plt.cm.coolwarm(np.linspace(0, 1, len(taus)))
+        heuristic = (
+            float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
+            if "tau_heuristic" in rows
+            else np.nan
+        )
+        for tau, colour in zip(taus, colours):
+            one = part[part["tau"] == tau].sort_values("x")
+            y = 1 - one["err"] if llm else one["err"]
+            lo = 1 - one["err_hi"] if llm else one["err_lo"]
+            hi = 1 - one["err_lo"] if llm else one["err_hi"]
+            style = dict(color=colour, lw=1.0, alpha=0.8)
+            label = f"tau = {tau:g}"
+            if tau == 1.0:
+                style = dict(color="black", lw=2.6)
+                label += " (as trained)"
+            if tau == best:
+                style = dict(color="tab:red", lw=2.2, ls="--") if tau != 1.0 else style
+                label += " (best)"
+            if llm:
+                ax.errorbar(
+                    one["x"], y, yerr=[y - lo, hi - y], capsize=2, marker="o", ms=3, label=label, **style
+                )
+            else:
+                ax.plot(one["x"], y, label=label, **style)
+                ax.fill_between(one["x"], lo, hi, color=style["color"], alpha=0.08)
+        if not llm:
+            base = rows[rows["tau"].isna() & ~rows["predictor"].astype(str).str.contains("|", regex=False)]
+            base = base[base["panel"] == panel]
+            for name, b in base.groupby("predictor"):
+                b = b.groupby("n")["err"].mean()
+                ax.plot(b.index, b.values, color="grey", ls=":", lw=1.5, label=f"{name} (baseline)")
+            ax.set_xlabel("context length n")
+            ax.set_ylabel("normalised squared error")
+            ax.set_title(f"Fig. 6: shift {panel}")
+        else:
+            ax.set_xlabel("noisy ratio" if panel == "noisy_ratio" else "number of demonstrations")
+            ax.set_ylabel("exact match")
+            ax.set_title(f"Fig. 3{'b' if panel == 'noisy_ratio' else 'a'}")
+        if math.isfinite(heuristic):
+            ax.plot([], [], " ", label=f"heuristic tau (App. J) = {heuristic:.3g}")
+        ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def _context_figure(rows: pd.DataFrame, title: str) -> dict[str, plt.Figure]:
+    """Fig. 1, or Fig. 2a when every cell is the noise shift's (the temp_fig2 sweep's context cell)."""
+    return {("fig2a" if set(rows["figure"].astype(str)) == {"2"} else "fig1"): draw_theory(rows, title)}
+
+
+# the figures (file stem -> figure) and verdict rows of each temperature kind, by the cells' ``job``
+FIGURES = {
+    "theory_context": _context_figure,
+    "theory_noise": lambda rows, title: {"fig2bc": draw_theory(rows, title)},
+    "theory_mean_shift": lambda rows, title: {"fig4": draw_theory(rows, title)},
+    "attention_histograms": lambda rows, title: {"fig5": draw_histograms(rows, title)},
+    "gpt2_scan": lambda rows, title: {"fig6": draw_scan(rows, title, llm=False)},
+    "llm_scan": lambda rows, title: {"fig3": draw_scan(rows, title, llm=True)},
+}
+VERDICTS = {
+    "theory_context": theory_verdicts,
+    "theory_noise": theory_verdicts,
+    "theory_mean_shift": theory_verdicts,
+    "attention_histograms": histogram_verdicts,
+    "gpt2_scan": lambda rows: scan_verdicts(rows, "6", llm=False),
+    "llm_scan": lambda rows: scan_verdicts(rows, "3", llm=True),
+}
+
+
+def draw(table: pd.DataFrame, name: str) -> dict[str, plt.Figure]:
+    """The figures of every temperature job in the table, keyed by file stem."""
+    figures = {}
+    for job in jobs(table):
+        figures.update(FIGURES[job](_rows(table, job), f"{name}: {job}"))
+    return figures
+
+
+def verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table (VERDICT_COLUMNS) of every temperature job in the table."""
+    out: list[dict] = []
+    for job in jobs(table):
+        out += VERDICTS[job](_rows(table, job))
+    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
+
+
+# ----------------------------------------------------------------------------- the plug-in
+
+
+def answer_line(table: pd.DataFrame) -> str:
+    """One line for the report's head: how many panels a tuned tau helps, resolved."""
+    if table is None or table.empty:
+        return "no verdicts"
+    judged = table[table["gain"].notna() & table["figure"].isin(["1", "2", "3", "6"])]
+    if "x" in judged:  # LLM: the pooled row of each panel (x NaN); theory and GPT-2 rows are per panel
+        judged = judged[judged["x"].isna() | ~judged["figure"].isin(["3"])]
+    if judged.empty:
+        return f"{len(table)} verdict rows (descriptive figures only)"
+    better = judged[judged["gain_lo"] > 0]
+    worse = judged[judged["gain_hi"] < 0]
+    return (
+        f"tuned tau vs tau = 1: a resolved gain in {len(better)} of {len(judged)} panels"
+        f" ({', '.join(f'Fig. {f} {p}' for f, p in zip(better['figure'], better['panel'])) or 'none'}),"
+        f" a resolved loss in {len(worse)}, unresolved in {len(judged) - len(better) - len(worse)}"
+    )
+
+
+def _result_type():
+    from .run import AnalysisResult
+
+    @dataclass
+    class TemperatureResult(AnalysisResult):
+        def answer(self) -> str:
+            return answer_line(self.verdicts)
+
+        def summary(self) -> str:
+            cells = self.table["cell_key"].nunique() if len(self.table) else 0
+            lines = [
+                f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
+                f"wrote {len(self.files)} files to {self.out}",
+                self.answer(),
+            ]
+            if self.verdicts is not None:
+                lines += [f"- {v}" for v in self.verdicts["verdict"]]
+            if self.run_id:
+                lines.append(f"logged to MLflow as run {self.run_id}")
+            return "\n".join(lines)
+
+    return TemperatureResult
+
+
+def write_report(result, path: Path) -> Path:
+    import yaml
+
+    from .report import _page, image_html, runs_html, table_html
+
+    figs = "".join(image_html(p) for p in result.files if p.suffix == ".png")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
+    shown = result.verdicts.drop(columns=["verdict"])
+    verdict_lines = "".join(f"<li>{html.escape(str(v))}</li>" for v in result.verdicts["verdict"])
+    settings = yaml.safe_dump(result.document, sort_keys=False) if result.document else "(by experiment name)"
+    body = f"""<h1>Sweep {html.escape(result.experiment)}</h1>
+<p class="answer">{html.escape(result.answer())}</p>
+<p>{result.table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
+<h2>Verdicts</h2><ul>{verdict_lines}</ul>{table_html(shown, "no verdicts")}
+<p>Intervals are 90%: theory Monte Carlo +-1.645 standard errors over prompts; GPT-2 bootstrap over prompts;
+LLM exact match +-1.645 standard errors over the Monte Carlo runs (std / sqrt(runs)). A gain is resolved
+when its interval excludes zero. theory_gap is the largest |Thm 4.6 - Monte Carlo| over a panel's points:
+the finite-l effect of a large-l theory.</p>
+<h2>Figures</h2><ul>{notes}</ul>{figs}
+<h2>Cells not complete</h2>{table_html(result.missing, "every cell is complete")}
+<h2>MLflow runs</h2>{runs_html(result)}
+<h2>Sweep settings</h2><pre>{html.escape(settings)}</pre>"""
+    path.write_text(_page(result.experiment, body))
+    return path
 
 
 def analyse(
-    sweep, experiment=None, profile="", tracking_uri=None, out=None, bootstrap=1000, log=True, layout=None
+    sweep,
+    experiment=None,
+    profile="",
+    tracking_uri=None,
+    out=None,
+    bootstrap=1000,
+    log=True,
+    layout=None,
+    overrides=(),
+    ui_url="",
 ):
-    raise AnalysisError(
-        "the analysis of seed 004's temperature sweeps is not built yet (issue 17); their"
-        " curves are in each cell run's curves.parquet"
-    )
+    """The temperature kinds' analysis: table, verdicts, the paper's figures, report, logged (the report
+    names the analysis run it is logged in). ``bootstrap`` and ``layout`` do not apply (no fits; one
+    figure per kind)."""
+    from dataclasses import fields, replace
+
+    from scaling.tracking import resolve_tracking_uri
+
+    from . import plots
+    from .run import log_analysis, read, resolve_experiment
+
+    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
+    uri = resolve_tracking_uri(tracking_uri)
+    base = read(source, uri, (Path(out) if out else Path("analysis_out") / source.name).resolve())
+    result = _result_type()(**{f.name: getattr(base, f.name) for f in fields(base)})
+    result.ui_url = ui_url or (uri if uri.startswith("http") else "")
+    result.table.to_parquet(result.out / "table.parquet", index=False)
+    result.verdicts = verdicts(result.table)
+    result.verdicts.to_csv(result.out / "verdicts.csv", index=False)
+    result.files += [result.out / "table.parquet", result.out / "verdicts.csv"]
+    for stem, fig in draw(result.table, source.name).items():
+        result.files += plots.save(fig, result.out / stem)
+    report = write_report(result, result.out / "report.html")
+    if log:
+        result.run_id = log_analysis(
+            uri,
+            source.name,
+            result,
+            report=lambda run_id: write_report(replace(result, run_id=run_id), report),
+        )
+    result.files.append(report)
+    return result

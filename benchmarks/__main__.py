@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-SUITES = ("training", "baselines", "cost", "sweep_overhead", "packing")
+SUITES = ("training", "baselines", "cost", "sweep_overhead", "packing", "llm")
 
 
 SUITE_BUDGET_S = 600  # issue 6: the whole suite runs in under 10 minutes on 2 CPU cores
@@ -33,6 +33,10 @@ def run_suite(name: str, quick: bool, update_cost_table: bool):
         from . import baselines
 
         return baselines.run(quick)
+    if name == "llm":
+        from . import llm_scan
+
+        return llm_scan.run(quick)
     if name in ("sweep_overhead", "packing"):
         from importlib import import_module
 

@@ -118,7 +118,7 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():
     offenders = []
-    for name, path in sources("scaling/science", "scaling/temperature").items():
+    for name, path in sources("scaling/science", "scaling/temperature", "scaling/statisticians").items():
         for imported in imports(name, path, False):
             if imported.split(".")[0] in ("ray", "mlflow") or imported.startswith(
                 ("scaling.tracking", "scaling.trial", "scaling.sweep", "scaling.kinds")
@@ -172,7 +172,7 @@ def test_a_checkpoint_written_before_the_layout_change_resumes_to_the_same_numbe
     assert {str(n): float(err) for n, err in model.items()} == fixture["err"]
 
 
-@pytest.mark.parametrize("module", ["scaling.science", "scaling.temperature"])
+@pytest.mark.parametrize("module", ["scaling.science", "scaling.temperature", "scaling.statisticians"])
 def test_the_science_folders_import_without_ray_or_mlflow(module):
     """Not only the text: importing every science module loads neither Ray nor MLflow (a fresh process)."""
     import subprocess

@@ -29,6 +29,8 @@ KINDS: dict[str, str] = {
     "attention_histograms": "scaling.kinds.temperature:ATTENTION_HISTOGRAMS",
     "gpt2_scan": "scaling.kinds.temperature:GPT2_SCAN",
     "llm_scan": "scaling.kinds.temperature:LLM_SCAN",
+    "gd_transformer": "scaling.kinds.statisticians:GD_TRANSFORMER",
+    "selection_transformer": "scaling.kinds.statisticians:SELECTION_TRANSFORMER",
 }
 DEFAULT_KIND = "train"
 

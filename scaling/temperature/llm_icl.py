@@ -30,7 +30,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from scaling.temperature.patch import ScoreMoments, attention_temperature, score_moments
+from scaling.temperature.patch import ScoreMoments, score_moments
 
 SCIQ_FIELDS = ("question", "support", "correct_answer", "distractor1", "distractor2", "distractor3")
 MAX_NEW_TOKENS = 30
@@ -270,7 +270,8 @@ def generate_answers(
     max_new_tokens: int = MAX_NEW_TOKENS,
     batch_size: int = 8,
 ) -> list[str]:
-    """Greedy answers (at most max_new_tokens new tokens) to each prompt."""
+    """Greedy answers (at most max_new_tokens new tokens) to each prompt, batches in the given order:
+    the plain path (the scan itself uses scaling.temperature.scan, which stops at the answer)."""
     answers = []
     with torch.no_grad():
         for batch in tokenized_batches(tokenizer, prompts, batch_size, model.device):
@@ -319,22 +320,26 @@ def monte_carlo_exact_match(
     """Exact match over n_runs draws of the noisy labels, every attention layer at temperature tau.
 
     Retrieval is deterministic and done once; run r draws its noise from numpy Generator (seed, r).
+    Decoding is the scan's fast path (scaling.temperature.scan: each distinct prompt tokenised and
+    answered once, batches of similar length, stopped when the answer is complete); a scan over
+    several taus should call ``scan.scan_exact_match``, which builds the prompts once for all of them.
     """
-    if isinstance(retriever, str):
-        retriever = make_retriever(retriever, train)
-    demo_indices = retriever.top_k([query_text(item) for item in test], n_demos)  # (Q, n_demos)
-    scores = []
-    with attention_temperature(model, tau):
-        for run in range(n_runs):
-            rng = np.random.default_rng([seed, run])
-            prompts = icl_prompts(train, test, demo_indices, noisy_ratio, rng)
-            scores.append(
-                exact_match_score(
-                    generate_answers(model, tokenizer, prompts, max_new_tokens, batch_size), test
-                )
-            )
-    std = float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
-    return MonteCarloResult(mean=float(np.mean(scores)), std=std, scores=tuple(scores))
+    from scaling.temperature.scan import scan_exact_match
+
+    return scan_exact_match(
+        model,
+        tokenizer,
+        train,
+        test,
+        (tau,),
+        n_demos,
+        noisy_ratio,
+        n_runs,
+        seed,
+        retriever,
+        batch_size,
+        max_new_tokens,
+    )[float(tau)]
 
 
 def prompt_score_moments(

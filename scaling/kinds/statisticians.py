@@ -1,0 +1,263 @@
+"""Seed 003's constructions as experiment kinds (scaling.kinds): transformers whose weights are built
+from formulas (scaling.statisticians), scored like every predictor of the project, with no training.
+
+Both kinds read their settings from the cell's ``construction`` group (``ConstructionConfig``) and score
+on the cell's evaluation prompts (task, seed, N, eval.prompts, eval.shift: the very prompts a training
+cell with the same settings is scored on), normalised by E[y^2] with the bootstrap interval and the
+per-noise-level rows of scaling.science.evaluate, beside the baselines of ``eval.baselines``.
+
+- ``gd_transformer`` (Sec. 3): the L + 1 layer in-context GD transformer (L = ``steps``, step ``eta``,
+  ridge penalty ``lam``; 0 = least squares). Curves: ``constructed`` (the transformer), ``explicit_gd``
+  (gradient descent written as gradient descent, same L, eta, lam) and ``gd_limit`` (the closed form
+  GD converges to, (G + lam I)^+ b), then the baselines. Summary: ``max_abs_diff``, the largest |transformer -
+  explicit GD| over every prompt and context length (exact construction: ~1e-12).
+- ``selection_transformer`` (Sec. 4): K = len(``lambdas``) ridge GD-transformers on the first part of
+  each prompt, the validation-loss layer on its last ``val_fraction``, the three selection layers with
+  ``gamma``. Curves: ``selection``, ``gd_ridge(lam=<v>)`` (each of its K algorithms alone, on all the
+  examples), ``model`` (with ``train_model: true``: the cell's model trained as a training cell
+  would train it, e.g. a GPT-2 with ``attention: relu``), then the baselines (e.g. ``ridge_per_level``,
+  ``ridge``: the Bayes mixture posterior, ``ridge_validation``: post-ICL validation with exact ridge).
+  Summary: ``selection_vs_best_single``, the selection's mean error over n over that of its best single
+  algorithm (< 1: it beats every fixed lambda).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from ..config import check, check_choice
+from ..science.baselines import LINEAR, applicable_baselines
+from ..science.evaluate import context_grid, evaluate
+from ..science.models import model_facts
+from ..science.tasks import fresh_prompts, make_family
+from ..statisticians.constructions import BOUND, gd_transformer, selection_transformer
+from ..statisticians.predictors import transformer_predictor
+from ..statisticians.reference import prefix_gd_weights, prefix_ridge_weights
+from ..tracking import curve_metric_key, metric_name
+from . import CellCost, Kind
+
+CONSTRUCTED = ("constructed", "explicit_gd", "gd_limit", "selection", "gd_ridge")
+
+
+@dataclass(frozen=True)
+class ConstructionConfig:
+    """Settings of the seed-003 constructions (the cell's ``construction`` group)."""
+
+    steps: int = 20  # L: gradient-descent layers (the GD transformer has L + 1, the selection L + 4)
+    eta: float = 0.05  # the step: w <- w - (eta / N) [sum_train (<w, x_j> - y_j) x_j + lam w]
+    lam: float = 0.0  # gd_transformer: the ridge penalty ((G + lam I)^-1 b; lam = d sigma^2 is Bayes)
+    lambdas: tuple[float, ...] = (0.05, 1.25)  # selection_transformer: the K ridge penalties
+    gamma: float = 0.05  # selection: keep the algorithms within gamma of the best validation loss
+    val_fraction: float = 0.5  # selection: the last fraction of a prompt's examples validate
+    bound: float = BOUND  # largest |score| the masks allow (the construction is exact below it)
+    train_model: bool = False  # selection: train the cell's model (a training cell's recipe) and score it
+
+    def __post_init__(self):
+        check(self.steps >= 1, "steps", f"must be >= 1 (gradient-descent layers), got {self.steps}")
+        check(self.eta > 0, "eta", f"must be > 0, got {self.eta}")
+        check(self.lam >= 0, "lam", f"must be >= 0, got {self.lam}")
+        check(
+            bool(self.lambdas) and all(v >= 0 for v in self.lambdas),
+            "lambdas",
+            f"needs one or more values >= 0, got {list(self.lambdas)}",
+        )
+        check(
+            len(set(self.lambdas)) == len(self.lambdas), "lambdas", f"repeats a value: {list(self.lambdas)}"
+        )
+        check(self.gamma > 0, "gamma", f"must be > 0, got {self.gamma}")
+        check(0 < self.val_fraction < 1, "val_fraction", f"must lie in (0, 1), got {self.val_fraction}")
+        check(self.bound > 0, "bound", f"must be > 0, got {self.bound}")
+
+
+def check_linear(cell) -> None:
+    """The constructions run gradient descent on linear regression: linear tasks only."""
+    check_choice(cell.task.family, "task.family", LINEAR)
+
+
+def check_gd(cell) -> None:
+    check_linear(cell)
+    check(
+        not cell.construction.train_model,
+        "construction.train_model",
+        "the gd_transformer kind scores no trained model; use the selection_transformer kind",
+    )
+
+
+def gd_label(cell) -> str:
+    c = cell.construction
+    return f"gd L={c.steps} eta={c.eta:g} lam={c.lam:g} seed={cell.seed}"
+
+
+def selection_label(cell) -> str:
+    c = cell.construction
+    lams = ",".join(f"{v:g}" for v in c.lambdas)
+    trained = f" +{cell.model.label}" if c.train_model else ""
+    return f"selection L={c.steps} lambdas={lams} gamma={c.gamma:g} seed={cell.seed}{trained}"
+
+
+class Recorded:
+    """A predictor that keeps what it returned (evaluate calls it on the prompts in order)."""
+
+    def __init__(self, predict):
+        self.predict, self.outputs = predict, []
+
+    def __call__(self, prompts) -> torch.Tensor:
+        out = self.predict(prompts)
+        self.outputs.append(out.detach().cpu())
+        return out
+
+    def all(self) -> torch.Tensor:
+        return torch.cat(self.outputs)
+
+
+def weights_predictor(weights_of):
+    """``predict(prompts)``: <w_n, x_n> with ``weights_of(xs, ys) -> (B, P, d)``."""
+
+    def predict(prompts) -> torch.Tensor:
+        return (weights_of(prompts.xs, prompts.ys) * prompts.xs.double()).sum(-1)
+
+    return predict
+
+
+def cell_prompts(cell, device):
+    family = make_family(cell.task, cell.eval.shift)
+    return family, fresh_prompts(family, cell.eval.prompts, cell.N + 1, cell.seed, device=device)
+
+
+def scored(cell, predictors: dict, family, prompts, trial) -> pd.DataFrame:
+    """The curves of ``predictors`` and the cell's baselines on its evaluation prompts."""
+    baselines, skipped = applicable_baselines(cell.eval.baselines, cell.task)
+    curves = evaluate(
+        {**predictors, **baselines},
+        prompts,
+        family.y_second_moment(),
+        cell.eval,
+        cell.N,
+        cell.seed,
+        family=family,
+    )
+    curves.attrs["skipped_baselines"] = skipped
+    trial.progress({"step": 0, "progress": 0.95})
+    return curves
+
+
+def run_gd(cell, trial) -> dict[str, Any]:
+    """The GD transformer beside explicit GD and its closed-form limit; logs curves and max_abs_diff."""
+    c = cell.construction
+    family, prompts = cell_prompts(cell, trial.device)
+    grid = context_grid(cell.eval, cell.N)
+    model = gd_transformer(cell.task.d, c.steps, c.eta, c.lam, c.bound).to(trial.device)
+    constructed = Recorded(transformer_predictor(model, "f", bound=c.bound, positions=grid))
+    explicit = weights_predictor(lambda xs, ys: prefix_gd_weights(xs, ys, c.steps, c.eta, c.lam))
+    limit = weights_predictor(lambda xs, ys: prefix_ridge_weights(xs, ys, c.lam))
+    curves = scored(
+        cell,
+        {"constructed": constructed, "explicit_gd": explicit, "gd_limit": limit},
+        family,
+        prompts,
+        trial,
+    )
+    diff = float((constructed.all() - explicit(prompts).cpu())[:, grid].abs().max())
+    summary = {"max_abs_diff": diff}
+    trial.log.finish(cell, curves.assign(L=c.steps, max_abs_diff=diff), None, summary, metric_key=metric_key)
+    return {"step": 0, "progress": 1.0, "finished": 1, **summary}
+
+
+def trained_model(cell, trial):
+    """The cell's model trained as a training cell trains it (same data, steps and seed), its weights."""
+    from ..science.train import CellTrainer
+
+    trainer = CellTrainer(cell, trial.device)
+    every = max(1, cell.train.steps // 10)
+    while not trainer.done_training:
+        trainer.train_until(trainer.step + every)
+        trial.progress({"step": trainer.step, "progress": 0.5 * trainer.step / cell.train.steps})
+    return trainer.model_predictor(), trainer.model.state_dict()
+
+
+def run_selection(cell, trial) -> dict[str, Any]:
+    """The selection transformer beside each of its K algorithms alone, the baselines and (train_model)
+    the cell's trained model, on the same prompts; logs curves (and the model's weights)."""
+    c, d = cell.construction, cell.task.d
+    grid = context_grid(cell.eval, cell.N)
+    family, prompts = cell_prompts(cell, trial.device)
+    predictors, weights = {}, None
+    if c.train_model:
+        predictors["model"], weights = trained_model(cell, trial)
+    selection = selection_transformer(d, c.steps, c.eta, c.lambdas, c.gamma, c.bound).to(trial.device)
+    predictors["selection"] = transformer_predictor(selection, "fhat", c.val_fraction, c.bound, grid)
+    for lam in c.lambdas:
+        single = gd_transformer(d, c.steps, c.eta, lam, c.bound).to(trial.device)
+        predictors[f"gd_ridge(lam={lam:g})"] = transformer_predictor(
+            single, "f", bound=c.bound, positions=grid
+        )
+    curves = scored(cell, predictors, family, prompts, trial)
+    whole = curves[~curves["predictor"].str.contains("|", regex=False)]
+    means = whole.groupby("predictor")["err"].mean()
+    singles = means[[f"gd_ridge(lam={lam:g})" for lam in c.lambdas]]
+    summary = {"selection_vs_best_single": float(means["selection"] / singles.min())}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = None
+        if weights is not None:
+            path = Path(tmp) / "model.pt"
+            torch.save(weights, path)
+        trial.log.finish(cell, curves.assign(L=c.steps), path, summary, metric_key=metric_key)
+    return {"step": 0, "progress": 1.0, "finished": 1, **summary}
+
+
+def metric_key(predictor: str) -> str:
+    """The constructions' curves -> construction/<name> (split rows add /<meta>=<value>); the trained
+    model and the baselines as a training cell's (scaling.tracking.curve_metric_key)."""
+    base, _, split = predictor.partition("|")
+    if base.split("(")[0] in CONSTRUCTED:
+        return metric_name(f"construction/{base}/{split}" if split else f"construction/{base}")
+    return curve_metric_key(predictor)
+
+
+def gd_cost(cell) -> CellCost:
+    return CellCost(what="no training (a constructed transformer)")
+
+
+def selection_cost(cell) -> CellCost:
+    """Training cost of the model trained beside it (train_model), else no training."""
+    if cell.construction.train_model:
+        from .train import cost
+
+        return cost(cell)
+    return gd_cost(cell)
+
+
+def check_selection(cell) -> None:
+    check_linear(cell)
+    if cell.construction.train_model:  # the trained model's prompt must fit its positions
+        model_facts(cell.model.arch).check_positions(cell.model, cell.N)
+
+
+GD_TRANSFORMER = Kind(
+    name="gd_transformer",
+    run=run_gd,
+    label=gd_label,
+    analysis="analysis.statisticians:analyse",
+    settings=ConstructionConfig,
+    group="construction",
+    check=check_gd,
+    cost=gd_cost,
+    metric_key=metric_key,
+)
+SELECTION_TRANSFORMER = Kind(
+    name="selection_transformer",
+    run=run_selection,
+    label=selection_label,
+    analysis="analysis.statisticians:analyse",
+    settings=ConstructionConfig,
+    group="construction",
+    check=check_selection,
+    cost=selection_cost,
+    metric_key=metric_key,
+)

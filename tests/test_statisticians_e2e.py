@@ -1,0 +1,111 @@
+"""End to end: seed 003's construction sweeps (sweeps/stat_gd.yaml, sweeps/stat_selection.yaml, quick
+profiles cut further by --set) through a real local Ray and a throwaway SQLite MLflow, then their
+analysis plug-in (figures, verdicts, report, logged as an analysis run)."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from analysis.run import analyse
+from scaling.plan import SweepError, load_plan
+from scaling.sweep import run_sweep
+
+SWEEPS = Path(__file__).parent.parent / "sweeps"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
+
+
+def cell_runs(uri: str, experiment: str):
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([found.experiment_id], "tags.kind = 'cell'")
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("local_ray")
+def test_construction_sweeps_run_and_are_analysed(store, tmp_path):
+    uri, storage = store
+    small = ("eval.prompts=32", "eval.bootstrap=20")
+    gd = run_sweep(
+        str(SWEEPS / "stat_gd.yaml"),
+        "quick",
+        small + ("construction.steps=8",),
+        tracking_uri=uri,
+        storage=storage,
+    )
+    assert gd.ok and len(gd.completed) == 2  # lam 0 and lam 1.25
+    client, runs = cell_runs(uri, "stat-gd-quick")
+    for run in runs:
+        assert run.data.params["job"] == "gd_transformer" and run.data.tags["status"] == "complete"
+        assert run.data.metrics["max_abs_diff"] < 1e-10  # the construction is gradient descent
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "construction/constructed")]
+        assert steps == [5, 10, 20]  # eval.n of the quick profile
+        assert len(client.get_metric_history(run.info.run_id, "baseline/least_squares")) == 3
+
+    selection = run_sweep(
+        str(SWEEPS / "stat_selection.yaml"),
+        "quick",
+        small + ("construction.steps=4", "train.steps=30"),
+        tracking_uri=uri,
+        storage=storage,
+    )
+    assert selection.ok and len(selection.completed) == 1
+    client, (run,) = cell_runs(uri, "stat-selection-quick")
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
+        "cell.yaml",
+        "curves.parquet",
+        "model.pt",
+    }
+    curves = pd.read_parquet(client.download_artifacts(run.info.run_id, "curves.parquet"))
+    names = set(curves["predictor"])
+    for name in (
+        "selection",
+        "model",
+        "gd_ridge(lam=0.05)",
+        "gd_ridge(lam=1.25)",
+        "ridge_per_level",
+        "ridge",
+    ):
+        assert {name, f"{name}|noise_std=0.1", f"{name}|noise_std=0.5"} <= names, name
+    assert run.data.metrics["selection_vs_best_single"] > 0
+
+    out = tmp_path / "analysis"
+    result = analyse(None, "stat-gd-quick", tracking_uri=uri, out=out / "gd", bootstrap=20)
+    assert {p.name for p in result.files} >= {"gd_vs_L.png", "gd_vs_L.svg", "verdicts.csv", "report.html"}
+    assert result.verdicts["verdict"].iloc[0].startswith("the constructed GD transformer equals explicit GD")
+    assert result.run_id
+    result = analyse(None, "stat-selection-quick", tracking_uri=uri, out=out / "selection", bootstrap=20)
+    assert {p.name for p in result.files} >= {"selection.png", "verdicts.csv", "report.html"}
+    subjects = set(result.verdicts["subject"])
+    for level in ("noise_std=0.1", "noise_std=0.5"):
+        assert {f"{level} vs ridge_per_level", f"{level} vs ridge", f"{level} vs model"} <= subjects
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("construction.gamma=0", "construction.gamma: must be > 0"),
+        ("construction.val_fraction=1", "construction.val_fraction: must lie in (0, 1)"),
+        ("construction.lambdas=[]", "construction.lambdas: needs one or more values >= 0"),
+        (
+            "task.family=relu_network",
+            "task.family: unknown value 'relu_network'; known: linear, linear_mixed_noise",
+        ),
+        ("construction.stepz=3", "construction.stepz"),
+    ],
+)
+def test_bad_construction_settings_fail_at_planning(override, message):
+    with pytest.raises(SweepError, match=r"stat_selection\.yaml:\d+: ") as caught:
+        load_plan(SWEEPS / "stat_selection.yaml", "quick", [override])
+    assert message in str(caught.value)
+
+
+def test_the_gd_kind_refuses_a_trained_model():
+    with pytest.raises(SweepError, match="use the selection_transformer kind"):
+        load_plan(SWEEPS / "stat_gd.yaml", "quick", ["construction.train_model=true"])

@@ -1,0 +1,93 @@
+"""``python -m analysis`` on seed 004's sweeps: each temperature kind's quick profile (sizes cut further by
+--set) run through a real local Ray into a throwaway SQLite MLflow store, then analysed: the paper's
+figure exists as PNG and SVG, the report holds the verdict table, and the verdicts have the right rows.
+
+The theory and LLM sweeps run by default; the GPT-2 scan (it trains a model) and the histogram and
+mean-shift sweeps are marked slow."""
+
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main as analysis_main
+from scaling.sweep import run_sweep
+from scaling.temperature.tiny_llm import save_tiny_llama
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
+SWEEPS = Path(__file__).parent.parent / "sweeps"
+
+THEORY = ("temperature.m=200", "temperature.n_prompts=200")
+CASES = {
+    # sweep: (overrides, figure stems, verdict rows as (figure, panel) sets or a count)
+    "temp_fig1": (
+        (*THEORY, "temperature.l_over_d=[0.5,2]"),
+        ["fig1"],
+        {("1", "none"), ("1", "input_covariance"), ("1", "task")},
+    ),
+    "temp_fig2": (
+        (*THEORY, "temperature.l_over_d=[0.5,2]", "temperature.sigma_tests=[0.1,3]"),
+        ["fig2a", "fig2bc"],
+        None,
+    ),
+    "temp_fig4": ((*THEORY, "temperature.ls=[5,20]"), ["fig4"], {("4", "input_mean")}),
+    "temp_fig5": (("temperature.hist_l=100",), ["fig5"], None),
+    "temp_gpt2_scan": (
+        ("train.steps=60", "N=4", "eval.prompts=64", "eval.bootstrap=20", "temperature.taus=[0.5,1,2]"),
+        ["fig6"],
+        None,
+    ),
+    "temp_llama_b": (
+        (
+            "temperature.n_test=3",
+            "temperature.mc_runs=2",
+            "temperature.max_new_tokens=4",
+            "temperature.taus=[0.5,1,2]",
+        ),
+        ["fig3"],
+        {("3", "noisy_ratio")},
+    ),
+}
+SLOW = {"temp_fig4", "temp_fig5", "temp_gpt2_scan"}
+
+
+@pytest.mark.parametrize(
+    "sweep", [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else []) for name in CASES]
+)
+def test_analysis_of_a_quick_temperature_sweep(sweep, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
+    overrides, stems, panels = CASES[sweep]
+    if sweep.startswith("temp_llama"):
+        overrides = (f"temperature.llm={save_tiny_llama(tmp_path / 'tiny-llama')}", *overrides)
+    path = str(SWEEPS / f"{sweep}.yaml")
+    assert run_sweep(path, "quick", overrides, tracking_uri=uri, storage=storage).ok
+    out = tmp_path / "out"
+    sets = [arg for o in overrides for arg in ("--set", o)]  # the cells as the sweep ran them
+    assert analysis_main([path, "--profile", "quick", *sets, "--tracking-uri", uri, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for stem in stems:
+        assert (out / f"{stem}.png").stat().st_size > 1000 and (out / f"{stem}.svg").is_file()
+    report = (out / "report.html").read_text()
+    verdicts = pd.read_csv(out / "verdicts.csv", dtype={"figure": str, "panel": str})
+    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
+    assert "tuned tau vs tau = 1" in printed or "descriptive" in printed
+    if panels is not None:
+        pooled = verdicts[verdicts["x"].isna()] if sweep.startswith("temp_llama") else verdicts
+        assert set(zip(pooled["figure"], pooled["panel"])) == panels
+    if sweep == "temp_fig1":  # the theory rows carry tau_opt, the gain's interval and the theory gap
+        assert (verdicts["best_tau"] > 0).all() and (verdicts["theory_gap"] >= 0).all()
+        assert (verdicts["gain_lo"] <= verdicts["gain"]).all() and (
+            verdicts["gain"] <= verdicts["gain_hi"]
+        ).all()
+        assert verdicts["verdict"].str.contains("finite-l").all()
+    if sweep == "temp_fig2":
+        assert set(verdicts["figure"] + verdicts["panel"]) >= {"2noise(sigma=10)", "2b"}
+    if sweep == "temp_llama_b":  # a pooled row and one per noisy ratio, exact match in [0, 1]
+        assert sorted(verdicts["x"].dropna()) == [0.0, 0.6]
+        assert verdicts["at_tau1"].between(0, 1).all() and verdicts["best_tau"].isin([0.5, 1.0, 2.0]).all()
+        assert verdicts["tau_heuristic"].map(math.isfinite).all()
+    if sweep == "temp_gpt2_scan":
+        assert len(verdicts) == 1 and verdicts["best_tau"].iloc[0] in (0.5, 1.0, 2.0)
