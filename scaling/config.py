@@ -65,7 +65,12 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
             return value
         raise ConfigError(where, f"expected true or false, got {value!r}")
     if kind is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or float(value) != int(value)
+        ):
             raise ConfigError(where, f"expected an integer, got {value!r}")
         return int(value)
     if kind is float:
@@ -73,9 +78,11 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
             return math.inf
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             try:
-                return float(value)
+                value = float(value)
             except (TypeError, ValueError):
                 raise ConfigError(where, f"expected a number, got {value!r}") from None
+        if math.isnan(value):
+            raise ConfigError(where, "not a number (nan); give a number")
         return float(value)
     if kind is str:
         if not isinstance(value, str):

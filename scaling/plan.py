@@ -22,8 +22,12 @@ A sweep file names an MLflow experiment and declares a lattice of cells::
 
 Precedence: defaults < model preset < grid axis < ``--set`` override. ``--set train.steps=200`` sets a cell
 setting (and replaces the axis of that name, if any); ``--set grid.T=[16,64]`` or ``--set name=x`` set the
-file's own keys. Every error names the file, line and key, says what is wrong and what is allowed, and
-is raised before anything runs.
+file's own keys. Every error names the file, line and key (or the ``--set`` that caused it), says what is
+wrong and what is allowed, and is raised before anything runs. The file itself is checked first
+(scaling.guards: a UTF-8 text file of at most 1 MB, YAML nested at most 50 levels, aliases bounded), and a
+grid of more than ``scaling.guards.MAX_CELLS`` cells is refused from its axes' lengths, before any cell is
+built, unless ``max_cells`` allows it. A ``grid:`` key with no axes is an error; a file without ``grid:``
+is one cell of the defaults. A cell with ``train.device: cuda`` must ask for a GPU in its resources.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import yaml
 
 from .cells import Cell
 from .config import ConfigError, check, from_dict
+from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds import kind_of_group
 from .science.models import ModelConfig, model_facts
 
@@ -157,9 +162,11 @@ def _node_lines(node: yaml.Node, path: tuple = (), out: dict | None = None, sour
 def read_document(path: str | Path) -> tuple[dict, dict]:
     """The sweep document and a map key-path -> line; malformed YAML is a SweepError with its line."""
     path = Path(path)
-    if not path.is_file():
-        raise SweepError(f"{path}: no such sweep file")
-    text = path.read_text()
+    try:
+        text = read_sweep_text(path)
+        check_yaml_shape(text, str(path))
+    except GuardError as err:
+        raise SweepError(str(err)) from None
     try:
         node = yaml.compose(text)
         data = yaml.safe_load(text)
@@ -220,13 +227,18 @@ def apply_override(document: dict, assignment: str) -> dict:
 
 
 class _Locator:
-    """Turns a key path of the document into 'file:line: a.b.c'."""
+    """Turns a key path of the document into 'file:line: a.b.c', or '--set k=v: a.b.c' for a path that an
+    override set (``overrides``: key path -> the assignment)."""
 
-    def __init__(self, source: str, lines: dict):
-        self.source, self.lines = source, lines
+    def __init__(self, source: str, lines: dict, overrides: dict | None = None):
+        self.source, self.lines, self.overrides = source, lines, overrides or {}
 
     def __call__(self, *path: Any) -> str:
         path = tuple(p for p in path if p != "")
+        for keys, assignment in self.overrides.items():
+            if path[: len(keys)] == keys or (len(path) >= 2 and keys[: len(path)] == path):
+                dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
+                return f"--set {assignment}: {dotted}"
         for cut in range(len(path), -1, -1):
             if path[:cut] in self.lines:
                 line = self.lines[path[:cut]]
@@ -347,11 +359,23 @@ def check_limits(cell: Cell) -> Cell:
     return cell
 
 
+def override_path(assignment: str) -> tuple:
+    """The key path of the document an override ``key=value`` sets (see apply_override)."""
+    keys = tuple(_parse_path(assignment.split("=", 1)[0].strip()))
+    return keys if keys and keys[0] in TOP_LEVEL else ("defaults", *keys)
+
+
 def plan_document(
-    document: dict, source: str = "<sweep>", lines: dict | None = None, profile: str = ""
+    document: dict,
+    source: str = "<sweep>",
+    lines: dict | None = None,
+    profile: str = "",
+    overrides: dict | None = None,
+    max_cells: int | None = None,
 ) -> Plan:
-    """Validate a sweep document and expand it into its ordered cells."""
-    at = _Locator(source, lines or {})
+    """Validate a sweep document and expand it into its ordered cells (at most ``max_cells``, default
+    scaling.guards.MAX_CELLS); ``overrides`` maps key paths set by ``--set`` to their assignment."""
+    at = _Locator(source, lines or {}, overrides)
     unknown = [k for k in document if k not in TOP_LEVEL]
     if unknown:
         raise SweepError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(TOP_LEVEL)}")
@@ -379,7 +403,16 @@ def plan_document(
     except ConfigError as err:
         raise at.error(("run",), err) from None
     presets = _model_presets(document.get("models"), at)
+    if "grid" in document and not document["grid"]:
+        raise SweepError(
+            f"{at('grid')}: is empty; give at least one axis (e.g. `T: [16, 64]`), or leave"
+            f" `grid:` out for a single cell of the defaults"
+        )
     axes = _axes(document.get("grid"), presets, at)
+    try:
+        check_lattice(axes, at("grid"), max_cells)
+    except GuardError as err:
+        raise SweepError(str(err)) from None
 
     for axis, values in axes.items():  # each value alone, so the error points at it
         for i, value in enumerate(values):
@@ -402,7 +435,14 @@ def plan_document(
         if cell.key in seen:
             continue
         seen[cell.key] = True
-        cells.append(PlannedCell(cell, resources or default_resources, combo))
+        resources = resources or default_resources
+        if cell.train.device.startswith("cuda") and resources.gpu <= 0:
+            raise SweepError(
+                f"{at('defaults', 'train', 'device')}: train.device: {cell.train.device} needs a GPU,"
+                f" and the cell {cell.name} asks for none; give it `resources: {{gpu: 1}}` (or a"
+                f" fraction), or use device: auto"
+            )
+        cells.append(PlannedCell(cell, resources, combo))
     if not cells:
         raise SweepError(f"{at()}: the sweep has no cells")
     return Plan(
@@ -416,7 +456,12 @@ def plan_document(
     )
 
 
-def load_plan(path: str | Path, profile: str = "", overrides: list[str] | tuple[str, ...] = ()) -> Plan:
+def load_plan(
+    path: str | Path,
+    profile: str = "",
+    overrides: list[str] | tuple[str, ...] = (),
+    max_cells: int | None = None,
+) -> Plan:
     """Read, resolve (profile, then overrides) and validate a sweep file."""
     document, lines = read_document(path)
     source = str(path)
@@ -430,4 +475,5 @@ def load_plan(path: str | Path, profile: str = "", overrides: list[str] | tuple[
     document.pop("profiles", None)
     for assignment in overrides:
         document = apply_override(document, assignment)
-    return plan_document(document, source, lines, profile)
+    set_paths = {override_path(a): a for a in overrides}
+    return plan_document(document, source, lines, profile, set_paths, max_cells)

@@ -15,6 +15,12 @@ Every check runs before any work: an invalid sweep file, an unusable tracking st
 node can hold (and, on a `ray up` cluster, no node type of its autoscaler could) end the driver with a
 message and exit status 2, with nothing written (no MLflow database, no storage directory).
 
+Several drivers may run the same sweep at once (a relaunch while the first still runs, two people on one
+cluster): each cell is trained by at most one trial at a time, whichever driver started it (a lease per
+cell, scaling.leases). A driver skips the cells another driver's trials hold, trains the others, then
+waits for the held ones and trains any that their holder left unfinished; both drivers end when every
+cell is complete, sooner than one alone.
+
 Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input, 130 when
 interrupted (Ctrl-C: trials stop, checkpoints stay; the same command resumes).
 """
@@ -35,8 +41,11 @@ from typing import TextIO
 from .checkpoints import CheckpointStore
 from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
 from .cost import describe_compute
+from .guards import GuardError, check_address, check_flags, probe_storage
+from .leases import Leases, driver_id
 from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
+from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
 from .trial import TrialMember, TrialSpec, tune_trainable
 
@@ -84,7 +93,7 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
         out.write(f"{cell.key:16}  {cell.name:40}  {res.cpu:>4g}  {res.gpu:>5g}  {status[cell.key]}\n")
     counts: dict[str, int] = {}
     for state in status.values():
-        counts[state.split(" ")[0]] = counts.get(state.split(" ")[0], 0) + 1
+        counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
     out.write(describe_compute(plan) + "\n")
 
@@ -145,7 +154,8 @@ class Progress:
 
             def on_trial_complete(self, iteration, trials, trial, **info):
                 progress.running.pop(trial.trial_id, None)
-                progress.done += len(trial_keys(trial.config))
+                held = int((trial.last_result or {}).get("held", 0))  # cells another driver trains
+                progress.done += len(trial_keys(trial.config)) - held
                 progress.show()
 
             def on_trial_error(self, iteration, trials, trial, **info):
@@ -156,8 +166,14 @@ class Progress:
         return ProgressCallback()
 
 
-def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
-    """Join a cluster (``address``) or start the embedded local Ray.
+def start_ray(
+    address: str | None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Join a cluster (``address``) or start the embedded local Ray; ``env`` reaches every trial process
+    (the local Ray's processes inherit this one's environment; a cluster's get it as a runtime env).
 
     Without an address a new local instance is always started (``address="local"``): a plain ``ray.init()``
     would join any cluster already running on this machine (RAY_ADDRESS, or the latest ``ray start``).
@@ -167,8 +183,9 @@ def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | 
     if ray.is_initialized():
         return
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    os.environ.update(env or {})
     if address:
-        ray.init(address=address, **quiet)
+        ray.init(address=address, runtime_env={"env_vars": env} if env else None, **quiet)
     else:  # "local": a new Ray of our own, never another process's instance on this machine
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **quiet)
 
@@ -334,34 +351,49 @@ def check_sweep_name(tracker: Tracker | None, experiment_id: str | None, plan: P
 
 
 def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str]:
-    """The --dry-run state of every cell: complete, partial (step s/S) from its checkpoint, or pending."""
-    store = CheckpointStore(store_uri)
+    """The --dry-run state of every cell: complete, partial (step s/S) from its checkpoint, pending, or
+    checkpoint damaged (and what a run will do about it); cells another driver trains now say by whom."""
+    store, leases = CheckpointStore(store_uri), Leases(store_uri)
     status = {}
     for planned in plan.cells:
-        key = planned.cell.key
-        step = None if key in complete else store.step(key)
-        status[key] = (
-            "complete"
-            if key in complete
-            else f"partial (step {step}/{planned.cell.train.steps})"
-            if step is not None
-            else "pending"
-        )
+        key, steps = planned.cell.key, planned.cell.train.steps
+        if key in complete:
+            status[key] = "complete"
+            continue
+        step, damaged = store.inspect(key)
+        if damaged:
+            status[key] = (
+                "checkpoint damaged ("
+                + (f"resumes from step {step}/{steps}" if step is not None else "trains from scratch")
+                + ")"
+            )
+        else:
+            status[key] = f"partial (step {step}/{steps})" if step is not None else "pending"
+        holder = leases.holder(key)
+        if holder is not None:
+            status[key] += f", training now in {holder.describe()}"
     return status
 
 
-def start_cluster(address: str | None, num_cpus: int | None, num_gpus: int | None, new_store: bool) -> None:
+def start_cluster(
+    address: str | None,
+    num_cpus: int | None,
+    num_gpus: int | None,
+    new_store: bool,
+    env: dict[str, str] | None = None,
+) -> None:
     """Start (or join) Ray, with Ray Tune's import and, for a new SQLite store, MLflow's in a thread that
     overlaps Ray's start (which waits on the processes it starts and leaves ~3 of its ~8 CPU-seconds on 2
     cores idle: ~2 s less per sweep)."""
     preloading = threading.Thread(target=preload_quietly, args=(new_store,), name="preload", daemon=True)
     preloading.start()
-    start_ray(address, num_cpus, num_gpus)
+    start_ray(address, num_cpus, num_gpus, env)
     preloading.join()
 
 
-def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Progress):
-    """The Tune experiment: one trial per spec, each with its resources, named by its key."""
+def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Progress, round_: int = 0):
+    """The Tune experiment: one trial per spec, each with its resources, named by its key; its name is
+    unique to this driver and round (two drivers of one sweep share the storage)."""
     from ray import tune
 
     trainable = tune.with_resources(tune_trainable, lambda config: config["spec"]["resources"])
@@ -377,7 +409,7 @@ def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Pro
             trial_dirname_creator=lambda t: t.config["spec"]["key"],
         ),
         run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{round_}",
             storage_path=f"{store_uri}/tune",
             failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
             callbacks=[progress.callback()],
@@ -386,28 +418,120 @@ def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Pro
     )
 
 
-def collect_outcome(results, pending, tracker: Tracker, experiment_id: str, outcome: SweepOutcome) -> list:
-    """Fill ``outcome`` from the trials' results and the store; the cells left unfinished."""
+def collect_outcome(
+    results, pending, tracker: Tracker, experiment_id: str, outcome: SweepOutcome
+) -> tuple[list, list]:
+    """Fill ``outcome`` from the trials' results and the store; (the cells left unfinished, the unfinished
+    cells whose trials found them held by another driver)."""
     final = tracker.cell_records(experiment_id)
+    held = set()
+    for result in results:
+        held |= set(filter(None, str((result.metrics or {}).get("held_keys", "")).split(",")))
     for result in results:
         # A trial still pending when the run was interrupted (Ctrl-C while it waited for a node) has no
         # config in its result; its cells count as unfinished below, by the store.
         for key in trial_keys(result.config) if result.config else []:
             if key in final and final[key].status == STATUS_COMPLETE:
                 outcome.completed.append(key)
-            elif result.error is not None:
-                outcome.failed[key] = f"{type(result.error).__name__}: {result.error}"
-    return [
+            elif result.error is not None and key not in held:
+                outcome.failed[key] = f"{type(result.error).__name__}: {redact(str(result.error))}"
+    left = [
         p
         for p in pending
         if p.cell.key not in outcome.failed
         and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)
     ]
+    return [p for p in left if p.cell.key not in held], [p for p in left if p.cell.key in held]
+
+
+def wait_for_holders(held: list, leases: Leases, plan: Plan, out: TextIO, poll: float = 2.0) -> None:
+    """Wait until no other driver's trial holds any of the ``held`` cells (finished, failed or gone stale)."""
+    holders = sorted({h.describe() for h in (leases.holder(p.cell.key) for p in held) if h is not None})
+    if holders:
+        out.write(
+            f"[{plan.name}] {len(held)} cells are being trained by another driver: {'; '.join(holders)};"
+            f" waiting for them\n"
+        )
+        out.flush()
+    while any(leases.holder(p.cell.key) is not None for p in held):
+        time.sleep(poll)
+
+
+def run_rounds(
+    pending,
+    plan: Plan,
+    store_uri: str,
+    shared: dict,
+    tracker: Tracker,
+    experiment_id: str,
+    outcome: SweepOutcome,
+    progress: Progress,
+    out: TextIO,
+) -> list:
+    """Tune experiments until every pending cell is complete, failed or interrupted: each round trains the
+    cells no other driver holds; cells held elsewhere are waited for and, if left unfinished, run in the
+    next round. The cells left unfinished."""
+    import ray
+
+    leases = Leases(store_uri)
+    for round_ in range(100):
+        specs = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
+        results = make_tuner(specs, plan, store_uri, progress, round_).fit()
+        unfinished, held = collect_outcome(results, pending, tracker, experiment_id, outcome)
+        if unfinished or not held:
+            return unfinished + held
+        wait_for_holders(held, leases, plan, out)
+        final = tracker.cell_records(experiment_id)
+        pending = [p for p in held if p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE]
+        outcome.completed += [p.cell.key for p in held if p not in pending]
+        if not pending:
+            return []
+    return pending
+
+
+def broken_sweep(
+    err: Exception,
+    plan: Plan,
+    pending,
+    tracker: Tracker,
+    experiment_id: str,
+    outcome: SweepOutcome,
+    out: TextIO,
+) -> None:
+    """The summary of a sweep whose Tune run raised (storage full, Tune's own failure): what completed and
+    what did not; the unfinished cells count as failed."""
+    try:
+        final = tracker.cell_records(experiment_id)
+    except TrackingError:
+        final = {}
+    reason = f"{type(err).__name__}: {redact(str(err)).strip().splitlines()[0] if str(err).strip() else ''}"
+    out.write(f"[{plan.name}] the sweep stopped: {reason}\n")
+    for planned in pending:
+        key = planned.cell.key
+        if key in final and final[key].status == STATUS_COMPLETE:
+            outcome.completed.append(key)
+        else:
+            outcome.failed[key] = f"unfinished: the sweep stopped ({reason})"
+    done = sum(1 for p in pending if p.cell.key in outcome.completed)
+    out.write(
+        f"[{plan.name}] {done} of {len(pending)} cells completed before it stopped; the other"
+        f" {len(pending) - done} keep their checkpoints\n"
+    )
+
+
+def clean_temp_files(store_uri: str, keys: list[str]) -> None:
+    """Remove checkpoint temp files the cells' trials left (a full disk, a killed trial); cells another
+    driver trains now are left alone."""
+    store, leases = CheckpointStore(store_uri), Leases(store_uri)
+    try:
+        store.clean([key for key in keys if leases.holder(key) is None])
+    except OSError as err:
+        log.warning("could not remove leftover temp files: %s", err)
 
 
 def report_outcome(plan: Plan, pending, outcome: SweepOutcome, unfinished: list, out: TextIO) -> None:
     for key, error in outcome.failed.items():
-        name = next(p.cell.name for p in pending if p.cell.key == key)
+        name = next((p.cell.name for p in pending if p.cell.key == key), key)
         out.write(f"[{plan.name}] FAILED {name} ({key}): {error.strip().splitlines()[-1] if error else ''}\n")
     if unfinished:
         outcome.interrupted = True
@@ -429,14 +553,19 @@ def run_sweep(
     num_gpus: int | None = None,
     autoscaling: bool = False,
     out: TextIO | None = None,
+    max_cells: int | None = None,
 ) -> SweepOutcome:
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring."""
     out = out or sys.stdout
-    plan = load_plan(path, profile, overrides)
+    check_flags(num_cpus, num_gpus, max_cells)
+    plan = load_plan(path, profile, overrides, max_cells)
     head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     uri = resolve_tracking_uri(tracking_uri)
     store_uri = storage_uri(plan, storage, head.storage if head else None)
     check_storage(store_uri)
+    if not dry_run:
+        check_address(address)
+        probe_storage(store_uri)
     tracker, _ = open_tracking(uri)  # nothing is created before the checks below pass
     experiment_id = tracker.experiment_id(plan.name) if tracker is not None else None
     check_sweep_name(tracker, experiment_id, plan, path)
@@ -448,16 +577,17 @@ def run_sweep(
         return SweepOutcome(len(plan.cells), len(complete))
     outcome = SweepOutcome(len(plan.cells), len(plan.cells) - len(pending))
     if not pending:
-        out.write(f"[{plan.name}] all {len(plan.cells)} cells are complete in {uri}; nothing to train.\n")
+        out.write(
+            f"[{plan.name}] all {len(plan.cells)} cells are complete in {redact(uri)}; nothing to train.\n"
+        )
         return outcome
-
-    import ray
 
     if head is not None and not address:
         address = head.ray_address
         if head.auth_mode:  # the `ray exec` shell of a head without Docker lacks it
             os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
-    start_cluster(address, num_cpus, num_gpus, new_store=tracker is None)
+    env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state
+    start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, env=env)
     node_types = read_node_types() if head is not None else []
     waiting = check_feasible(
         pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")), node_types
@@ -474,29 +604,36 @@ def run_sweep(
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
     out.write(
         f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
-        f" ({len(plan.cells) - len(pending)} already complete); tracking {uri}\n"
+        f" ({len(plan.cells) - len(pending)} already complete); tracking {redact(uri)}\n"
     )
     out.flush()
     shared = {
-        "tracking_uri": uri,
+        "tracking_uri": redact(uri),
         "experiment_id": experiment_id,
         "sweep": plan.name,
         "parent_run_id": parent,
         "storage": store_uri,
+        "driver": driver_id(),
     }
-    specs = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
     progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
     try:
-        results = make_tuner(specs, plan, store_uri, progress).fit()
+        unfinished = run_rounds(
+            pending, plan, store_uri, shared, tracker, experiment_id, outcome, progress, out
+        )
     except KeyboardInterrupt:
         outcome.interrupted = True
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
-        tracker.end_sweep_run(parent, False)
+        tracker.end_sweep_run(parent, "KILLED")
         return outcome
-    unfinished = collect_outcome(results, pending, tracker, experiment_id, outcome)
+    except Exception as err:  # noqa: BLE001 - any failure of Tune itself: summarise, end the run, exit 1
+        broken_sweep(err, plan, pending, tracker, experiment_id, outcome, out)
+        clean_temp_files(store_uri, [p.cell.key for p in pending])
+        tracker.end_sweep_run(parent, "FAILED")
+        return outcome
     progress.show()
     report_outcome(plan, pending, outcome, unfinished, out)
-    tracker.end_sweep_run(parent, outcome.ok)
+    clean_temp_files(store_uri, [p.cell.key for p in pending])
+    tracker.end_sweep_run(parent, "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED")
     return outcome
 
 
@@ -529,6 +666,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded local Ray")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs of the embedded local Ray")
     parser.add_argument(
+        "--max-cells",
+        type=int,
+        default=None,
+        help="allow a grid of up to this many cells (default: the cap of scaling.guards.MAX_CELLS)",
+    )
+    parser.add_argument(
         "--autoscaling",
         action="store_true",
         help="the cluster adds nodes on demand: skip the check that every cell fits a node",
@@ -541,8 +684,9 @@ EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    install_log_redaction()
     args = parse_args(argv)
-    resume = f"resume with the same command: python -m scaling.sweep {shlex.join(argv)}"
+    resume = f"resume with the same command: python -m scaling.sweep {redact(shlex.join(argv))}"
     try:
         outcome = run_sweep(
             args.sweep,
@@ -555,9 +699,10 @@ def main(argv: list[str] | None = None) -> int:
             args.num_cpus,
             args.num_gpus,
             args.autoscaling,
+            max_cells=args.max_cells,
         )
-    except (SweepError, TrackingError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (SweepError, TrackingError, GuardError) as err:
+        print(f"error: {redact(str(err))}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the trials started
         print(f"interrupted; {resume}", file=sys.stderr)

@@ -40,6 +40,8 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import pandas as pd
 import yaml
 
+from .redact import redact
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -156,8 +158,8 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
             if code in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
                 raise
             if attempt == attempts - 1:
-                raise TrackingError(f"{what} failed after {attempts} attempts: {err}") from err
-            log.warning("%s failed (%s); retrying in %.1fs", what, err, wait)
+                raise TrackingError(f"{what} failed after {attempts} attempts: {redact(str(err))}") from None
+            log.warning("%s failed (%s); retrying in %.1fs", what, redact(str(err)), wait)
             time.sleep(wait)
             wait = min(wait * 2, 15.0)
     raise AssertionError("unreachable")
@@ -207,7 +209,9 @@ class Tracker:
                     first_wait=0.5,
                 )
         except Exception as err:  # noqa: BLE001 - any failure here means unusable
-            raise TrackingError(f"cannot use the MLflow tracking store {self.uri}: {err}") from None
+            raise TrackingError(
+                f"cannot use the MLflow tracking store {redact(self.uri)}: {redact(str(err))}"
+            ) from None
 
     def experiment_id(
         self, name: str, create: bool = False, tags: dict[str, str] | None = None
@@ -216,18 +220,25 @@ class Tracker:
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 raise TrackingError(
-                    f"experiment {name!r} is deleted in {self.uri}; restore it"
+                    f"experiment {name!r} is deleted in {redact(self.uri)}; restore it"
                     f" (mlflow experiments restore) or rename the sweep"
                 )
             return found.experiment_id
         if not create:
             return None
-        return retrying(
-            lambda: self.client.create_experiment(
-                name, artifact_location=artifact_root(self.uri), tags=tags or {}
-            ),
-            f"creating experiment {name}",
-        )
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return retrying(
+                lambda: self.client.create_experiment(
+                    name, artifact_location=artifact_root(self.uri), tags=tags or {}
+                ),
+                f"creating experiment {name}",
+            )
+        except MlflowException as err:  # another driver of the same sweep created it meanwhile
+            if getattr(err, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return self.experiment_id(name)
 
     def experiment_tags(self, experiment_id: str) -> dict[str, str]:
         return dict(retrying(lambda: self.client.get_experiment(experiment_id), "reading experiment").tags)
@@ -252,11 +263,10 @@ class Tracker:
             retrying(lambda: self.client.log_artifact(run_id, str(path)), "logging sweep.yaml")
         return run_id
 
-    def end_sweep_run(self, run_id: str, ok: bool) -> None:
-        """FINISHED once every cell is complete; KILLED while cells remain (a rerun reopens it)."""
-        retrying(
-            lambda: self.client.set_terminated(run_id, "FINISHED" if ok else "KILLED"), "ending sweep run"
-        )
+    def end_sweep_run(self, run_id: str, status: str) -> None:
+        """FINISHED once every cell is complete, FAILED when cells failed or the sweep broke, KILLED when
+        interrupted (a rerun reopens it)."""
+        retrying(lambda: self.client.set_terminated(run_id, status), "ending sweep run")
 
     def _search(self, experiment_id: str, filter_string: str) -> list:
         runs, token = [], None
@@ -277,7 +287,9 @@ class Tracker:
         search); LookupError when there is no such experiment."""
         experiment_id = self.experiment_id(experiment)
         if experiment_id is None:
-            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}; run the sweep first")
+            raise LookupError(
+                f"no MLflow experiment named {experiment!r} in {redact(self.uri)}; run the sweep first"
+            )
         return self._search(experiment_id, filter_string)
 
     def download(self, run_id: str, artifact: str, directory: str | Path) -> str:
@@ -310,7 +322,7 @@ class Tracker:
         ``late(run_id)`` gives more files made once the run's id is known (a report that names its run)."""
         experiment_id = self.experiment_id(experiment)
         if experiment_id is None:
-            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}")
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {redact(self.uri)}")
         tags = dict(tags)
         parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
         if parent:
@@ -500,6 +512,11 @@ class CellLog:
             self.pending.clear()
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
 
+    def note(self, tag: str, text: str) -> None:
+        """Set a tag on the cell's run (e.g. ``checkpoint_damaged``) and log it as a warning."""
+        log.warning("%s: %s", tag, text)
+        retrying(lambda: self.client.set_tag(self.run_id, tag, text[:4000]), f"tagging {tag}")
+
     def fail(self, error: str) -> None:
         """Mark the run failed with its error; best effort (the store may be what failed), never raises."""
         try:
@@ -547,7 +564,9 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
     tracker = Tracker(resolve_tracking_uri(uri))
     experiment_id = tracker.experiment_id(experiment)
     if experiment_id is None:
-        raise TrackingError(f"no MLflow experiment {experiment!r} in {tracker.uri}; run that sweep first")
+        raise TrackingError(
+            f"no MLflow experiment {experiment!r} in {redact(tracker.uri)}; run that sweep first"
+        )
     clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
     clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
     runs = sorted(tracker._search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)

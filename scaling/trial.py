@@ -10,6 +10,12 @@ Checkpoints are keyed by the cell (scaling.checkpoints), not by the Tune trial, 
 driver: a rerun after a crash, or a sweep edited to add cells (a new Tune experiment, never
 ``Tuner.restore``, which unpickles and cannot add cells), continues each cell from its own last
 checkpoint. Tune's retries after a worker dies restart ``tune_trainable``, which resumes the same way.
+
+A trial trains a cell only while it holds the cell's lease (scaling.leases), taken before the cell's run
+is opened or its checkpoint read and given back when it ends: a cell another driver's trial holds is
+skipped (the trial reports it as ``held``; the driver waits for it), so no cell is trained twice at once.
+The trial reads the tracking URI from its process environment when the spec carries it redacted
+(scaling.redact): credentials never travel through Tune's experiment state.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import torch
 from .cells import Cell
 from .checkpoints import CheckpointStore
 from .kinds.train import checkpoint, finish, resume
+from .leases import Holder, Lease, Leases
+from .redact import trial_tracking_uri
 from .science.stacked import PackTrainer
 from .science.train import CellTrainer, resolve_device
 from .tracking import CellLog
@@ -43,7 +51,9 @@ class TrialSpec:
     """The driver-to-trial contract: the cells of one trial and where they log and checkpoint.
 
     ``members`` holds one cell, or the cells of a pack; ``key`` and ``name`` name the trial (a cell's own,
-    or scaling.packing.pack_key's); ``resources`` are Tune's (``{"cpu": 1, "gpu": 0.25, ...}``).
+    or scaling.packing.pack_key's); ``resources`` are Tune's (``{"cpu": 1, "gpu": 0.25, ...}``);
+    ``tracking_uri`` is redacted when it holds credentials (the trial's environment has the real one);
+    ``driver`` names the driver in the cells' leases.
     """
 
     members: tuple[TrialMember, ...]
@@ -55,6 +65,7 @@ class TrialSpec:
     sweep: str
     storage: str
     parent_run_id: str | None = None
+    driver: str = ""
 
     @property
     def is_pack(self) -> bool:
@@ -106,32 +117,74 @@ def cap_gpu_memory(device: torch.device, gpu: float) -> None:
         torch.cuda.set_per_process_memory_fraction(gpu, device)
 
 
-def prepare(spec: TrialSpec, cell: Cell) -> tuple[torch.device, CheckpointStore]:
-    """Threads, device and GPU memory cap of the trial; its checkpoint store."""
+def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> tuple[torch.device, CheckpointStore]:
+    """Threads, device and GPU memory cap of the trial; its checkpoint store, which writes a cell's
+    checkpoint only while the cell's lease in ``leases`` is still this trial's."""
     torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))
     device = trial_device(spec, cell)
     cap_gpu_memory(device, float(spec.resources.get("gpu", 0)))
-    return device, CheckpointStore(spec.storage)
+    return device, CheckpointStore(spec.storage, guard=lambda key: leases[key].check())
 
 
 def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
-    return CellLog.open(spec.tracking_uri, spec.experiment_id, cell, spec.sweep, spec.parent_run_id)
+    return CellLog.open(
+        trial_tracking_uri(spec.tracking_uri), spec.experiment_id, cell, spec.sweep, spec.parent_run_id
+    )
+
+
+def take_leases(spec: TrialSpec) -> tuple[dict[str, Lease], dict[str, Holder]]:
+    """The leases of the spec's cells this trial got, and the live holders of the others."""
+    leases, held = {}, {}
+    store = Leases(spec.storage)
+    for key in spec.keys:
+        got = store.acquire(key, spec.driver)
+        (leases if isinstance(got, Lease) else held)[key] = got
+    return leases, held
+
+
+def release(leases: dict[str, Lease]) -> None:
+    for lease in leases.values():
+        lease.release()
+
+
+def held_report(held: dict[str, Holder], report) -> dict[str, Any]:
+    """The trial's final report when other trials hold some of its cells: the driver waits for those."""
+    final = {
+        "held": len(held),
+        "held_keys": ",".join(held),
+        "progress": 1.0,
+        "held_by": "; ".join(sorted({h.describe() for h in held.values()})),
+    }
+    if report:
+        report(final)
+    return final
 
 
 def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
     """Run one cell by its kind and log it; ``report`` receives progress dicts (tune.report in a trial).
     A failure marks the cell's run failed with its traceback and is raised again (Tune retries)."""
     (cell,) = spec.cells()
-    device, store = prepare(spec, cell)
-    log = open_log(spec, cell)
-    trial = TrialContext(device, store, log, spec.tracking_uri, report)
+    leases, held = take_leases(spec)
+    if held:
+        return held_report(held, report)
     try:
-        final = cell.kind.run(cell, trial)
-    except Exception:
-        log.fail(traceback.format_exc())
-        raise
-    trial.progress(final)
-    return final
+        device, store = prepare(spec, cell, leases)
+        log = open_log(spec, cell)
+        if log.complete:  # finished meanwhile (by another driver, or before a retry)
+            final = {"progress": 1.0, "finished": 1}
+        else:
+            leases[cell.key].record()
+            trial = TrialContext(device, store, log, trial_tracking_uri(spec.tracking_uri), report)
+            try:
+                final = cell.kind.run(cell, trial)
+            except Exception:
+                log.fail(traceback.format_exc())
+                raise
+        if report:
+            report(final)
+        return final
+    finally:
+        release(leases)
 
 
 class PackMemberError(RuntimeError):
@@ -141,14 +194,32 @@ class PackMemberError(RuntimeError):
 def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
     """Train, evaluate and log a pack's members as the training kind does each cell alone.
 
-    Members whose run is complete already (a retried trial) are skipped; the others resume from their
-    own checkpoints. A member that fails (e.g. diverges to NaN) is marked failed in its run and does
-    not stop the others; the trial then raises, naming it, so Tune retries the pack (from checkpoints).
+    Members whose run is complete already (a retried trial) are skipped, and so are members whose lease
+    another trial holds (reported as ``held``); the others resume from their own checkpoints. A member
+    that fails (e.g. diverges to NaN) is marked failed in its run and does not stop the others; the trial
+    then raises, naming it, so Tune retries the pack (from checkpoints).
     """
-    cells = spec.cells()
-    device, store = prepare(spec, cells[0])
+    leases, held = take_leases(spec)
+    try:
+        final = run_members(spec, [c for c in spec.cells() if c.key in leases], leases, report)
+    except Exception:
+        if held:  # the last report names them: the driver waits for them instead of failing them
+            held_report(held, report)
+        raise
+    finally:
+        release(leases)
+    return held_report(held, report) if held else final
+
+
+def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], report) -> dict[str, Any]:
+    """Train and finish the pack's members this trial holds (see run_pack)."""
+    if not cells:
+        return {"progress": 1.0, "finished": 1}
+    device, store = prepare(spec, cells[0], leases)
     logs = [open_log(spec, cell) for cell in cells]
     todo = [(cell, log) for cell, log in zip(cells, logs) if not log.complete]
+    for cell, _ in todo:
+        leases[cell.key].record()
     errors: dict[str, str] = {}
     if todo:
         try:

@@ -28,8 +28,14 @@ def label(cell) -> str:
 
 def resume(trainer: CellTrainer, store, log) -> None:
     """Load the cell's checkpoint into ``trainer``, if there is one, and log what the last run could not:
-    the step it resumed from and the losses a blinking store missed (they ride in the checkpoint)."""
+    the step it resumed from and the losses a blinking store missed (they ride in the checkpoint). A
+    damaged checkpoint (scaling.checkpoints) is named in the run's ``checkpoint_damaged`` tag; the cell
+    continues from the last good one, or from scratch."""
     state = store.load(trainer.cell.key)
+    problems = store.problems.get(trainer.cell.key)
+    if problems:
+        fallback = f"resumed from step {state['step']}" if state is not None else "trained from scratch"
+        log.note("checkpoint_damaged", f"{'; '.join(problems)}; discarded, {fallback}")
     if state is None:
         return
     trainer.load_state_dict(state)

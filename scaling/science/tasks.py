@@ -59,6 +59,7 @@ class TaskConfig:
         check_choice(self.family, "family", FAMILIES)
         check(self.d >= 1, "d", f"must be >= 1, got {self.d}")
         check(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
+        check(math.isfinite(self.noise_std), "noise_std", f"must be finite, got {self.noise_std}")
         check(
             all(s >= 0 for s in self.noise_stds),
             "noise_stds",

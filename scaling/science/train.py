@@ -11,6 +11,7 @@ Evaluation (``CellTrainer.evaluate``) is scaling.science.evaluate's.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -79,6 +80,7 @@ class TrainConfig:
         for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(math.isfinite(self.lr), "lr", f"must be finite, got {self.lr}")
         check_choice(self.precision, "precision", ("float32", "bfloat16"))
         check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
