@@ -9,6 +9,7 @@ the figures of the sweep's layout as PNG and SVG (``fig1.png`` for fig1*; ``cont
 ``--compare A B`` (sweep files or experiment names), or ``--experiment A --experiment B``: one report
 comparing two sweeps, in ``analysis_out/A-vs-B``, logged to A's experiment.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,15 +23,28 @@ from .run import AnalysisError, analyse, compare
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", nargs="?", help="the sweep file whose experiment to analyse")
-    parser.add_argument("--experiment", action="append", default=[],
-                        help="an MLflow experiment name instead of a sweep file (twice: compare the two)")
-    parser.add_argument("--compare", nargs=2, metavar=("A", "B"),
-                        help="compare two sweeps: each a sweep file or an experiment name")
+    parser.add_argument(
+        "--experiment",
+        action="append",
+        default=[],
+        help="an MLflow experiment name instead of a sweep file (twice: compare the two)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="compare two sweeps: each a sweep file or an experiment name",
+    )
     parser.add_argument("--profile", default="", help="the sweep's profile (its experiment is NAME-PROFILE)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)",
+    )
     parser.add_argument("--out", default=None, help="output folder (default analysis_out/<experiment>)")
-    parser.add_argument("--layout", choices=sorted(LAYOUTS), help="figure layout (default: by the sweep's name)")
+    parser.add_argument(
+        "--layout", choices=sorted(LAYOUTS), help="figure layout (default: by the sweep's name)"
+    )
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for fit intervals")
     parser.add_argument("--no-log", action="store_true", help="do not log the analysis to MLflow")
     args = parser.parse_args(argv)
@@ -52,11 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.compare or len(args.experiment) == 2:
             pair = [source(s) for s in args.compare] if args.compare else [(None, e) for e in args.experiment]
-            a, b, report = compare(*pair, args.profile, args.tracking_uri, out, args.bootstrap, log=not args.no_log)
+            a, b, report = compare(
+                *pair, args.profile, args.tracking_uri, out, args.bootstrap, log=not args.no_log
+            )
             print(f"A: {a.experiment}: {a.answer()}\nB: {b.experiment}: {b.answer()}\nwrote {report}")
             return 0
-        result = analyse(args.sweep, args.experiment[0] if args.experiment else None, args.profile,
-                         args.tracking_uri, out, args.bootstrap, log=not args.no_log, layout=args.layout)
+        result = analyse(
+            args.sweep,
+            args.experiment[0] if args.experiment else None,
+            args.profile,
+            args.tracking_uri,
+            out,
+            args.bootstrap,
+            log=not args.no_log,
+            layout=args.layout,
+        )
     except AnalysisError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

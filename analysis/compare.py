@@ -5,6 +5,7 @@ Points match on (model, T, N, predictor, n) and the task family when both tables
 settings may differ (a quick profile at d = 4 against the full sweep at d = 8). Errors are means over
 seeds; ``diff`` = err_B - err_A and ``ratio`` = err_B / err_A.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,27 @@ import pandas as pd
 from . import plots
 
 POINT_KEYS = ["model", "T", "N", "predictor", "n"]
-FIT_VALUES = ["E", "E_lo", "E_hi", "A", "A_lo", "A_hi", "alpha", "alpha_lo", "alpha_hi", "B", "B_lo", "B_hi",
-              "beta", "beta_lo", "beta_hi", "n_points", "n_seeds", "converged", "note"]
+FIT_VALUES = [
+    "E",
+    "E_lo",
+    "E_hi",
+    "A",
+    "A_lo",
+    "A_hi",
+    "alpha",
+    "alpha_lo",
+    "alpha_hi",
+    "B",
+    "B_lo",
+    "B_hi",
+    "beta",
+    "beta_lo",
+    "beta_hi",
+    "n_points",
+    "n_seeds",
+    "converged",
+    "note",
+]
 FIT_DROP = ["sweep", "E_fixed", "message", "loss", "n_boot", "boot_converged", "level"]
 MAX_OVERLAY_PANELS = 12
 
@@ -39,7 +59,11 @@ def differences(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 def fits_side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """One row per fit group both sweeps have: A's and B's parameters and intervals side by side."""
-    keys = [c for c in a.columns if c in b.columns and c not in FIT_VALUES + FIT_DROP and not c.startswith("task.")]
+    keys = [
+        c
+        for c in a.columns
+        if c in b.columns and c not in FIT_VALUES + FIT_DROP and not c.startswith("task.")
+    ]
     if "task.family" in a and "task.family" in b:
         keys.append("task.family")
     left = a[keys + [c for c in FIT_VALUES if c in a]]
@@ -60,15 +84,30 @@ def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
     names = (a["sweep"].iloc[0], b["sweep"].iloc[0])
     for ax, (T, N) in zip(axes[0], panels):
         for table, style, sweep in ((a, "-", names[0]), (b, "--", names[1])):
-            part = table[(table["T"] == T) & (table["N"] == N) & (table["predictor"] == "model")
-                         & table["model"].isin(cells["model"])]
+            part = table[
+                (table["T"] == T)
+                & (table["N"] == N)
+                & (table["predictor"] == "model")
+                & table["model"].isin(cells["model"])
+            ]
             for model, rows in part.groupby("model"):
                 curve = plots.over_seeds(rows, ["n"]).sort_values("n")
-                ax.plot(curve["n"], curve["err"], style, color=colors[model], marker="o", ms=3,
-                        label=f"{model} ({sweep})")
-                ax.fill_between(curve["n"], curve["lo"], curve["hi"], color=colors[model], alpha=0.1, linewidth=0)
+                ax.plot(
+                    curve["n"],
+                    curve["err"],
+                    style,
+                    color=colors[model],
+                    marker="o",
+                    ms=3,
+                    label=f"{model} ({sweep})",
+                )
+                ax.fill_between(
+                    curve["n"], curve["lo"], curve["hi"], color=colors[model], alpha=0.1, linewidth=0
+                )
         plots.finish(ax, "context length n", f"T = {plots.format_T(T)}, N = {N}", False)
-    figs = {"compare_context": plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs n")}
+    figs = {
+        "compare_context": plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs n")
+    }
     Ts = sorted(set(cells["T"]))
     if len(Ts) and (a["N"].nunique() > 1 or b["N"].nunique() > 1):
         fig, axes = plots.grid(1, len(Ts))
@@ -77,11 +116,19 @@ def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
                 part = table[(table["T"] == T) & (table["n"] == table["N"]) & (table["predictor"] == "model")]
                 for model, rows in part.groupby("model"):
                     curve = plots.over_seeds(rows, ["N"]).sort_values("N")
-                    ax.plot(curve["N"], curve["err"], style, color=colors[model], marker="o", ms=3,
-                            label=f"{model} ({sweep})")
+                    ax.plot(
+                        curve["N"],
+                        curve["err"],
+                        style,
+                        color=colors[model],
+                        marker="o",
+                        ms=3,
+                        label=f"{model} ({sweep})",
+                    )
             plots.finish(ax, "context length N (train = test)", f"T = {plots.format_T(T)}", False)
-        figs["compare_diagonal"] = plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): "
-                                                           "error vs N at n = N")
+        figs["compare_diagonal"] = plots.legend_below(
+            fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs N at n = N"
+        )
     return figs
 
 
@@ -91,5 +138,7 @@ def summary_line(diffs: pd.DataFrame) -> str:
     if model.empty:
         return "no matching points of the trained models"
     ratio = model["ratio"].replace([math.inf, -math.inf], float("nan")).dropna()
-    return (f"{len(model)} matching points of the trained models; err_B / err_A median {ratio.median():.4g} "
-            f"(min {ratio.min():.4g}, max {ratio.max():.4g}); B lower at {(model['diff'] < 0).sum()} points")
+    return (
+        f"{len(model)} matching points of the trained models; err_B / err_A median {ratio.median():.4g} "
+        f"(min {ratio.min():.4g}, max {ratio.max():.4g}); B lower at {(model['diff'] < 0).sum()} points"
+    )

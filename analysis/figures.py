@@ -16,6 +16,7 @@ left out, a panel whose wanted value is absent from the sweep).
 - fig7: as fig8 with (B) at T = 1e5 only: MLPs on vectorised input, on psi_K features, on both.
 - smoke: fig1's panels at the values the sweep has, plus the generic figures.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ def pick(present, wanted: list[float]) -> list[float]:
     """The wanted values the sweep has; if none, its largest len(wanted) values (inf counts as largest)."""
     present = sorted(set(present))
     hit = [v for v in wanted if v in present]
-    return hit or present[-len(wanted):]
+    return hit or present[-len(wanted) :]
 
 
 def nearest(present, wanted: float) -> float | None:
@@ -70,20 +71,28 @@ def task_and_context(table: pd.DataFrame, name: str, N_A: float, Ts_B: list[floa
     if N != N_A:
         drawn.notes.append(f"panel A: the sweep has no N = {N_A:g}; drawn at N = {N}")
     if [T for T in Ts_B if T in Ts] != Ts_B:
-        drawn.notes.append(f"panel B: wanted T = {', '.join(map(plots.format_T, Ts_B))}; "
-                           f"drawn at T = {', '.join(map(plots.format_T, Ts))}")
+        drawn.notes.append(
+            f"panel B: wanted T = {', '.join(map(plots.format_T, Ts_B))}; "
+            f"drawn at T = {', '.join(map(plots.format_T, Ts))}"
+        )
     fig, axes = plots.grid(len(rows), 1 + len(Ts))
     for r, (task, part) in enumerate(rows):
         plots.draw_task(axes[r][0], part, colors, N=int(N), title=_prefix(task, f"(A) error vs T, N = {N}"))
         for c, T in enumerate(Ts, start=1):
-            plots.draw_context(axes[r][c], part[part["T"] == T], colors, diagonal=True,
-                               title=_prefix(task, f"(B) error vs N, T = {plots.format_T(T)}"))
+            plots.draw_context(
+                axes[r][c],
+                part[part["T"] == T],
+                colors,
+                diagonal=True,
+                title=_prefix(task, f"(B) error vs N, T = {plots.format_T(T)}"),
+            )
     drawn.figures[name] = plots.legend_below(fig, f"{name}: task scaling (A) and context scaling (B)")
     return drawn
 
 
-def context_panels(table: pd.DataFrame, name: str, diagonal: bool, by_level: bool = False,
-                   scans: pd.DataFrame | None = None) -> Drawn:
+def context_panels(
+    table: pd.DataFrame, name: str, diagonal: bool, by_level: bool = False, scans: pd.DataFrame | None = None
+) -> Drawn:
     """Figs. 2-6: error vs n (or vs N at n = N) in a panel per task, or per noise level; with ``scans``
     (Figs. 2-3), ridge error vs lambda on the right, a panel per scanned n with a curve per level."""
     drawn, colors = Drawn(), plots.model_colors(table)
@@ -97,16 +106,22 @@ def context_panels(table: pd.DataFrame, name: str, diagonal: bool, by_level: boo
             drawn.notes.append("no per-level rows (model|noise_std=...): one panel over all prompts")
     right = lambda_panels(scans, levels) if scans is not None else []
     if scans is not None and not right:
-        drawn.notes.append("right panel (ridge error vs lambda) omitted: no cell scanned lambda "
-                           "(set eval.lambda_n in the sweep)")
+        drawn.notes.append(
+            "right panel (ridge error vs lambda) omitted: no cell scanned lambda "
+            "(set eval.lambda_n in the sweep)"
+        )
     fig, axes = plots.grid(1, len(panels) + len(right))
     for ax, (task, part, level) in zip(axes[0], panels):
         title = level or task or "all prompts"
         axis = "N" if diagonal else "n"
-        plots.draw_context(ax, part, colors, diagonal=diagonal, level=level, title=f"error vs {axis}: {title}")
-    for ax, (n, drawn_levels) in zip(axes[0][len(panels):], right):
+        plots.draw_context(
+            ax, part, colors, diagonal=diagonal, level=level, title=f"error vs {axis}: {title}"
+        )
+    for ax, (n, drawn_levels) in zip(axes[0][len(panels) :], right):
         plots.draw_lambda(ax, scans, table, colors, n=n, levels=drawn_levels, title=lambda_title(n))
-    drawn.figures[name] = plots.legend_below(fig, f"{name}: context scaling" + (", ridge vs lambda" if right else ""))
+    drawn.figures[name] = plots.legend_below(
+        fig, f"{name}: context scaling" + (", ridge vs lambda" if right else "")
+    )
     return drawn
 
 
@@ -145,8 +160,12 @@ def fixed_T(table: pd.DataFrame, name: str, wanted: float) -> Drawn:
 
 
 def generic(table: pd.DataFrame, name: str) -> Drawn:
-    return Drawn({"context_scaling": plots.context_scaling_figure(table, f"{name}: context scaling"),
-                  "task_scaling": plots.task_scaling_figure(table, f"{name}: task scaling")})
+    return Drawn(
+        {
+            "context_scaling": plots.context_scaling_figure(table, f"{name}: context scaling"),
+            "task_scaling": plots.task_scaling_figure(table, f"{name}: task scaling"),
+        }
+    )
 
 
 def smoke(table: pd.DataFrame, name: str) -> Drawn:
@@ -156,7 +175,7 @@ def smoke(table: pd.DataFrame, name: str) -> Drawn:
     return drawn
 
 
-SCANS = ("fig2", "fig3")      # the layouts whose figure holds the lambda scans (its right panels)
+SCANS = ("fig2", "fig3")  # the layouts whose figure holds the lambda scans (its right panels)
 
 LAYOUTS: dict[str, Callable[..., Drawn]] = {
     "fig1": lambda t, name: task_and_context(t, name, 10, [1e5, 1e6]),
@@ -184,8 +203,9 @@ def layout_named(name: str) -> Callable[..., Drawn]:
     return LAYOUTS[name]
 
 
-def draw(table: pd.DataFrame, experiment: str, layout: str | None = None,
-         scans: pd.DataFrame | None = None) -> Drawn:
+def draw(
+    table: pd.DataFrame, experiment: str, layout: str | None = None, scans: pd.DataFrame | None = None
+) -> Drawn:
     """The figures of a sweep in its layout (``layout`` overrides the choice by name); ``scans`` are the
     cells' ridge-vs-lambda rows (``analysis.load.split_scans``)."""
     name = layout or layout_name(experiment)

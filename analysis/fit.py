@@ -89,7 +89,8 @@ def scaling_points(
     select="diagonal" keeps rows evaluated at the cell's own length (n == N, train and test on the
     same context length as in seed 001 App. A); "all" keeps every evaluated n; "auto" (the default)
     is "diagonal" for groups whose cells span several N and "all" for groups of one N, whose curve
-    over n is one cell trained on every prefix (seed 001 Figs. 2-4: one N = 40 cell per model). When n is a fit axis
+    over n is one cell trained on every prefix (seed 001 Figs. 2-4: one N = 40 cell per model). When n is a
+    fit axis
     only n >= n_min is kept (n^-alpha needs n > 0); when T is a fit axis only finite T > 0 is kept.
     Rows with non-finite or non-positive err are dropped. Duplicates of (keys, seed, axes) left
     after selection (several cells evaluated at the same n under select="all") are averaged.
@@ -99,9 +100,11 @@ def scaling_points(
     rows = table
     if select == "diagonal":
         rows = rows[rows["n"] == rows["N"]]
-    elif select == "auto":      # a lattice over N is judged per group without n (a task group's own key)
+    elif select == "auto":  # a lattice over N is judged per group without n (a task group's own key)
         lattice = [k for k in keys if k != "n"]
-        group_Ns = rows.groupby(lattice, dropna=False)["N"].transform("nunique") if lattice else rows["N"].nunique()
+        group_Ns = (
+            rows.groupby(lattice, dropna=False)["N"].transform("nunique") if lattice else rows["N"].nunique()
+        )
         rows = rows[(group_Ns == 1) | (rows["n"] == rows["N"])]
     if "n" in axes:
         rows = rows[rows["n"] >= n_min]
@@ -216,9 +219,7 @@ def minimise(
     return res.x, float(res.fun), ok, str(res.message)
 
 
-def best_fit(
-    problem: Problem, weights: np.ndarray, maxiter: int
-) -> tuple[np.ndarray, float, bool, str]:
+def best_fit(problem: Problem, weights: np.ndarray, maxiter: int) -> tuple[np.ndarray, float, bool, str]:
     """The lowest-loss converged run over the starting grid (the lowest-loss run if none
     converged)."""
     runs = [minimise(problem, s, weights, maxiter) for s in starting_grid(problem)]
@@ -286,8 +287,10 @@ def fit_points(
     distinct = len(np.unique(problem.logx, axis=0))
     per_axis = min(len(np.unique(col)) for col in problem.logx.T)
     if distinct < problem.n_free or per_axis < 2:
-        out["message"] = (f"not fitted: {distinct} distinct points ({per_axis} on the sparsest "
-                          f"axis) for {problem.n_free} parameters")
+        out["message"] = (
+            f"not fitted: {distinct} distinct points ({per_axis} on the sparsest "
+            f"axis) for {problem.n_free} parameters"
+        )
         out["note"] = out["message"]
         return out
     # L-BFGS-B calls BLAS on tiny matrices; BLAS threads only add contention (10x slower here)
@@ -321,8 +324,9 @@ def _bound_note(params: dict, form: Form) -> str:
     return "; ".join(hit)
 
 
-def predicted_err(fit: dict | pd.Series, n: np.ndarray | float = math.inf,
-                  T: np.ndarray | float = math.inf) -> np.ndarray:
+def predicted_err(
+    fit: dict | pd.Series, n: np.ndarray | float = math.inf, T: np.ndarray | float = math.inf
+) -> np.ndarray:
     """E + A n^-alpha + B T^-beta from a row of fit results (terms the form lacks are left out;
     T = inf drops the task term), for drawing fitted curves."""
     out = np.full(np.broadcast(n, T).shape, float(fit["E"]))
@@ -402,8 +406,9 @@ def fit_scaling(
     rows = []
     for key, group in pts.groupby(keys, dropna=False, sort=True):
         floor = _group_floor(group, fixed_E)
-        fit = fit_points(group, form, fixed_E=floor, n_boot=n_boot, level=level, rng=rng,
-                         delta=delta, maxiter=maxiter)
+        fit = fit_points(
+            group, form, fixed_E=floor, n_boot=n_boot, level=level, rng=rng, delta=delta, maxiter=maxiter
+        )
         rows.append({**dict(zip(keys, key)), "form": form, **fit})
     return pd.DataFrame(rows)
 

@@ -10,6 +10,7 @@ trained model, else the baseline's name), n, err, err_lo, err_hi, prompts, then 
 ``param.<name>`` (e.g. ``param.task.d``); and ``lam`` when cells scanned ridge's lambda (``split_scans``
 takes those rows apart).
 """
+
 from __future__ import annotations
 
 import math
@@ -19,42 +20,41 @@ from pathlib import Path
 
 import pandas as pd
 
-TABLE_COLUMNS = ["sweep", "cell_key", "run_id", "model", "T", "N", "seed", "predictor", "n", "err",
-                 "err_lo", "err_hi", "prompts"]
+from scaling.tracking import Tracker
+
+TABLE_COLUMNS = [
+    "sweep",
+    "cell_key",
+    "run_id",
+    "model",
+    "T",
+    "N",
+    "seed",
+    "predictor",
+    "n",
+    "err",
+    "err_lo",
+    "err_hi",
+    "prompts",
+]
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("SCALING_CACHE", Path.home() / ".cache" / "icl-scaling" / "curves"))
 
 
-def _client(tracking_uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri)
-
-
-def cell_runs(tracking_uri: str, experiment: str, client=None) -> list:
+def cell_runs(tracking_uri: str, experiment: str, tracker: Tracker | None = None) -> list:
     """Every cell run of the experiment (all pages of one bulk search: no call per run)."""
-    client = client or _client(tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise LookupError(f"no MLflow experiment named {experiment!r} in {tracking_uri}; run the sweep first")
-    runs, token = [], None
-    while True:
-        page = client.search_runs([found.experiment_id], "tags.kind = 'cell'", max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return (tracker or Tracker(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
 
 
-def _curves(client, run_id: str, cache: Path) -> tuple[pd.DataFrame, bool]:
+def _curves(tracker: Tracker, run_id: str, cache: Path) -> tuple[pd.DataFrame, bool]:
     """A run's curves, and whether they had to be downloaded (False: read from the cache)."""
     cached = cache / f"{run_id}.parquet"
     if cached.exists():
         return pd.read_parquet(cached), False
     cache.mkdir(parents=True, exist_ok=True)
-    local = client.download_artifacts(run_id, "curves.parquet", str(cache / f".{run_id}"))
+    local = tracker.download(run_id, "curves.parquet", cache / f".{run_id}")
     frame = pd.read_parquet(local)
     tmp = cache / f".{run_id}.parquet.tmp"
     frame.to_parquet(tmp, index=False)
@@ -68,27 +68,29 @@ def parse_T(value: str) -> float:
     return math.inf if value in ("inf", "Infinity") else float(value)
 
 
-def load_table(tracking_uri: str, experiment: str, cache_dir: Path | None = None,
-               workers: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_table(
+    tracking_uri: str, experiment: str, cache_dir: Path | None = None, workers: int = 16
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy table of complete cells, and a table of the cells that are not complete (with status).
 
     ``table.attrs``: ``downloads`` (curves fetched from the store; 0 when every run was cached) and
     ``runs`` (run id -> run name of the complete cells).
     """
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # no bar per run
-    client = _client(tracking_uri)
-    runs = cell_runs(tracking_uri, experiment, client)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
+    tracker = Tracker(tracking_uri)
+    runs = cell_runs(tracking_uri, experiment, tracker)
     complete = [r for r in runs if r.data.tags.get("status") == "complete"]
     missing = missing_cells(runs)
     cache = cache_dir or default_cache_dir()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        read = list(pool.map(lambda r: _curves(client, r.info.run_id, cache), complete))
+        read = list(pool.map(lambda r: _curves(tracker, r.info.run_id, cache), complete))
     if not read:
         table = pd.DataFrame(columns=TABLE_COLUMNS)
     else:
         table = tidy(experiment, complete, [frame for frame, _ in read])
-    table.attrs.update(downloads=sum(fetched for _, fetched in read),
-                       runs={r.info.run_id: r.info.run_name for r in complete})
+    table.attrs.update(
+        downloads=sum(fetched for _, fetched in read), runs={r.info.run_id: r.info.run_name for r in complete}
+    )
     return table, missing
 
 
@@ -103,21 +105,39 @@ def split_scans(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def missing_cells(runs: list) -> pd.DataFrame:
     """The cell runs that are not complete: key, run id, name, status and the last line of the error."""
-    return pd.DataFrame([{"cell_key": r.data.tags.get("cell_key"), "run_id": r.info.run_id,
-                          "name": r.info.run_name, "status": r.data.tags.get("status", ""),
-                          "error": ((r.data.tags.get("error") or "").strip().splitlines() or [""])[-1]}
-                         for r in runs if r.data.tags.get("status") != "complete"],
-                        columns=["cell_key", "run_id", "name", "status", "error"])
+    return pd.DataFrame(
+        [
+            {
+                "cell_key": r.data.tags.get("cell_key"),
+                "run_id": r.info.run_id,
+                "name": r.info.run_name,
+                "status": r.data.tags.get("status", ""),
+                "error": ((r.data.tags.get("error") or "").strip().splitlines() or [""])[-1],
+            }
+            for r in runs
+            if r.data.tags.get("status") != "complete"
+        ],
+        columns=["cell_key", "run_id", "name", "status", "error"],
+    )
 
 
 def tidy(experiment: str, runs: list, curves: list[pd.DataFrame]) -> pd.DataFrame:
     """Stack the runs' curves with their cell columns; params join once per run, not per row."""
-    cells = pd.DataFrame([{"sweep": r.data.tags.get("sweep", experiment), "cell_key": r.data.tags["cell_key"],
-                           "run_id": r.info.run_id,
-                           "model": r.data.params.get("model.name") or r.data.params.get("model.arch", "?"),
-                           "T": parse_T(r.data.params["T"]), "N": int(r.data.params["N"]),
-                           "seed": int(r.data.params["seed"]),
-                           **{f"param.{k}": v for k, v in r.data.params.items()}} for r in runs])
+    cells = pd.DataFrame(
+        [
+            {
+                "sweep": r.data.tags.get("sweep", experiment),
+                "cell_key": r.data.tags["cell_key"],
+                "run_id": r.info.run_id,
+                "model": r.data.params.get("model.name") or r.data.params.get("model.arch", "?"),
+                "T": parse_T(r.data.params["T"]),
+                "N": int(r.data.params["N"]),
+                "seed": int(r.data.params["seed"]),
+                **{f"param.{k}": v for k, v in r.data.params.items()},
+            }
+            for r in runs
+        ]
+    )
     stacked = pd.concat([c.assign(run_id=r.info.run_id) for r, c in zip(runs, curves)], ignore_index=True)
     table = cells.merge(stacked, on="run_id", how="inner", validate="one_to_many")
     lead = TABLE_COLUMNS + sorted(c for c in table.columns if c not in TABLE_COLUMNS)

@@ -14,6 +14,7 @@ panel asks for that level (``level=``), never mixed into the overall lines.
 - Task scaling: error against T at n = N (log axis; T = inf drawn at the right edge).
 A panel without data says so instead of failing: a partial sweep gives missing points, not a crash.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,10 +28,19 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 THEORY = {"ridge": "Bayes ridge (theory)", "bayes_discrete": "discrete MMSE (theory)"}
-BASELINE_LABELS = {"least_squares": "OLS", "ridge_tuned": "tuned ridge", "ridge_per_level": "ridge per level",
-                   "ridge_validation": "ridge, validated lambda", "lasso": "Lasso", "xgboost": "XGBoost",
-                   "nn_student": "NN student", "knn": "3-NN", "averaging": "averaging", "hilbert": "Hilbert",
-                   "decision_tree": "decision tree"}
+BASELINE_LABELS = {
+    "least_squares": "OLS",
+    "ridge_tuned": "tuned ridge",
+    "ridge_per_level": "ridge per level",
+    "ridge_validation": "ridge, validated lambda",
+    "lasso": "Lasso",
+    "xgboost": "XGBoost",
+    "nn_student": "NN student",
+    "knn": "3-NN",
+    "averaging": "averaging",
+    "hilbert": "Hilbert",
+    "decision_tree": "decision tree",
+}
 BASELINE_DASHES = [(4, 2), (1.5, 1.5), (6, 2, 1.5, 2), (2, 3), (8, 3), (3, 1, 1, 1)]
 BASELINE_GREYS = ["0.35", "0.55", "0.45", "0.65", "0.25", "0.5"]
 PANEL_W, PANEL_H = 4.0, 3.3
@@ -60,8 +70,14 @@ def levels(table: pd.DataFrame) -> list[str]:
 def over_seeds(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Mean over seeds with a band: the seed range, or the single seed's bootstrap interval."""
     grouped = frame.groupby(by, dropna=False)
-    out = grouped.agg(err=("err", "mean"), lo_seed=("err", "min"), hi_seed=("err", "max"),
-                      lo_boot=("err_lo", "mean"), hi_boot=("err_hi", "mean"), seeds=("seed", "nunique"))
+    out = grouped.agg(
+        err=("err", "mean"),
+        lo_seed=("err", "min"),
+        hi_seed=("err", "max"),
+        lo_boot=("err_lo", "mean"),
+        hi_boot=("err_hi", "mean"),
+        seeds=("seed", "nunique"),
+    )
     out["lo"] = np.where(out["seeds"] > 1, out["lo_seed"], out["lo_boot"])
     out["hi"] = np.where(out["seeds"] > 1, out["hi_seed"], out["hi_boot"])
     return out.reset_index()
@@ -86,8 +102,12 @@ def baseline_style(names: list[str]) -> dict[str, dict]:
         if name in THEORY:
             styles[name] = dict(color="k", linestyle="-.", linewidth=1.3, label=THEORY[name])
         else:
-            styles[name] = dict(color=BASELINE_GREYS[k % 6], dashes=BASELINE_DASHES[k % 6], linewidth=1.2,
-                                label=BASELINE_LABELS.get(name, name))
+            styles[name] = dict(
+                color=BASELINE_GREYS[k % 6],
+                dashes=BASELINE_DASHES[k % 6],
+                linewidth=1.2,
+                label=BASELINE_LABELS.get(name, name),
+            )
             k += 1
     return styles
 
@@ -107,8 +127,16 @@ def finish(ax, xlabel: str, title: str, empty: bool, top: float = 1.0) -> None:
         ax.text(0.5, 0.5, "no complete cells", transform=ax.transAxes, ha="center", color="0.4")
 
 
-def draw_context(ax, table: pd.DataFrame, colors: dict, *, diagonal: bool, title: str,
-                 level: str | None = None, models: list[str] | None = None) -> None:
+def draw_context(
+    ax,
+    table: pd.DataFrame,
+    colors: dict,
+    *,
+    diagonal: bool,
+    title: str,
+    level: str | None = None,
+    models: list[str] | None = None,
+) -> None:
     """Error against n (every evaluated n; a line per model and N) or, ``diagonal``, against N at n = N."""
     rows = rows_at(table, level)
     if diagonal:
@@ -127,8 +155,13 @@ def draw_context(ax, table: pd.DataFrame, colors: dict, *, diagonal: bool, title
         ax.plot(curve[x], curve["err"], "-", color=colors[model], marker=marker, ms=3.5, label=label)
         ax.fill_between(curve[x], curve["lo"], curve["hi"], color=colors[model], alpha=0.15, linewidth=0)
     _baselines_against(ax, rows[~rows["base"].isin(["model", "zero"])], x)
-    finish(ax, "context length N (train = test)" if diagonal else "context length n", title, trained.empty,
-           _top(trained))
+    finish(
+        ax,
+        "context length N (train = test)" if diagonal else "context length n",
+        title,
+        trained.empty,
+        _top(trained),
+    )
 
 
 def _top(trained: pd.DataFrame) -> float:
@@ -151,8 +184,16 @@ def t_positions(Ts) -> tuple[dict[float, float], list[float], list[str]]:
     return where, ticks, [format_T(next(T for T, v in where.items() if v == t)) for t in ticks]
 
 
-def draw_task(ax, table: pd.DataFrame, colors: dict, *, N: int, title: str, level: str | None = None,
-              models: list[str] | None = None) -> None:
+def draw_task(
+    ax,
+    table: pd.DataFrame,
+    colors: dict,
+    *,
+    N: int,
+    title: str,
+    level: str | None = None,
+    models: list[str] | None = None,
+) -> None:
     """Error against T at n = N = the given N; baselines that do not depend on T as flat lines."""
     rows = rows_at(table, level)
     rows = rows[(rows["n"] == N) & (rows["N"] == N)]
@@ -170,7 +211,7 @@ def draw_task(ax, table: pd.DataFrame, colors: dict, *, N: int, title: str, leve
     styles = baseline_style(list(others["base"].unique()))
     for name, part in others.groupby("base"):
         by_T = part.groupby("T")["err"].mean()
-        if name == "bayes_discrete" and len(by_T) > 1:      # depends on the pool: a curve over T
+        if name == "bayes_discrete" and len(by_T) > 1:  # depends on the pool: a curve over T
             ax.plot([where[T] for T in by_T.index], by_T.to_numpy(), **styles[name])
         else:
             ax.axhline(float(by_T.mean()), **styles[name])
@@ -184,8 +225,16 @@ def draw_task(ax, table: pd.DataFrame, colors: dict, *, N: int, title: str, leve
 LEVEL_STYLES = ["-", "--", ":", "-."]
 
 
-def draw_lambda(ax, scans: pd.DataFrame, table: pd.DataFrame, colors: dict, *, n: int, title: str,
-                levels: list[str | None] = (None,)) -> None:
+def draw_lambda(
+    ax,
+    scans: pd.DataFrame,
+    table: pd.DataFrame,
+    colors: dict,
+    *,
+    n: int,
+    title: str,
+    levels: list[str | None] = (None,),
+) -> None:
     """Ridge error against lambda at context length n (seed 001 Figs. 2-3, right panels): per level (None:
     all prompts; 'noise_std=0.1': that level's prompts, a line style each) the scan's curve (band over
     seeds, or the bootstrap interval of one seed) with its minimum marked, and each model's error at the
@@ -196,7 +245,9 @@ def draw_lambda(ax, scans: pd.DataFrame, table: pd.DataFrame, colors: dict, *, n
         curve = over_seeds(rows_at(scans[scans["n"] == n], level), ["lam"]).sort_values("lam")
         if curve.empty:
             continue
-        ax.plot(curve["lam"], curve["err"], style, color="0.3", linewidth=1.4, label=f"ridge vs lambda{suffix}")
+        ax.plot(
+            curve["lam"], curve["err"], style, color="0.3", linewidth=1.4, label=f"ridge vs lambda{suffix}"
+        )
         ax.fill_between(curve["lam"], curve["lo"], curve["hi"], color="0.3", alpha=0.12, linewidth=0)
         best = curve.loc[curve["err"].idxmin()]
         ax.plot([best["lam"]], [best["err"]], "v", color="0.3", ms=6, label="best lambda")
@@ -205,8 +256,13 @@ def draw_lambda(ax, scans: pd.DataFrame, table: pd.DataFrame, colors: dict, *, n
         trained = trained[trained["base"] == "model"]
         trained = trained[trained["N"] == trained.groupby("model")["N"].transform("max")]
         for model, part in trained.groupby("model"):
-            ax.axhline(float(part["err"].mean()), linestyle=style, color=colors[model], linewidth=1.3,
-                       label=f"{model}{suffix}")
+            ax.axhline(
+                float(part["err"].mean()),
+                linestyle=style,
+                color=colors[model],
+                linewidth=1.3,
+                label=f"{model}{suffix}",
+            )
     ax.set_xscale("log")
     finish(ax, "ridge lambda", title, top == 0.0, top or 1.0)
 
@@ -225,8 +281,14 @@ def legend_below(fig: plt.Figure, title: str) -> plt.Figure:
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.1 if handles else 0, 1, 0.96))
     if handles:
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 6), fontsize=8,
-                   frameon=False)
+        fig.legend(
+            handles.values(),
+            handles.keys(),
+            loc="lower center",
+            ncol=min(len(handles), 6),
+            fontsize=8,
+            frameon=False,
+        )
     return fig
 
 
@@ -235,7 +297,7 @@ def task_label(table: pd.DataFrame) -> pd.Series:
     cols = [c for c in table.columns if c.startswith("param.task.") and table[c].nunique(dropna=True) > 1]
     if not cols:
         return pd.Series("", index=table.index)
-    parts = [c[len("param.task."):] + "=" + table[c].astype(str) for c in cols]
+    parts = [c[len("param.task.") :] + "=" + table[c].astype(str) for c in cols]
     label = parts[0]
     for part in parts[1:]:
         label = label + " " + part

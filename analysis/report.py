@@ -4,6 +4,7 @@ A sweep's report, top to bottom: the one-line answer and the verdict table, note
 figures, the scaling-law fits with their intervals at full precision, the cells not complete with their
 errors, the MLflow run of every cell, the sweep's settings.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,8 +22,24 @@ table.data{border-collapse:collapse;font-size:12px}table.data td,table.data th{p
 border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}figure{margin:1em 0}img{max-width:100%}
 .wide{overflow-x:auto}pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}
 .answer{font-size:1.1em;background:#eef5ff;padding:.6em 1em;border-left:4px solid #36c}"""
-VERDICT_COLUMNS = ["sweep", "question", "model", "predictor", "T", "n", "x_min", "x_max", "n_points", "n_seeds",
-                   "drop", "drop_lo", "drop_hi", "trend_p", "verdict", "note"]
+VERDICT_COLUMNS = [
+    "sweep",
+    "question",
+    "model",
+    "predictor",
+    "T",
+    "n",
+    "x_min",
+    "x_max",
+    "n_points",
+    "n_seeds",
+    "drop",
+    "drop_lo",
+    "drop_hi",
+    "trend_p",
+    "verdict",
+    "note",
+]
 
 
 def full(value) -> str:
@@ -36,8 +53,11 @@ def table_html(frame: pd.DataFrame | None, empty: str, precise: bool = False) ->
     if frame is None or frame.empty:
         return f"<p>{html.escape(empty)}</p>"
     fmt = full if precise else (lambda v: f"{v:.4g}")
-    return '<div class="wide">' + frame.to_html(index=False, float_format=fmt, border=0, classes="data",
-                                                na_rep="") + "</div>"
+    return (
+        '<div class="wide">'
+        + frame.to_html(index=False, float_format=fmt, border=0, classes="data", na_rep="")
+        + "</div>"
+    )
 
 
 def image_html(path: Path) -> str:
@@ -51,7 +71,7 @@ def verdict_html(verdicts: pd.DataFrame | None) -> str:
     tasks = sorted(c for c in verdicts if c.startswith("task."))
     shown = [c for c in VERDICT_COLUMNS[:5] + tasks + VERDICT_COLUMNS[5:] if c in verdicts]
     trained = verdicts["predictor"] == "model"
-    ordered = pd.concat([verdicts[trained], verdicts[~trained]])        # the trained models first
+    ordered = pd.concat([verdicts[trained], verdicts[~trained]])  # the trained models first
     return table_html(ordered[shown], "no verdicts")
 
 
@@ -65,21 +85,33 @@ def runs_html(result) -> str:
         if uri.startswith("http"):
             link = f'<a href="{html.escape(uri.rstrip("/"))}/#/runs/{run_id}">{link}</a>'
         rows.append(f"<tr><td>{html.escape(str(name))}</td><td>{link}</td></tr>")
-    head = f"<p>Tracking store: <code>{html.escape(uri)}</code>; analysis run: <code>{result.run_id or '-'}</code></p>"
-    return head + ('<table class="data"><tr><th>cell run</th><th>run id</th></tr>' + "".join(rows) + "</table>"
-                   if rows else "<p>no runs</p>")
+    head = (
+        f"<p>Tracking store: <code>{html.escape(uri)}</code>;"
+        f" analysis run: <code>{result.run_id or '-'}</code></p>"
+    )
+    return head + (
+        '<table class="data"><tr><th>cell run</th><th>run id</th></tr>' + "".join(rows) + "</table>"
+        if rows
+        else "<p>no runs</p>"
+    )
 
 
 def _page(title: str, body: str) -> str:
-    return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{STYLE}</style></head><body>{body}</body></html>")
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}</body></html>"
+    )
 
 
 def sweep_sections(result, figures: bool = True) -> str:
     table = result.table
     figs = "".join(image_html(p) for p in result.files if p.suffix == ".png") if figures else ""
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
-    settings = yaml.safe_dump(result.document, sort_keys=False) if result.document else "(analysed by experiment name)"
+    settings = (
+        yaml.safe_dump(result.document, sort_keys=False)
+        if result.document
+        else "(analysed by experiment name)"
+    )
     return f"""<p class="answer">{html.escape(result.answer())}</p>
 <p>{table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
 <h2>Verdicts</h2>{verdict_html(result.verdicts)}
@@ -92,8 +124,9 @@ def sweep_sections(result, figures: bool = True) -> str:
 
 def write_report(result, path: Path) -> Path:
     """Write ``report.html`` for an AnalysisResult; returns its path."""
-    path.write_text(_page(result.experiment, f"<h1>Sweep {html.escape(result.experiment)}</h1>"
-                                             + sweep_sections(result)))
+    path.write_text(
+        _page(result.experiment, f"<h1>Sweep {html.escape(result.experiment)}</h1>" + sweep_sections(result))
+    )
     return path
 
 

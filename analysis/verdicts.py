@@ -95,7 +95,11 @@ def trend_p_value(wide: pd.DataFrame) -> float:
 
 
 def verdict_label(
-    question: Question, drop_lo: float, drop_hi: float, trend_p: float, threshold: float,
+    question: Question,
+    drop_lo: float,
+    drop_hi: float,
+    trend_p: float,
+    threshold: float,
     trend_alpha: float,
 ) -> str:
     """The module docstring's rule."""
@@ -126,10 +130,19 @@ def judge_points(
     lo, hi = drop_interval(drops, n_boot, level, rng)
     trend_p = trend_p_value(wide)
     out = {
-        "question": question, "axis": q.axis, "x_min": wide.columns[0], "x_max": wide.columns[-1],
-        "n_values": wide.shape[1], "n_seeds": len(drops),
-        "drop": float(drops.mean()) if len(drops) else math.nan, "drop_lo": lo, "drop_hi": hi,
-        "threshold": threshold, "level": level, "trend_p": trend_p, "note": "",
+        "question": question,
+        "axis": q.axis,
+        "x_min": wide.columns[0],
+        "x_max": wide.columns[-1],
+        "n_values": wide.shape[1],
+        "n_seeds": len(drops),
+        "drop": float(drops.mean()) if len(drops) else math.nan,
+        "drop_lo": lo,
+        "drop_hi": hi,
+        "threshold": threshold,
+        "level": level,
+        "trend_p": trend_p,
+        "note": "",
     }
     if wide.shape[1] < 2:
         out.update(verdict=INCONCLUSIVE, note=f"a single {q.axis} value")
@@ -147,16 +160,21 @@ def relative_to_zero(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     error, err divided by that error (measure "err/zero"); other groups keep err (measure "err")."""
     if table.empty or not {"cell_key", "predictor", "n"} <= set(table.columns):
         return table.assign(measure="err")
-    parts = table["predictor"].astype(str).str.partition("|")      # name, "|", level
+    parts = table["predictor"].astype(str).str.partition("|")  # name, "|", level
     pair = ["cell_key", "n", "_level"]
     marked = table.assign(_level=parts[2])
-    zeros = (marked[parts[0] == "zero"].groupby(pair, dropna=False)["err"].mean().rename("_zero").reset_index())
+    zeros = marked[parts[0] == "zero"].groupby(pair, dropna=False)["err"].mean().rename("_zero").reset_index()
     merged = marked.reset_index(drop=True).merge(zeros, on=pair, how="left")
     ok = np.isfinite(merged["_zero"]) & (merged["_zero"] > 0)
-    whole = (ok.groupby([merged[k] for k in keys], dropna=False).transform("all") if keys
-             else pd.Series(bool(ok.all()), index=ok.index))
-    return merged.assign(err=merged["err"].where(~whole, merged["err"] / merged["_zero"]),
-                         measure=np.where(whole, "err/zero", "err")).drop(columns=["_level", "_zero"])
+    whole = (
+        ok.groupby([merged[k] for k in keys], dropna=False).transform("all")
+        if keys
+        else pd.Series(bool(ok.all()), index=ok.index)
+    )
+    return merged.assign(
+        err=merged["err"].where(~whole, merged["err"] / merged["_zero"]),
+        measure=np.where(whole, "err/zero", "err"),
+    ).drop(columns=["_level", "_zero"])
 
 
 def scaling_verdicts(
@@ -184,12 +202,13 @@ def scaling_verdicts(
     rng = np.random.default_rng(rng)
     keys = group_keys(table, FORMS[question], by)
     table = relative_to_zero(table, keys) if against_zero else table.assign(measure="err")
-    keys = [*keys, "measure"]       # constant within a group: carried into the verdict rows
+    keys = [*keys, "measure"]  # constant within a group: carried into the verdict rows
     pts = scaling_points(table, (q.axis,), keys, select, n_min)
     rows = []
     for key, group in pts.groupby(keys, dropna=False, sort=True):
-        verdict = judge_points(group, question, threshold=threshold, level=level, n_boot=n_boot,
-                               trend_alpha=trend_alpha, rng=rng)
+        verdict = judge_points(
+            group, question, threshold=threshold, level=level, n_boot=n_boot, trend_alpha=trend_alpha, rng=rng
+        )
         rows.append({**dict(zip(keys, key)), **verdict})
     return pd.DataFrame(rows)
 
@@ -216,7 +235,7 @@ def unit_names(verdicts: pd.DataFrame) -> pd.Series:
         name = verdicts["sweep"].astype(str) + "/" + name
     varying = [c for c in verdicts if c.startswith("task.") and verdicts[c].nunique() > 1]
     for c in varying:
-        name = name + f" {c[len('task.'):]}=" + verdicts[c].astype(str)
+        name = name + f" {c[len('task.') :]}=" + verdicts[c].astype(str)
     return name
 
 
@@ -243,8 +262,10 @@ def answer_line(context: pd.DataFrame, task: pd.DataFrame) -> str:
         q = question_named(question)
         labels = verdict_summary(verdicts, question)
         named = {k: ", ".join(v) or "none" for k, v in labels.items()}
-        parts.append(f"{q.yes.replace('scales', 'scale')}: {named[q.yes]} "
-                     f"(not: {named[q.no]}; inconclusive: {named[INCONCLUSIVE]})")
+        parts.append(
+            f"{q.yes.replace('scales', 'scale')}: {named[q.yes]} "
+            f"(not: {named[q.no]}; inconclusive: {named[INCONCLUSIVE]})"
+        )
     return "; ".join(parts) + "."
 
 
@@ -254,8 +275,19 @@ def format_verdicts(
     """Text report: the one-line answer for the given predictors, then both verdict tables."""
     pick = [v[v["predictor"].isin(predictors)] if "predictor" in v else v for v in (context, task)]
     lines = [answer_line(*pick)]
-    cols = ["model", "predictor", "x_min", "x_max", "n_seeds", "drop", "drop_lo", "drop_hi",
-            "trend_p", "verdict", "note"]
+    cols = [
+        "model",
+        "predictor",
+        "x_min",
+        "x_max",
+        "n_seeds",
+        "drop",
+        "drop_lo",
+        "drop_hi",
+        "trend_p",
+        "verdict",
+        "note",
+    ]
     sections = (("Context scaling", pick[0], "T"), ("Task scaling", pick[1], "n"))
     for title, verdicts, fixed in sections:
         lines.append(f"\n{title}:")

@@ -5,6 +5,7 @@ and both sides with their throughput; writes the same as JSON (default benchmark
 ratio comes from the two sides timed alternately in this run (medians over repeats), never from stored
 absolute times. Exit status 1 when a benchmark with a target fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,35 +21,49 @@ import torch
 SUITES = ("training", "baselines", "cost", "sweep_overhead", "packing")
 
 
-SUITE_BUDGET_S = 600     # issue 6: the whole suite runs in under 10 minutes on 2 CPU cores
+SUITE_BUDGET_S = 600  # issue 6: the whole suite runs in under 10 minutes on 2 CPU cores
 
 
 def run_suite(name: str, quick: bool, update_cost_table: bool):
     if name == "training":
         from . import training
+
         return training.run(quick)
     if name == "baselines":
         from . import baselines
+
         return baselines.run(quick)
     if name in ("sweep_overhead", "packing"):
         from importlib import import_module
 
         from .common import Row
+
         return [Row(row) for row in import_module(f".{name}", __package__).run(quick)]
     from . import step_cost
+
     return step_cost.run(quick, update_cost_table)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke test, ~1 min)")
-    parser.add_argument("--only", choices=SUITES, action="append", help="run only this benchmark (repeatable)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes and few repeats (a smoke test, ~1 min)"
+    )
+    parser.add_argument(
+        "--only", choices=SUITES, action="append", help="run only this benchmark (repeatable)"
+    )
     parser.add_argument("--json", default=str(Path(__file__).with_name("results.json")), help="results file")
-    parser.add_argument("--reference", default=None,
-                        help="a local checkout of dtsip/in-context-learning (default $ICL_REFERENCE): its own"
-                             " model is the reference side of the training benchmark")
-    parser.add_argument("--update-cost-table", action="store_true",
-                        help="write the measured step costs to scaling/cost_table.json")
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="a local checkout of dtsip/in-context-learning (default $ICL_REFERENCE): its own"
+        " model is the reference side of the training benchmark",
+    )
+    parser.add_argument(
+        "--update-cost-table",
+        action="store_true",
+        help="write the measured step costs to scaling/cost_table.json",
+    )
     return parser.parse_args(argv)
 
 
@@ -56,9 +71,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.reference:
         os.environ["ICL_REFERENCE"] = str(Path(args.reference).resolve())
-    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, cuda: {torch.cuda.is_available()}"
-          f"{' (quick)' if args.quick else ''}", flush=True)
+    print(
+        f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, cuda: {torch.cuda.is_available()}"
+        f"{' (quick)' if args.quick else ''}",
+        flush=True,
+    )
     results, start, suite_seconds = [], time.perf_counter(), {}
     for name in args.only or SUITES:
         began = time.perf_counter()
@@ -70,11 +88,24 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - start
     failed = [r.name for r in results if r.status == "FAIL"]
     budget = "" if args.quick or args.only else f" (the whole suite's budget: {SUITE_BUDGET_S} s)"
-    print(f"# {len(results)} benchmarks in {elapsed:.0f} s{budget}; "
-          f"{'FAILED: ' + ', '.join(failed) if failed else 'every target met'}")
-    Path(args.json).write_text(json.dumps({"quick": args.quick, "seconds": elapsed, "suite_seconds": suite_seconds,
-                                           "torch": torch.__version__, "threads": torch.get_num_threads(),
-                                           "results": [r.as_dict() for r in results]}, indent=1, default=str))
+    print(
+        f"# {len(results)} benchmarks in {elapsed:.0f} s{budget}; "
+        f"{'FAILED: ' + ', '.join(failed) if failed else 'every target met'}"
+    )
+    Path(args.json).write_text(
+        json.dumps(
+            {
+                "quick": args.quick,
+                "seconds": elapsed,
+                "suite_seconds": suite_seconds,
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "results": [r.as_dict() for r in results],
+            },
+            indent=1,
+            default=str,
+        )
+    )
     return 1 if failed else 0
 
 

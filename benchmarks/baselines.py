@@ -1,12 +1,14 @@
 """Baselines: batched closed forms against per-prompt, per-prefix scikit-learn fits; the cache of the
 expensive baselines.
 
-- ``least_squares`` and ``ridge`` of scaling.science.baselines solve every prefix of every prompt in one batched
+- ``least_squares`` and ``ridge`` of scaling.science.baselines solve every prefix of every prompt in one
+batched
   float64 solve. The reference fits scikit-learn's LinearRegression / Ridge (no intercept) once per prompt
   and prefix, as Garg et al.'s evaluation loops do. Target: >= 50x, and agreement to 1e-6 (else FAIL).
 - ``lasso`` (a per-prompt library fit run over all cores, scaling.science.baseline_cache): a second evaluation
   of the same prompts is a cache hit; the line reports computing vs reading the cached predictions.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +34,7 @@ def sklearn_prefix_predictions(xs: np.ndarray, ys: np.ndarray, make) -> np.ndarr
     for b in range(xs.shape[0]):
         for n in range(1, xs.shape[1]):
             model = make().fit(xs[b, :n], ys[b, :n])
-            out[b, n] = model.predict(xs[b, n:n + 1])[0]
+            out[b, n] = model.predict(xs[b, n : n + 1])[0]
     return out
 
 
@@ -44,21 +46,34 @@ def closed_form(name: str, prompts_count: int, N: int, d: int, repeats: int, tar
     prompts = fresh_prompts(make_family(task), prompts_count, N + 1, seed=0)
     prompts.xs, prompts.ys = prompts.xs.double(), prompts.ys.double()
     ours = build_baselines((name,), task)[name]
-    lam = d * noise ** 2
-    make = (lambda: LinearRegression(fit_intercept=False)) if name == "least_squares" else \
-        (lambda: Ridge(alpha=lam, fit_intercept=False))
+    lam = d * noise**2
+    make = (
+        (lambda: LinearRegression(fit_intercept=False))
+        if name == "least_squares"
+        else (lambda: Ridge(alpha=lam, fit_intercept=False))
+    )
     xs, ys = prompts.xs.numpy(), prompts.ys.numpy()
     box = {}
-    sides = {"reference": lambda: box.__setitem__("ref", sklearn_prefix_predictions(xs, ys, make)),
-             "ours": lambda: box.__setitem__("ours", ours(prompts).numpy())}
+    sides = {
+        "reference": lambda: box.__setitem__("ref", sklearn_prefix_predictions(xs, ys, make)),
+        "ours": lambda: box.__setitem__("ours", ours(prompts).numpy()),
+    }
     medians = interleaved_medians(sides, repeats, warmup=0)
     # least squares is unique only once the prefix has d pairs; below that both sides give the min-norm fit
     gap = float(np.abs(box["ours"] - box["ref"]).max())
     fits = prompts_count * N
-    result = Result(f"{name}_batched", "sklearn per prompt and prefix", f"scaling.science.baselines.{name}, one solve",
-                    "fits/s", fits / medians["reference"], fits / medians["ours"], target,
-                    note=f"{prompts_count} prompts x {N} prefixes, d={d}; max |ours - sklearn| = {gap:.1e}"
-                         f" (tolerance {TOLERANCE:g})", extra={"max_abs_diff": gap})
+    result = Result(
+        f"{name}_batched",
+        "sklearn per prompt and prefix",
+        f"scaling.science.baselines.{name}, one solve",
+        "fits/s",
+        fits / medians["reference"],
+        fits / medians["ours"],
+        target,
+        note=f"{prompts_count} prompts x {N} prefixes, d={d}; max |ours - sklearn| = {gap:.1e}"
+        f" (tolerance {TOLERANCE:g})",
+        extra={"max_abs_diff": gap},
+    )
     if gap > TOLERANCE:
         result.status = "FAIL"
     return result.judged()
@@ -87,10 +102,16 @@ def lasso_cache(prompts_count: int, N: int, d: int) -> Result:
             else:
                 os.environ["SCALING_BASELINE_CACHE"] = old
     same = bool(torch.equal(first, second))
-    result = Result("lasso_cache", "computed (all cores)", "second evaluation, cached", "evals/s",
-                    1 / computed, 1 / cached, None,
-                    note=f"{prompts_count} prompts x {N} prefixes on {os.cpu_count()} cores; "
-                         f"cached = computed: {same}")
+    result = Result(
+        "lasso_cache",
+        "computed (all cores)",
+        "second evaluation, cached",
+        "evals/s",
+        1 / computed,
+        1 / cached,
+        None,
+        note=f"{prompts_count} prompts x {N} prefixes on {os.cpu_count()} cores; cached = computed: {same}",
+    )
     if not same:
         result.status = "FAIL"
     return result.judged()
@@ -98,7 +119,9 @@ def lasso_cache(prompts_count: int, N: int, d: int) -> Result:
 
 def run(quick: bool = False) -> list[Result]:
     prompts, N, d, repeats = (16, 40, 8, 1) if quick else (64, 40, 8, 3)
-    target = None if quick else TARGET                     # the target is for the full size
-    return [closed_form("least_squares", prompts, N, d, repeats, target),
-            closed_form("ridge", prompts, N, d, repeats, target),
-            lasso_cache(8 if quick else 32, 10 if quick else 20, d)]
+    target = None if quick else TARGET  # the target is for the full size
+    return [
+        closed_form("least_squares", prompts, N, d, repeats, target),
+        closed_form("ridge", prompts, N, d, repeats, target),
+        lasso_cache(8 if quick else 32, 10 if quick else 20, d),
+    ]

@@ -4,6 +4,7 @@ These machines are shared and noisy, so no benchmark reports a single absolute t
 comparison run alternately (A, B, A, B, ...) after a warm-up, each side's time is the median over its
 repeats, and the figure of merit is the ratio of the two medians, measured in the same run.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -17,13 +18,13 @@ class Result:
     """One benchmark line: reference side vs ours, throughputs in ``unit``, ratio = ours / reference."""
 
     name: str
-    reference: str                  # what the reference side is (model, precision, data placement)
+    reference: str  # what the reference side is (model, precision, data placement)
     ours: str
     unit: str = ""
     reference_rate: float = float("nan")
     ours_rate: float = float("nan")
-    target: float | None = None     # minimum ratio; None = reported only
-    status: str = ""                # PASS | FAIL | SKIP | INFO
+    target: float | None = None  # minimum ratio; None = reported only
+    status: str = ""  # PASS | FAIL | SKIP | INFO
     note: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -42,9 +43,11 @@ class Result:
         if self.status == "SKIP":
             return f"{self.name:28s} SKIP  {self.note}"
         target = f">= {self.target:g}x" if self.target is not None else "(no target)"
-        text = (f"{self.name:28s} {self.status:4s}  ratio {self.ratio:8.2f}x  target {target:11s}"
-                f" | ours {self.ours_rate:10.4g} {self.unit} [{self.ours}]"
-                f" | ref {self.reference_rate:10.4g} {self.unit} [{self.reference}]")
+        text = (
+            f"{self.name:28s} {self.status:4s}  ratio {self.ratio:8.2f}x  target {target:11s}"
+            f" | ours {self.ours_rate:10.4g} {self.unit} [{self.ours}]"
+            f" | ref {self.reference_rate:10.4g} {self.unit} [{self.reference}]"
+        )
         return text + (f" | {self.note}" if self.note else "")
 
     def as_dict(self) -> dict:
@@ -57,8 +60,13 @@ def skipped(name: str, why: str) -> Result:
     return Result(name, "", "", status="SKIP", note=why)
 
 
-def interleaved_medians(sides: dict[str, Callable[[], None]], repeats: int, warmup: int = 1,
-                        budget_s: float = float("inf"), min_repeats: int = 2) -> dict[str, float]:
+def interleaved_medians(
+    sides: dict[str, Callable[[], None]],
+    repeats: int,
+    warmup: int = 1,
+    budget_s: float = float("inf"),
+    min_repeats: int = 2,
+) -> dict[str, float]:
     """Median seconds per call of each side, the sides called in turn ``repeats`` times after ``warmup``
     rounds; stops early once ``budget_s`` has passed and every side has ``min_repeats`` timings."""
     for _ in range(warmup):
@@ -95,8 +103,11 @@ class Row:
         d = self.data
         if self.status == "SKIP":
             return f"{d['name']:28s} SKIP  {d.get('note', '')}"
-        return (f"{d['name']:28s} {self.status:4s}  value {d.get('ratio')} ({d.get('target')})"
-                f" | ours {d.get('ours')} {d.get('unit', '')} | reference {d.get('reference')} {d.get('unit', '')}")
+        return (
+            f"{d['name']:28s} {self.status:4s}  value {d.get('ratio')} ({d.get('target')})"
+            f" | ours {d.get('ours')} {d.get('unit', '')}"
+            f" | reference {d.get('reference')} {d.get('unit', '')}"
+        )
 
     def as_dict(self) -> dict:
         return dict(self.data)

@@ -18,6 +18,7 @@ The three sides alternate and the medians over repeats are compared. Target: at 
 On a GPU (``gpu_rows``, SKIP without one): K = 8 packed cells' training throughput against one cell's,
 target at least 0.8 K times.
 """
+
 from __future__ import annotations
 
 import io
@@ -38,10 +39,19 @@ STEPS = 2000
 def tiny_cells(steps: int) -> dict:
     return {
         "name": "packing",
-        "defaults": {"task": {"family": "linear", "d": 2, "noise_std": 0.1},
-                     "train": {"steps": steps, "batch_size": 16, "lr": 1e-3, "checkpoint_every": 500,
-                               "log_every": 20, "device": "cpu"},
-                     "eval": {"prompts": 64, "bootstrap": 50}, "N": 4},
+        "defaults": {
+            "task": {"family": "linear", "d": 2, "noise_std": 0.1},
+            "train": {
+                "steps": steps,
+                "batch_size": 16,
+                "lr": 1e-3,
+                "checkpoint_every": 500,
+                "log_every": 20,
+                "device": "cpu",
+            },
+            "eval": {"prompts": 64, "bootstrap": 50},
+            "N": 4,
+        },
         "models": {"mlp": {"arch": "mlp", "width": 16, "resources": {"cpu": 1}}},
         "grid": {"model": ["mlp"], "T": [1, 2, 4, 8], "seed": [0, 1]},
     }
@@ -54,8 +64,9 @@ def sweep_seconds(document: dict, pack: str | int, name: str, tmp: str, cells: i
     path = Path(tmp) / f"{name}.yaml"
     path.write_text(yaml.safe_dump({**document, "name": name, "run": {"pack": pack}}))
     start = time.perf_counter()
-    outcome = run_sweep(str(path), tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=f"{tmp}/storage",
-                        out=io.StringIO())
+    outcome = run_sweep(
+        str(path), tracking_uri=f"sqlite:///{tmp}/mlflow.db", storage=f"{tmp}/storage", out=io.StringIO()
+    )
     elapsed = time.perf_counter() - start
     if not outcome.ok or len(outcome.completed) != cells:
         raise RuntimeError(f"the pack={pack} sweep did not complete its {cells} cells: {outcome}")
@@ -76,7 +87,7 @@ def step_seconds(cells, device, steps: int) -> float:
     """Median seconds of one training step of ``cells`` stacked (one cell: a pack of one) on ``device``."""
     import torch
 
-    from scaling.packing import StackedMembers
+    from scaling.science.stacked import StackedMembers
     from scaling.science.train import CellTrainer
 
     stacked = StackedMembers([CellTrainer(c, device) for c in cells])
@@ -86,7 +97,7 @@ def step_seconds(cells, device, steps: int) -> float:
         stacked.train_step()
         torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times[steps // 5:])
+    return statistics.median(times[steps // 5 :])
 
 
 def gpu_rows(quick: bool) -> list[dict]:
@@ -97,19 +108,49 @@ def gpu_rows(quick: bool) -> list[dict]:
 
     name = f"packing_gpu[{CELLS} MLP cells (width 256, N 40, batch 64) vs one, training steps]"
     if not torch.cuda.is_available():
-        return [{"name": name, "reference": None, "ours": None, "reference_rate": None, "ours_rate": None,
-                 "unit": "cell-steps/s", "ratio": None, "target": f">= {0.8 * CELLS:g}x", "status": "SKIP"}]
-    cells = [Cell.from_dict({"task": {"d": 20}, "model": {"arch": "mlp", "width": 256},
-                             "train": {"batch_size": 64, "lr": 1e-4}, "N": 40, "T": 2 ** (i + 4), "seed": i})
-             for i in range(CELLS)]
+        return [
+            {
+                "name": name,
+                "reference": None,
+                "ours": None,
+                "reference_rate": None,
+                "ours_rate": None,
+                "unit": "cell-steps/s",
+                "ratio": None,
+                "target": f">= {0.8 * CELLS:g}x",
+                "status": "SKIP",
+            }
+        ]
+    cells = [
+        Cell.from_dict(
+            {
+                "task": {"d": 20},
+                "model": {"arch": "mlp", "width": 256},
+                "train": {"batch_size": 64, "lr": 1e-4},
+                "N": 40,
+                "T": 2 ** (i + 4),
+                "seed": i,
+            }
+        )
+        for i in range(CELLS)
+    ]
     device, steps = torch.device("cuda"), 50 if quick else 200
     one = step_seconds(cells[:1], device, steps)
     packed = step_seconds(cells, device, steps)
     ratio = CELLS * one / packed
-    return [{"name": name, "reference": round(1 / one, 1), "ours": round(CELLS / packed, 1),
-             "reference_rate": round(1 / one, 1), "ours_rate": round(CELLS / packed, 1), "unit": "cell-steps/s",
-             "ratio": round(ratio, 2), "target": f">= {0.8 * CELLS:g}x",
-             "status": "PASS" if ratio >= 0.8 * CELLS else "FAIL"}]
+    return [
+        {
+            "name": name,
+            "reference": round(1 / one, 1),
+            "ours": round(CELLS / packed, 1),
+            "reference_rate": round(1 / one, 1),
+            "ours_rate": round(CELLS / packed, 1),
+            "unit": "cell-steps/s",
+            "ratio": round(ratio, 2),
+            "target": f">= {0.8 * CELLS:g}x",
+            "status": "PASS" if ratio >= 0.8 * CELLS else "FAIL",
+        }
+    ]
 
 
 def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> float:
@@ -120,24 +161,27 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
     """
     import torch
 
-    from scaling.packing import run_pack
     from scaling.plan import plan_document
     from scaling.tracking import Tracker
-    from scaling.trial import run_cell
+    from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
 
     torch.set_num_threads(1)
     uri = f"sqlite:///{tmp}/mlflow.db"
     tracker = Tracker(uri)
-    shared = {"tracking_uri": uri, "experiment_id": tracker.experiment_id(name, create=True), "sweep": name,
-              "storage": f"{tmp}/{name}", "resources": {"cpu": 1}}
-    members = [{"cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name}
-               for p in plan_document(document).cells]
+    shared = {
+        "tracking_uri": uri,
+        "experiment_id": tracker.experiment_id(name, create=True),
+        "sweep": name,
+        "storage": f"{tmp}/{name}",
+        "resources": {"cpu": 1},
+    }
+    members = [TrialMember(p.cell.to_dict(), p.cell.key, p.cell.name) for p in plan_document(document).cells]
     start = time.perf_counter()
     if packed:
-        run_pack({**shared, "members": members})
+        run_pack(TrialSpec(tuple(members), "pack", "pack", **shared))
     else:
         for member in members:
-            run_cell({**shared, **member})
+            run_cell(TrialSpec((member,), member.key, member.name, **shared))
     return time.perf_counter() - start
 
 
@@ -146,15 +190,24 @@ def work_rows(quick: bool) -> list[dict]:
     document = tiny_cells(STEPS)
     separate, packed = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        trial_work_seconds(tiny_cells(20), False, tmp, "warm")     # imports, MLflow schema, first calls
-        for i in range(1 if quick else 2):      # an INFO row: two repeats keep the suite inside its budget
+        trial_work_seconds(tiny_cells(20), False, tmp, "warm")  # imports, MLflow schema, first calls
+        for i in range(1 if quick else 2):  # an INFO row: two repeats keep the suite inside its budget
             separate.append(trial_work_seconds(document, False, tmp, f"separate-{i}"))
             packed.append(trial_work_seconds(document, True, tmp, f"packed-{i}"))
     reference, ours = statistics.median(separate), statistics.median(packed)
-    return [{"name": f"packing_trial_work[{CELLS} tiny MLP cells, one process, one core, no Ray]",
-             "reference": round(reference, 2), "ours": round(ours, 2), "reference_rate": round(CELLS / reference, 3),
-             "ours_rate": round(CELLS / ours, 3), "unit": "s", "ratio": round(reference / ours, 2),
-             "target": "INFO (what packing saves inside trials)", "status": "INFO"}]
+    return [
+        {
+            "name": f"packing_trial_work[{CELLS} tiny MLP cells, one process, one core, no Ray]",
+            "reference": round(reference, 2),
+            "ours": round(ours, 2),
+            "reference_rate": round(CELLS / reference, 3),
+            "ours_rate": round(CELLS / ours, 3),
+            "unit": "s",
+            "ratio": round(reference / ours, 2),
+            "target": "INFO (what packing saves inside trials)",
+            "status": "INFO",
+        }
+    ]
 
 
 def run(quick: bool) -> list[dict]:
@@ -173,8 +226,8 @@ def cpu_rows(quick: bool) -> list[dict]:
     if started:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        with tempfile.TemporaryDirectory() as tmp:      # one MLflow store; each sweep its own experiment
-            sweep_seconds(tiny_cells(100), "off", "warm", tmp)    # imports, MLflow schema, Tune
+        with tempfile.TemporaryDirectory() as tmp:  # one MLflow store; each sweep its own experiment
+            sweep_seconds(tiny_cells(100), "off", "warm", tmp)  # imports, MLflow schema, Tune
             separate, packed, startup, spans = [], [], [], {"separate": [], "packed": []}
             for i in range(2 if quick else 3):
                 startup.append(sweep_seconds(startup_document, "off", f"startup-{i}", tmp, cells=1))
@@ -189,26 +242,48 @@ def cpu_rows(quick: bool) -> list[dict]:
     span_separate, span_packed = (statistics.median(spans[side]) for side in ("separate", "packed"))
     speedup = (reference - fixed) / (ours - fixed)
     cells = f"{CELLS} tiny MLP cells, {STEPS} steps"
-    return [{"name": f"packing[{cells}: time added to a sweep, packed vs separate trials]",
-             "reference": round(reference - fixed, 2), "ours": round(ours - fixed, 2),
-             "reference_rate": round(CELLS / (reference - fixed), 3), "ours_rate": round(CELLS / (ours - fixed), 3),
-             "unit": "s", "ratio": round(speedup, 2),
-             "target": f"speedup >= {TARGET_SPEEDUP:g}x" + (" (judged in the full run)" if quick else ""),
-             "status": "INFO" if quick else "PASS" if speedup >= TARGET_SPEEDUP else "FAIL",
-             "startup_s": round(fixed, 2),
-             "startup_runs_s": [round(s, 2) for s in startup],
-             "separate_runs_s": [round(s, 2) for s in separate], "packed_runs_s": [round(s, 2) for s in packed]},
-            {"name": f"packing_whole_sweep[{cells}, packed vs separate, start-up {fixed:.1f} s included]",
-             "reference": round(reference, 2), "ours": round(ours, 2), "reference_rate": round(CELLS / reference, 3),
-             "ours_rate": round(CELLS / ours, 3), "unit": "s", "ratio": round(reference / ours, 2),
-             "target": "INFO (the start-up is paid once per sweep)", "status": "INFO"},
-            {"name": f"packing_trials_span[{cells}: first cell run's start to last one's end, packed vs separate]",
-             "reference": round(span_separate, 2), "ours": round(span_packed, 2),
-             "reference_rate": round(CELLS / span_separate, 3), "ours_rate": round(CELLS / span_packed, 3),
-             "unit": "s", "ratio": round(span_separate / span_packed, 2),
-             "target": "INFO (the trials alone, from MLflow's run times; no start-up to subtract)", "status": "INFO",
-             "separate_spans_s": [round(x, 2) for x in spans["separate"]],
-             "packed_spans_s": [round(x, 2) for x in spans["packed"]]}]
+    return [
+        {
+            "name": f"packing[{cells}: time added to a sweep, packed vs separate trials]",
+            "reference": round(reference - fixed, 2),
+            "ours": round(ours - fixed, 2),
+            "reference_rate": round(CELLS / (reference - fixed), 3),
+            "ours_rate": round(CELLS / (ours - fixed), 3),
+            "unit": "s",
+            "ratio": round(speedup, 2),
+            "target": f"speedup >= {TARGET_SPEEDUP:g}x" + (" (judged in the full run)" if quick else ""),
+            "status": "INFO" if quick else "PASS" if speedup >= TARGET_SPEEDUP else "FAIL",
+            "startup_s": round(fixed, 2),
+            "startup_runs_s": [round(s, 2) for s in startup],
+            "separate_runs_s": [round(s, 2) for s in separate],
+            "packed_runs_s": [round(s, 2) for s in packed],
+        },
+        {
+            "name": f"packing_whole_sweep[{cells}, packed vs separate, start-up {fixed:.1f} s included]",
+            "reference": round(reference, 2),
+            "ours": round(ours, 2),
+            "reference_rate": round(CELLS / reference, 3),
+            "ours_rate": round(CELLS / ours, 3),
+            "unit": "s",
+            "ratio": round(reference / ours, 2),
+            "target": "INFO (the start-up is paid once per sweep)",
+            "status": "INFO",
+        },
+        {
+            "name": f"packing_trials_span[{cells}: first cell run's start to last one's end,"
+            " packed vs separate]",
+            "reference": round(span_separate, 2),
+            "ours": round(span_packed, 2),
+            "reference_rate": round(CELLS / span_separate, 3),
+            "ours_rate": round(CELLS / span_packed, 3),
+            "unit": "s",
+            "ratio": round(span_separate / span_packed, 2),
+            "target": "INFO (the trials alone, from MLflow's run times; no start-up to subtract)",
+            "status": "INFO",
+            "separate_spans_s": [round(x, 2) for x in spans["separate"]],
+            "packed_spans_s": [round(x, 2) for x in spans["packed"]],
+        },
+    ]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ of the tensors autograd saves for backward (counted once per storage with saved-
 memory a step holds at its peak, the start of backward, without the allocator's transient workspace.
 On CUDA it is torch.cuda.max_memory_allocated.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,18 @@ import time
 import torch
 
 from scaling.cells import Cell
-from scaling.cost import (ADAM_BYTES_PER_PARAM, TABLE, StepShape, activation_elements, fit_table, load_table,
-                          model_params, step_flops, step_peak_bytes, step_seconds)
+from scaling.cost import (
+    ADAM_BYTES_PER_PARAM,
+    TABLE,
+    StepShape,
+    activation_elements,
+    fit_table,
+    load_table,
+    model_params,
+    step_flops,
+    step_peak_bytes,
+    step_seconds,
+)
 from scaling.science.train import CellTrainer, prefix_loss
 
 from .common import Result
@@ -41,8 +52,15 @@ def cell_of(s: StepShape) -> Cell:
     model = {"arch": s.arch, "n_layer": s.layers, "n_embd": s.width}
     if s.arch == "gpt2":
         model["n_head"] = 8 if s.width % 8 == 0 else 1
-    return Cell.from_dict({"task": {"d": s.d}, "model": model, "N": s.N, "T": "inf",
-                           "train": {"batch_size": s.batch, "device": "cpu"}})
+    return Cell.from_dict(
+        {
+            "task": {"d": s.d},
+            "model": model,
+            "N": s.N,
+            "T": "inf",
+            "train": {"batch_size": s.batch, "device": "cpu"},
+        }
+    )
 
 
 def saved_bytes(trainer: CellTrainer) -> int:
@@ -58,7 +76,7 @@ def saved_bytes(trainer: CellTrainer) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = prefix_loss(trainer.model(batch.xs, batch.ys).float(), batch.ys)
     loss.backward()
-    trainer.optimizer.step()                                                  # a full warm-up step
+    trainer.optimizer.step()  # a full warm-up step
     trainer.optimizer.zero_grad(set_to_none=True)
     return sum(storages.values())
 
@@ -66,22 +84,33 @@ def saved_bytes(trainer: CellTrainer) -> int:
 def measure(s: StepShape, repeats: int) -> dict:
     trainer = CellTrainer(cell_of(s), "cpu")
     peak = ADAM_BYTES_PER_PARAM * sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    peak += saved_bytes(trainer)                                              # also the warm-up step
+    peak += saved_bytes(trainer)  # also the warm-up step
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         trainer.train_step()
         times.append(time.perf_counter() - start)
     params = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    return {**s.__dict__, "seconds": statistics.median(times), "flops": step_flops(s), "params": params,
-            "params_formula": model_params(s), "activations": activation_elements(s),
-            "peak_bytes": peak}
+    return {
+        **s.__dict__,
+        "seconds": statistics.median(times),
+        "flops": step_flops(s),
+        "params": params,
+        "params_formula": model_params(s),
+        "activations": activation_elements(s),
+        "peak_bytes": peak,
+    }
 
 
 def run(quick: bool = False, update_table: bool = False) -> list[Result]:
     bases, vary, repeats = (QUICK_BASE, QUICK_VARY, 1) if quick else (BASE, VARY, 1)
-    shapes = [s for arch in ("gpt2", "sgpt") for s in grid(bases[arch], vary if arch == "gpt2" else
-                                                              {"N": vary["N"][-1:], "width": vary["width"][-1:]})]
+    shapes = [
+        s
+        for arch in ("gpt2", "sgpt")
+        for s in grid(
+            bases[arch], vary if arch == "gpt2" else {"N": vary["N"][-1:], "width": vary["width"][-1:]}
+        )
+    ]
     rows = [measure(s, repeats) for s in shapes]
     try:
         stored = load_table()
@@ -93,9 +122,22 @@ def run(quick: bool = False, update_table: bool = False) -> list[Result]:
     table = stored or new
     shapes_of = [StepShape(**{k: r[k] for k in StepShape.__dataclass_fields__}) for r in rows]
     time_ratio = statistics.median(step_seconds(s, table) / r["seconds"] for s, r in zip(shapes_of, rows))
-    mem_ratio = statistics.median(step_peak_bytes(s, table) / r["peak_bytes"] for s, r in zip(shapes_of, rows))
+    mem_ratio = statistics.median(
+        step_peak_bytes(s, table) / r["peak_bytes"] for s, r in zip(shapes_of, rows)
+    )
     source = "stored table" if stored else "fit of this run"
     # reported only: the ratio of predicted to measured seconds, the table's accuracy on this machine now
-    return [Result("cost_model_time", "measured step", f"predicted ({source})", "",
-                   1.0, time_ratio, None, note=f"median predicted/measured over {len(rows)} shapes;"
-                   f" memory predicted/measured {mem_ratio:.2f}", extra={"rows": rows, "fit": new["fit"]}).judged()]
+    return [
+        Result(
+            "cost_model_time",
+            "measured step",
+            f"predicted ({source})",
+            "",
+            1.0,
+            time_ratio,
+            None,
+            note=f"median predicted/measured over {len(rows)} shapes;"
+            f" memory predicted/measured {mem_ratio:.2f}",
+            extra={"rows": rows, "fit": new["fit"]},
+        ).judged()
+    ]

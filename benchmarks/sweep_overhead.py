@@ -1,6 +1,7 @@
 """Sweep overhead (issue 6, item 4): the time the machinery adds per cell over a sweep of tiny cells.
 
-Both sides on the same cells: the reference is the cells' bare work (scaling.science.train.CellTrainer: train and
+Both sides on the same cells: the reference is the cells' bare work (scaling.science.train.CellTrainer: train
+and
 evaluate, no Ray, no MLflow, no checkpoints), ours is ``python -m scaling.sweep`` run as a user runs it (a
 fresh process: Ray start, Tune trials, MLflow logging to SQLite, checkpoints) on 2 CPUs. The overhead per
 cell is (sweep wall time - bare time) / cells; target: at most 3 s per cell, measured with packing off (one
@@ -16,6 +17,7 @@ and after the sweep and each cell's two times are averaged: this machine's speed
 percent within minutes, a few seconds of a one-minute cell. ``--quick`` runs 10-second cells, bare once,
 and reports the ratio without judging it.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,10 +42,19 @@ def tiny_sweep(cells: int) -> dict:
     Ts = [1, 2, 4, 8, 16, 32, 64, 128, 256, "inf"][: cells // seeds]
     return {
         "name": "overhead",
-        "defaults": {"task": {"family": "linear", "d": 2, "noise_std": 0.1},
-                     "train": {"steps": 20, "batch_size": 16, "lr": 1e-3, "checkpoint_every": 10, "log_every": 5,
-                               "device": "cpu"},
-                     "eval": {"prompts": 32, "bootstrap": 50}, "N": 4},
+        "defaults": {
+            "task": {"family": "linear", "d": 2, "noise_std": 0.1},
+            "train": {
+                "steps": 20,
+                "batch_size": 16,
+                "lr": 1e-3,
+                "checkpoint_every": 10,
+                "log_every": 5,
+                "device": "cpu",
+            },
+            "eval": {"prompts": 32, "bootstrap": 50},
+            "N": 4,
+        },
         "models": {"mlp": {"arch": "mlp", "width": 16, "resources": {"cpu": 1}}},
         "grid": {"model": ["mlp"], "T": Ts, "seed": list(range(seeds))},
     }
@@ -70,36 +81,77 @@ def sweep_seconds(document: dict, pack: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "overhead.yaml"
         path.write_text(yaml.safe_dump(document))
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               "RAY_AUTH_MODE": "disabled"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "RAY_AUTH_MODE": "disabled",
+        }
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "scaling.sweep", str(path), "--num-cpus", "2",
-                               "--tracking-uri", f"sqlite:///{tmp}/mlflow.db", "--storage", f"{tmp}/storage",
-                               "--set", f"run.pack={pack}"], cwd=tmp, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scaling.sweep",
+                str(path),
+                "--num-cpus",
+                "2",
+                "--tracking-uri",
+                f"sqlite:///{tmp}/mlflow.db",
+                "--storage",
+                f"{tmp}/storage",
+                "--set",
+                f"run.pack={pack}",
+            ],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         elapsed = time.perf_counter() - start
         if done.returncode != 0:
-            raise RuntimeError(f"the sweep failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"the sweep failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
     return elapsed
 
 
 def row(name: str, cells: int, bare: float, wall: float) -> dict:
     per_cell = (wall - bare) / cells
-    return {"name": name, "reference": round(bare, 2), "ours": round(wall, 2),
-            "reference_rate": round(cells / bare, 2), "ours_rate": round(cells / wall, 2), "unit": "s",
-            "ratio": round(per_cell, 2), "target": f"overhead <= {TARGET_SECONDS_PER_CELL:g} s/cell",
-            "status": "PASS" if per_cell <= TARGET_SECONDS_PER_CELL else "FAIL",
-            "overhead_per_cell_s": round(per_cell, 2), "cells": cells}
+    return {
+        "name": name,
+        "reference": round(bare, 2),
+        "ours": round(wall, 2),
+        "reference_rate": round(cells / bare, 2),
+        "ours_rate": round(cells / wall, 2),
+        "unit": "s",
+        "ratio": round(per_cell, 2),
+        "target": f"overhead <= {TARGET_SECONDS_PER_CELL:g} s/cell",
+        "status": "PASS" if per_cell <= TARGET_SECONDS_PER_CELL else "FAIL",
+        "overhead_per_cell_s": round(per_cell, 2),
+        "cells": cells,
+    }
 
 
 def long_cells(steps: int) -> dict:
     """Two GPT-2 cells (2 layers, width 64, d = 5, N = 20, batch 64) of ``steps`` steps, one CPU each."""
     return {
         "name": "long_cells",
-        "defaults": {"task": {"family": "linear", "d": 5, "noise_std": 0.1},
-                     "train": {"steps": steps, "batch_size": 64, "lr": 1e-3, "checkpoint_every": max(1, steps // 5),
-                               "log_every": 20, "device": "cpu"},
-                     "eval": {"prompts": 256, "bootstrap": 100}, "N": 20},
-        "models": {"gpt2": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 64, "resources": {"cpu": 1}}},
+        "defaults": {
+            "task": {"family": "linear", "d": 5, "noise_std": 0.1},
+            "train": {
+                "steps": steps,
+                "batch_size": 64,
+                "lr": 1e-3,
+                "checkpoint_every": max(1, steps // 5),
+                "log_every": 20,
+                "device": "cpu",
+            },
+            "eval": {"prompts": 256, "bootstrap": 100},
+            "N": 20,
+        },
+        "models": {
+            "gpt2": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 64, "resources": {"cpu": 1}}
+        },
         "grid": {"model": ["gpt2"], "T": ["inf"], "seed": [0, 1]},
     }
 
@@ -138,8 +190,15 @@ def bare_side_by_side(document: dict) -> list[float]:
         path = Path(tmp) / "long.yaml"
         path.write_text(yaml.safe_dump(document))
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        procs = [subprocess.Popen([sys.executable, "-c", BARE_TRAINING, str(path), str(i)], env=env,
-                                  stdout=subprocess.PIPE, text=True) for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", BARE_TRAINING, str(path), str(i)],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
         outputs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bare training failed: {outputs}")
@@ -155,15 +214,27 @@ def long_rows(quick: bool) -> list[dict]:
     wall = sweep_seconds(document, "off")
     after = bare_side_by_side(document) if not quick else before
     bare = [(a + b) / 2 for a, b in zip(before, after)]
-    reference = sum(bare) / 2                   # the bare times summed, spread over the 2 cores
+    reference = sum(bare) / 2  # the bare times summed, spread over the 2 cores
     ratio = wall / reference
     status = "INFO" if quick else ("PASS" if ratio <= TARGET_LONG_RATIO else "FAIL")
-    return [{"name": f"sweep_long_cells[2 GPT-2 cells of {steps} steps, ~{seconds:g} s each, whole sweep vs bare]",
-             "reference": round(reference, 2), "ours": round(wall, 2), "reference_rate": round(2 / reference, 4),
-             "ours_rate": round(2 / wall, 4), "unit": "s", "ratio": round(ratio, 3),
-             "target": f"sweep / bare <= {TARGET_LONG_RATIO:g}" + (" (judged on 1-minute cells)" if quick else ""),
-             "status": status, "bare_training_s": [round(b, 2) for b in bare], "steps": steps,
-             "bare_before_after_s": [[round(b, 2) for b in before], [round(a, 2) for a in after]]}]
+    return [
+        {
+            "name": f"sweep_long_cells[2 GPT-2 cells of {steps} steps, ~{seconds:g} s each,"
+            " whole sweep vs bare]",
+            "reference": round(reference, 2),
+            "ours": round(wall, 2),
+            "reference_rate": round(2 / reference, 4),
+            "ours_rate": round(2 / wall, 4),
+            "unit": "s",
+            "ratio": round(ratio, 3),
+            "target": f"sweep / bare <= {TARGET_LONG_RATIO:g}"
+            + (" (judged on 1-minute cells)" if quick else ""),
+            "status": status,
+            "bare_training_s": [round(b, 2) for b in bare],
+            "steps": steps,
+            "bare_before_after_s": [[round(b, 2) for b in before], [round(a, 2) for a in after]],
+        }
+    ]
 
 
 def run(quick: bool) -> list[dict]:
@@ -171,15 +242,17 @@ def run(quick: bool) -> list[dict]:
     whole sweep of two minute-long cells against their bare training."""
     cells = 10 if quick else 50
     document = tiny_sweep(cells)
-    repeats = 1     # the overhead is ~0.7 s per cell against a 3 s target: one repeat decides it
+    repeats = 1  # the overhead is ~0.7 s per cell against a 3 s target: one repeat decides it
     bare, walls = [], {"off": [], "auto": []}
-    for _ in range(repeats):                      # the sides alternate, so a load change hits both
+    for _ in range(repeats):  # the sides alternate, so a load change hits both
         bare.append(bare_seconds(document))
         for pack in walls:
             walls[pack].append(sweep_seconds(document, pack))
     bare_s = statistics.median(bare)
-    return [row(f"sweep_overhead[{cells} tiny cells, pack={pack}]", cells, bare_s, statistics.median(w))
-            for pack, w in walls.items()] + long_rows(quick)
+    return [
+        row(f"sweep_overhead[{cells} tiny cells, pack={pack}]", cells, bare_s, statistics.median(w))
+        for pack, w in walls.items()
+    ] + long_rows(quick)
 
 
 if __name__ == "__main__":

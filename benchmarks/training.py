@@ -8,13 +8,15 @@ GPT2Model with the default configuration (full 50257-token vocabulary, tanh GELU
 attention), a linear read-in and read-out on interleaved x/y tokens, data drawn on the CPU, fp32, Adam.
 Its step: zero_grad, forward, mean squared error, backward, Adam step.
 
-Ours: ``scaling.science.train.CellTrainer.train_step`` of a cell of the same size (SDPA attention, fused GELU and
+Ours: ``scaling.science.train.CellTrainer.train_step`` of a cell of the same size (SDPA attention, fused GELU
+and
 Adam, data from the explicit generators on the training device), in float32 and under bfloat16 autocast.
 Size: the paper's Fig. 1 GPT-2 (8 layers, 8 heads, width 256, d = 8, N = 40, batch 64).
 
 For SGPT the reference has no model; the reference side is a plain loop of the same SGPT module (fp32,
 for-loop Adam, data on the CPU), so the ratio isolates the step's own costs.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,17 +47,29 @@ class PlainGPT2(nn.Module):
 
     def __init__(self, d: int, points: int, width: int, layers: int, heads: int):
         super().__init__()
-        config = GPT2Config(n_positions=2 * points, n_embd=width, n_layer=layers, n_head=heads,
-                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+        config = GPT2Config(
+            n_positions=2 * points,
+            n_embd=width,
+            n_layer=layers,
+            n_head=heads,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            use_cache=False,
+        )
         config._attn_implementation = "eager"
-        self.read_in, self.backbone, self.read_out = nn.Linear(d, width), GPT2Model(config), nn.Linear(width, 1)
+        self.read_in, self.backbone, self.read_out = (
+            nn.Linear(d, width),
+            GPT2Model(config),
+            nn.Linear(width, 1),
+        )
 
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         B, P, d = xs.shape
         y_wide = torch.cat([ys.view(B, P, 1), torch.zeros(B, P, d - 1, device=ys.device)], dim=2)
-        tokens = torch.stack([xs, y_wide], dim=2).view(B, 2 * P, d)             # (B, 2P, d)
+        tokens = torch.stack([xs, y_wide], dim=2).view(B, 2 * P, d)  # (B, 2P, d)
         hidden = self.backbone(inputs_embeds=self.read_in(tokens)).last_hidden_state
-        return self.read_out(hidden)[:, ::2, 0]                                 # (B, P)
+        return self.read_out(hidden)[:, ::2, 0]  # (B, P)
 
 
 class PlainSGPT(nn.Module):
@@ -79,8 +93,13 @@ def checkout_model(path: Path, size: dict) -> nn.Module:
         sys.path.insert(0, src)
     import models  # the reference's own module
 
-    return models.TransformerModel(n_dims=size["d"], n_positions=size["N"] + 1, n_embd=size["n_embd"],
-                                   n_layer=size["n_layer"], n_head=size["n_head"])
+    return models.TransformerModel(
+        n_dims=size["d"],
+        n_positions=size["N"] + 1,
+        n_embd=size["n_embd"],
+        n_layer=size["n_layer"],
+        n_head=size["n_head"],
+    )
 
 
 def checkout_data(size: dict):
@@ -96,15 +115,18 @@ def checkout_data(size: dict):
     def draw():
         xs = sampler.sample_xs(size["N"] + 1, size["batch"])
         return xs, task_sampler().evaluate(xs)
+
     return draw
 
 
 def plain_data(size: dict, gen: torch.Generator):
     """Linear regression drawn on the CPU, as the reference's train loop does: xs, w ~ N(0, I), y = x.w."""
+
     def draw():
         xs = torch.randn(size["batch"], size["N"] + 1, size["d"], generator=gen)
         w = torch.randn(size["batch"], size["d"], 1, generator=gen)
         return xs, (xs @ w)[..., 0]
+
     return draw
 
 
@@ -119,6 +141,7 @@ def reference_step(model: nn.Module, draw, device: torch.device):
         loss.backward()
         optimizer.step()
         float(loss.detach())
+
     return step
 
 
@@ -126,9 +149,15 @@ def our_cell(arch: str, size: dict, precision: str, device: torch.device) -> Cel
     model = {"arch": arch, "n_layer": size["n_layer"], "n_embd": size["n_embd"]}
     if arch == "gpt2":
         model["n_head"] = size["n_head"]
-    return Cell.from_dict({"task": {"family": "linear", "d": size["d"]}, "model": model, "N": size["N"],
-                           "T": "inf", "train": {"batch_size": size["batch"], "lr": 1e-4, "precision": precision,
-                                                 "device": device.type}})
+    return Cell.from_dict(
+        {
+            "task": {"family": "linear", "d": size["d"]},
+            "model": model,
+            "N": size["N"],
+            "T": "inf",
+            "train": {"batch_size": size["batch"], "lr": 1e-4, "precision": precision, "device": device.type},
+        }
+    )
 
 
 def our_step(arch: str, size: dict, precision: str, device: torch.device):
@@ -168,22 +197,31 @@ def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budge
             model, draw = checkout_model(checkout, size), checkout_data(size) or plain_data(size, gen)
             ref_label = f"{checkout} TransformerModel, fp32, data on CPU"
         elif arch == "gpt2":
-            model, draw = PlainGPT2(size["d"], size["N"] + 1, size["n_embd"], size["n_layer"], size["n_head"]), \
-                plain_data(size, gen)
+            model, draw = (
+                PlainGPT2(size["d"], size["N"] + 1, size["n_embd"], size["n_layer"], size["n_head"]),
+                plain_data(size, gen),
+            )
             ref_label = "plain GPT-2 loop: eager attn, full vocab, fp32, data on CPU"
         else:
-            model, draw = PlainSGPT(size["d"], size["N"] + 1, size["n_embd"], size["n_layer"]), plain_data(size, gen)
+            model, draw = (
+                PlainSGPT(size["d"], size["N"] + 1, size["n_embd"], size["n_layer"]),
+                plain_data(size, gen),
+            )
             ref_label = "plain SGPT loop: fp32, for-loop Adam, data on CPU"
-    sides = {"reference": reference_step(model.to(device), draw, device),
-             "float32": our_step(arch, size, "float32", device)}
+    sides = {
+        "reference": reference_step(model.to(device), draw, device),
+        "float32": our_step(arch, size, "float32", device),
+    }
     slow_bf16 = bf16_matmul_slowdown(device)
-    if slow_bf16 <= 2.0:        # CPUs without bf16 units (AVX2 only) run bf16 matmuls ~100x slower
+    if slow_bf16 <= 2.0:  # CPUs without bf16 units (AVX2 only) run bf16 matmuls ~100x slower
         sides["bfloat16"] = our_step(arch, size, "bfloat16", device)
     medians = interleaved_medians(sides, repeats, warmup=1, budget_s=budget_s)
     rates = {k: batch / v for k, v in medians.items()}
     flops = step_flops(StepShape(arch, size["N"], size["d"], size["n_embd"], size["n_layer"], batch))
     where = "cpu" if device.type == "cpu" else "gpu"
-    target = None if quick else TARGET_CPU if device.type == "cpu" else TARGET_GPU   # targets are for Fig. 1 size
+    target = (
+        None if quick else TARGET_CPU if device.type == "cpu" else TARGET_GPU
+    )  # targets are for Fig. 1 size
     best = max(("float32", "bfloat16"), key=lambda k: rates.get(k, 0.0))
     shape = f"{size['n_layer']}L/{size['n_head']}H/w{size['n_embd']} d={size['d']} N={size['N']} B={batch}"
     note = f"{shape}; ours {flops * rates[best] / batch / 1e9:.1f} GFLOP/s"
@@ -194,11 +232,27 @@ def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budge
         note += f", MFU {flops * rates[best] / batch / peak:.1%}" if peak else ", MFU n/a (unknown GPU peak)"
     unit = "prompts/s"
     return [
-        Result(f"{arch}_train_{where}_fp32", ref_label, f"{arch} train_step fp32", unit,
-               rates["reference"], rates["float32"], None, note=shape).judged(),
-        Result(f"{arch}_train_{where}_best", ref_label, f"{arch} train_step {best}", unit,
-               rates["reference"], rates[best], target if arch == "gpt2" else None, note=note,
-               extra={"seconds": medians, "flops_per_step": flops}).judged(),
+        Result(
+            f"{arch}_train_{where}_fp32",
+            ref_label,
+            f"{arch} train_step fp32",
+            unit,
+            rates["reference"],
+            rates["float32"],
+            None,
+            note=shape,
+        ).judged(),
+        Result(
+            f"{arch}_train_{where}_best",
+            ref_label,
+            f"{arch} train_step {best}",
+            unit,
+            rates["reference"],
+            rates[best],
+            target if arch == "gpt2" else None,
+            note=note,
+            extra={"seconds": medians, "flops_per_step": flops},
+        ).judged(),
     ]
 
 
@@ -214,4 +268,3 @@ def run(quick: bool = False) -> list[Result]:
     else:
         results += [skipped(f"{arch}_train_gpu_best", "no CUDA device: skipped") for arch in ("gpt2", "sgpt")]
     return results
-

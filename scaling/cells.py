@@ -4,22 +4,27 @@ A cell is everything that defines one result: the task and its parameters, the m
 training budget, the evaluation, T (pretraining tasks; inf = a fresh task per prompt), N (the largest
 context length trained on) and the seed. Its key is a hash of its canonical form (fields at their
 default are left out, so adding a setting with a default keeps old keys); the key is the MLflow tag
-that makes sweeps resumable and idempotent. ``job`` says what the cell does: ``train`` (the default)
-trains and evaluates; the temperature jobs of scaling.kinds.temperature (seed 004) read ``temperature``. Resources and the sweep's name are not part of a cell.
+that makes sweeps resumable and idempotent. ``job`` names the cell's experiment kind (scaling.kinds:
+``train``, the default, trains and evaluates); a kind with settings of its own reads them from the group
+it declares (e.g. ``temperature``), held in ``settings`` and written at the top level of the cell's
+dict, as if it were a field. Resources and the sweep's name are not part of a cell.
 """
+
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import canonical, check, flatten, from_dict, to_dict
+from .config import ConfigError, canonical, check, flatten, from_dict, to_dict
+from .kinds import DEFAULT_KIND, kind, kind_of_group
+from .science.evaluate import EvalConfig
 from .science.models import ModelConfig
 from .science.tasks import TaskConfig
-from .kinds.temperature import TemperatureConfig, check_job, job_label
-from .science.train import EvalConfig, TrainConfig
+from .science.train import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -31,15 +36,31 @@ class Cell:
     T: float = math.inf
     N: int = 40
     seed: int = 0
-    job: str = "train"
-    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
+    job: str = DEFAULT_KIND
+    # the kind's own settings, {group: settings}; written at the cell's top level (config.to_dict)
+    settings: dict[str, Any] = field(default_factory=dict, metadata={"inline": True})
 
     def __post_init__(self):
-        check(self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()), "T",
-              f"must be a whole number >= 1 or inf, got {self.T}")
+        check(
+            self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()),
+            "T",
+            f"must be a whole number >= 1 or inf, got {self.T}",
+        )
         check(self.N >= 1, "N", f"must be >= 1, got {self.N}")
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        check_job(self)
+        own = kind(self.job)
+        if own.group is not None and own.group not in self.settings:
+            object.__setattr__(self, "settings", {**self.settings, own.group: own.settings()})
+        own.check(self)
+
+    def __getattr__(self, name: str) -> Any:
+        """A kind's settings group read as an attribute (``cell.temperature``)."""
+        if name.startswith("__") or name == "settings":
+            raise AttributeError(name)
+        try:
+            return self.settings[name]
+        except KeyError:
+            raise AttributeError(f"a {self.job} cell has no setting {name!r}") from None
 
     @property
     def key(self) -> str:
@@ -48,11 +69,14 @@ class Cell:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
+    def kind(self):
+        """The cell's experiment kind (scaling.kinds.Kind)."""
+        return kind(self.job)
+
+    @property
     def name(self) -> str:
         """A readable run name, e.g. 'gpt2 T=65536 N=40 seed=0'."""
-        if self.job != "train":
-            return job_label(self)
-        return f"{self.model.label} T={format_T(self.T)} N={self.N} seed={self.seed}"
+        return self.kind.label(self)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -60,13 +84,50 @@ class Cell:
     def params(self) -> dict[str, str]:
         """The flattened cell as MLflow params: {'task.d': '8', 'T': 'inf', ...}."""
         tree = self.to_dict()
-        if self.job == "train":
-            tree.pop("temperature")              # a training cell's params stay as they were
         return {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(tree).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "") -> "Cell":
-        return from_dict(cls, data, where)
+        """Build a cell from its dict; a kind's settings group (e.g. ``temperature``) is coerced to that
+        kind's settings. A group of another kind is an error unless it holds only that kind's defaults
+        (cell.yaml files written before kinds were plug-ins carry an all-default ``temperature``)."""
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, dict):
+            return from_dict(cls, data, where)
+        names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("inline")}
+        core = {k: v for k, v in data.items() if k in names}
+        job = core.get("job", DEFAULT_KIND)
+        own = kind(job) if isinstance(job, str) and job in _known_kinds() else None
+        settings = {}
+        for group in sorted(set(map(str, data)) - names):
+            owner = kind_of_group(group)
+            at = f"{where}.{group}" if where else group
+            if owner is None:
+                allowed = ", ".join(sorted(names - {"settings"}) + ([own.group] if own and own.group else []))
+                raise ConfigError(at, f"unknown setting; allowed: {allowed}")
+            value = from_dict(owner.settings, data[group], at)
+            if own is None or owner.group != own.group:
+                if canonical(value) != {}:
+                    raise ConfigError(
+                        at,
+                        f"these settings belong to the kinds {', '.join(kinds_of(group))}"
+                        f", not to job {job!r}",
+                    )
+                continue
+            settings[group] = value
+        return from_dict(cls, {**core, "settings": settings}, where)
+
+
+def _known_kinds() -> tuple[str, ...]:
+    from .kinds import KINDS
+
+    return tuple(KINDS)
+
+
+def kinds_of(group: str) -> list[str]:
+    """The kinds whose settings are given under ``group``."""
+    return [name for name in _known_kinds() if kind(name).group == group]
 
 
 def format_T(T: float) -> str:

@@ -6,6 +6,7 @@ unknown keys are errors that list the allowed ones, values are coerced to the de
 accepted for floats), and ``canonical`` gives the form that cell keys are hashed from (fields equal to
 their default are left out, so adding a new field with a default never changes an existing key).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -106,7 +107,13 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
 def to_dict(obj: Any) -> Any:
     """Plain, YAML-safe form of a config (dataclasses -> dicts, tuples -> lists, inf -> 'inf')."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {}
+        for f in dataclasses.fields(obj):
+            if f.metadata.get("inline"):  # a mapping of groups written at this level (Cell.settings)
+                out.update({name: to_dict(group) for name, group in getattr(obj, f.name).items()})
+            else:
+                out[f.name] = to_dict(getattr(obj, f.name))
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -120,12 +127,18 @@ def canonical(obj: Any) -> Any:
     """The hashable form of a config: like ``to_dict`` but without fields equal to their default.
 
     Fields declared with ``metadata={"key": False}`` (how, not what: device, checkpoint cadence) are
-    left out too, so they never change a cell's key.
+    left out too, so they never change a cell's key. A field declared ``metadata={"inline": True}`` is a
+    mapping of named groups written at this level, as if each were a field (scaling.cells.Cell.settings).
     """
     if dataclasses.is_dataclass(obj):
         out = {}
         for f in dataclasses.fields(obj):
             if not f.metadata.get("key", True):
+                continue
+            if f.metadata.get("inline"):  # groups written at this level, each left out when empty
+                for name, group in getattr(obj, f.name).items():
+                    if canonical(group) != {}:
+                        out[name] = canonical(group)
                 continue
             value = getattr(obj, f.name)
             if f.default is not dataclasses.MISSING and value == f.default:
@@ -133,7 +146,7 @@ def canonical(obj: Any) -> Any:
             if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
                 continue
             value = canonical(value)
-            if value != {}:                  # a group holding only defaults and non-key fields
+            if value != {}:  # a group holding only defaults and non-key fields
                 out[f.name] = value
         return out
     return to_dict(obj)

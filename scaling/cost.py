@@ -10,12 +10,15 @@ attention), and a small table measured by the benchmark suite (``python -m bench
 (16 bytes per parameter: fp32 weights, gradients and Adam's two moments; the second term is the
 activations saved for backward). ``sweep_estimate`` adds the cells of a plan up; ``--dry-run`` prints it.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from .science.models import model_facts
 
 TABLE = Path(__file__).with_name("cost_table.json")
 ADAM_BYTES_PER_PARAM = 16
@@ -36,49 +39,40 @@ class StepShape:
     @classmethod
     def of_cell(cls, cell) -> "StepShape":
         m = cell.model
-        width = m.n_embd if m.arch in ("gpt2", "sgpt") else m.width
-        return cls(m.arch, cell.N, cell.task.d, width, m.n_layer, cell.train.batch_size, m.layout)
+        facts = model_facts(m.arch)
+        return cls(
+            m.arch, cell.N, cell.task.d, facts.width(m), facts.layers(m), cell.train.batch_size, m.layout
+        )
 
     @property
     def tokens(self) -> int:
-        """Sequence length per prompt: 2(N+1) for GPT-2 and SGPT (interleaved, or context then queries),
-        N+1 rows for the MLPs."""
-        return 2 * (self.N + 1) if self.arch in ("gpt2", "sgpt") else self.N + 1
+        """Sequence length per prompt (the model's facts: 2(N+1) for GPT-2 and SGPT, N+1 for the MLPs)."""
+        return model_facts(self.arch).tokens(self)
 
 
 def model_params(s: StepShape) -> int:
-    """Trainable parameters (GPT-2: 12 k^2 + 13 k per block, positions, read-in/out; SGPT: 2 k^2 per layer)."""
-    k, P = s.width, s.N + 1
-    if s.arch == "gpt2":
-        read_in = (s.d + 1 if s.layout == "stacked" else s.d) * k + k
-        positions = P if s.layout == "stacked" else 2 * P
-        # blocks, positions, a one-token vocabulary, final layer norm, read-in, read-out
-        return s.layers * (12 * k * k + 13 * k) + positions * k + k + 2 * k + read_in + k + 1
-    if s.arch == "sgpt":
-        return s.layers * 2 * k * k + k
-    inputs = {"mlp": P * (s.d + 1)}.get(s.arch, s.d + 1)
-    return inputs * k + k
+    """Trainable parameters of the step shape's model (scaling.science.models.ModelFacts.params)."""
+    return model_facts(s.arch).params(s)
 
 
 def step_flops(s: StepShape) -> float:
     """FLOPs of one training step (forward + backward = 3 x forward matmuls) for the batch."""
-    k, L = s.width, s.tokens
-    if s.arch == "gpt2":
-        per_token = s.layers * (24 * k * k + 4 * L * k) + 2 * (s.d + 1) * k + 2 * k
-    elif s.arch == "sgpt":
-        per_token = s.layers * (4 * k * k + 4 * L * k) + 2 * (s.d + 1) * k + 2 * k
-    else:
-        per_token = 2 * model_params(s)
-    return 3.0 * per_token * L * s.batch
+    return 3.0 * model_facts(s.arch).forward_flops_per_token(s) * s.tokens * s.batch
 
 
 def activation_elements(s: StepShape) -> float:
     return float(s.batch) * s.tokens * s.width * max(s.layers, 1)
 
 
+_tables: dict[str, dict] = {}
+
+
 def load_table(path: Path | str = TABLE) -> dict:
-    with open(path) as file:
-        return json.load(file)
+    """The measured cost table (read once per process and path)."""
+    if str(path) not in _tables:
+        with open(path) as file:
+            _tables[str(path)] = json.load(file)
+    return _tables[str(path)]
 
 
 def fit_time(rows: list[dict]) -> dict:
@@ -86,7 +80,7 @@ def fit_time(rows: list[dict]) -> dict:
     errors); t0 is clipped at 0."""
     xs = [r["flops"] for r in rows]
     ys = [r["seconds"] for r in rows]
-    w = [1 / y ** 2 for y in ys]
+    w = [1 / y**2 for y in ys]
     sw, sx, sy = sum(w), sum(wi * x for wi, x in zip(w, xs)), sum(wi * y for wi, y in zip(w, ys))
     sxx, sxy = sum(wi * x * x for wi, x in zip(w, xs)), sum(wi * x * y for wi, x, y in zip(w, xs, ys))
     slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx) if len(rows) > 1 else sy / sx
@@ -129,20 +123,32 @@ def step_seconds(s: StepShape, table: dict) -> float:
 
 def step_peak_bytes(s: StepShape, table: dict) -> float:
     c = coefficients(table, s.arch)
-    return ADAM_BYTES_PER_PARAM * model_params(s) + c["m0"] + c["bytes_per_activation"] * activation_elements(s)
+    return (
+        ADAM_BYTES_PER_PARAM * model_params(s) + c["m0"] + c["bytes_per_activation"] * activation_elements(s)
+    )
 
 
 @dataclass(frozen=True)
 class SweepEstimate:
-    cells: int
-    flops: float               # training FLOPs of every cell's every step
-    seconds: float             # training time on the table's device, one cell at a time
-    peak_bytes: float          # the largest cell's step
+    cells: int  # cells whose kind trains (the figures below are theirs)
+    flops: float  # training FLOPs of every cell's every step
+    seconds: float  # training time on the table's device, one cell at a time
+    peak_bytes: float  # the largest cell's step
+    other: dict[str, int] = field(default_factory=dict)  # what the other cells do -> how many
 
     def line(self, device: str) -> str:
-        return (f"estimated training compute: {self.flops:.3g} FLOP over {self.cells} cells, about"
-                f" {format_hours(self.seconds)} of one {device} (one cell at a time; evaluation not counted);"
-                f" largest step peak memory about {self.peak_bytes / 2 ** 20:.0f} MiB")
+        parts = []
+        if self.cells:
+            parts.append(
+                f"estimated training compute: {self.flops:.3g} FLOP over {self.cells}"
+                f" cell{'' if self.cells == 1 else 's'}, about"
+                f" {format_hours(self.seconds)} of one {device} (one cell at a time; evaluation not"
+                f" counted); largest step peak memory about {self.peak_bytes / 2**20:.0f} MiB"
+            )
+        parts += [
+            f"{count} cell{'' if count == 1 else 's'}: {what}" for what, count in sorted(self.other.items())
+        ]
+        return "\n".join(parts) or "no cells"
 
 
 def format_hours(seconds: float) -> str:
@@ -151,25 +157,45 @@ def format_hours(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+def training_cost(cell, table: dict | None = None):
+    """The CellCost of training ``cell`` (its model's facts under the measured table)."""
+    from .kinds import CellCost
+
+    table = table or load_table()
+    shape = StepShape.of_cell(cell)
+    steps = cell.train.steps
+    return CellCost(
+        steps * step_flops(shape), steps * step_seconds(shape, table), step_peak_bytes(shape, table)
+    )
+
+
 def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
-    """Total training cost of ``cells`` (Cell objects) under the measured table."""
+    """Total cost of ``cells`` (Cell objects), each as its kind estimates it (scaling.kinds.Kind.cost):
+    training cells under the measured table; the others counted by what they do."""
     table = table or load_table()
     flops = seconds = peak = 0.0
-    count = 0
+    count, other = 0, {}
     for cell in cells:
-        shape = StepShape.of_cell(cell)
-        steps = cell.train.steps
-        flops += steps * step_flops(shape)
-        seconds += steps * step_seconds(shape, table)
-        peak = max(peak, step_peak_bytes(shape, table))
-        count += 1
+        cost = cell.kind.cost(cell)
+        if cost is None:
+            other[f"{cell.job}, cost not estimated"] = other.get(f"{cell.job}, cost not estimated", 0) + 1
+            continue
+        if cost.what != "training":
+            other[f"{cell.job}, {cost.what}"] = other.get(f"{cell.job}, {cost.what}", 0) + 1
+            continue
+        flops, seconds, peak, count = (
+            flops + cost.flops,
+            seconds + cost.seconds,
+            max(peak, cost.peak_bytes),
+            count + 1,
+        )
     if math.isnan(seconds):
         raise ValueError("the cost table gives NaN; re-measure it")
-    return SweepEstimate(count, flops, seconds, peak)
+    return SweepEstimate(count, flops, seconds, peak, other)
 
 
 def describe_compute(plan) -> str:
-    """The --dry-run line: the plan's estimated training compute, or why there is none."""
+    """The --dry-run lines: the plan's estimated training compute, or why there is none."""
     try:
         table = load_table()
     except (OSError, ValueError) as err:
@@ -179,13 +205,17 @@ def describe_compute(plan) -> str:
 
 def markdown_table(table: dict) -> str:
     """The measured rows as the README's table (``python -m scaling.cost``)."""
-    lines = ["| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in table["rows"]:
         shape = StepShape(**{k: r[k] for k in StepShape.__dataclass_fields__})
-        lines.append(f"| {r['arch']} | {r['N']} | {r['d']} | {r['width']} | {r['layers']} | {r['batch']} |"
-                     f" {r['flops'] / 1e9:.1f} | {r['seconds']:.2f} | {r['peak_bytes'] / 2 ** 20:.0f} |"
-                     f" {step_seconds(shape, table):.2f} |")
+        lines.append(
+            f"| {r['arch']} | {r['N']} | {r['d']} | {r['width']} | {r['layers']} | {r['batch']} |"
+            f" {r['flops'] / 1e9:.1f} | {r['seconds']:.2f} | {r['peak_bytes'] / 2**20:.0f} |"
+            f" {step_seconds(shape, table):.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ setting (and replaces the axis of that name, if any); ``--set grid.T=[16,64]`` o
 file's own keys. Every error names the file, line and key, says what is wrong and what is allowed, and
 is raised before anything runs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,15 +39,11 @@ import yaml
 
 from .cells import Cell
 from .config import ConfigError, check, from_dict
-from .science.models import ModelConfig
-from .kinds.temperature import absolute_paths
-
-# A GPT-2 cell's prompt is 2(N+1) tokens and its n_positions is derived from N. Garg et al.'s released
-# checkpoints have 202 positions, GPT-2's own 1024; no experiment here needs more than 1024 (N <= 511).
-# The cap turns a typo (N: 50000) into a planning error instead of an out-of-memory trial.
-GPT2_MAX_POSITIONS = 1024
+from .kinds import kind_of_group
+from .science.models import ModelConfig, model_facts
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "profiles")
+CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -70,11 +67,17 @@ class Resources:
     def __post_init__(self):
         check(self.cpu > 0, "cpu", f"must be > 0, got {self.cpu}")
         check(self.gpu >= 0, "gpu", f"must be >= 0, got {self.gpu}")
-        check(self.gpu <= 1 or float(self.gpu).is_integer(), "gpu",
-              f"a fraction must be at most 1 (or whole GPUs: 1, 2, ...), got {self.gpu}")
+        check(
+            self.gpu <= 1 or float(self.gpu).is_integer(),
+            "gpu",
+            f"a fraction must be at most 1 (or whole GPUs: 1, 2, ...), got {self.gpu}",
+        )
         for name, amount in self.custom.items():
-            check(name.lower() not in ("cpu", "gpu", "memory", "object_store_memory"), f"custom.{name}",
-                  "is a built-in resource; use the cpu and gpu settings")
+            check(
+                name.lower() not in ("cpu", "gpu", "memory", "object_store_memory"),
+                f"custom.{name}",
+                "is a built-in resource; use the cpu and gpu settings",
+            )
             check(amount > 0, f"custom.{name}", f"must be > 0, got {amount}")
 
     def as_tune(self) -> dict[str, float]:
@@ -89,41 +92,45 @@ class Resources:
 class RunConfig:
     """How the driver runs a sweep; none of it changes a result."""
 
-    max_failures: int = 2          # retries of a trial that dies, from its last checkpoint
-    max_concurrent: int = 0        # 0 = as many as the resources allow
-    storage: str = ""              # Tune state and per-cell checkpoints; "" = ./scaling_runs
+    max_failures: int = 2  # retries of a trial that dies, from its last checkpoint
+    max_concurrent: int = 0  # 0 = as many as the resources allow
+    storage: str = ""  # Tune state and per-cell checkpoints; "" = ./scaling_runs
     # cells trained together as one batched ensemble (scaling.packing): auto (small cells, up to 8),
     # off, or K (up to K cells of a packable architecture); results equal those of unpacked cells
     pack: bool | int | str = "auto"
 
     def __post_init__(self):
-        if isinstance(self.pack, bool):        # YAML reads a bare `off` as false, `on` as true
+        if isinstance(self.pack, bool):  # YAML reads a bare `off` as false, `on` as true
             object.__setattr__(self, "pack", "auto" if self.pack else "off")
         check(self.max_failures >= 0, "max_failures", f"must be >= 0, got {self.max_failures}")
         check(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
-        check(self.pack in ("auto", "off") or (type(self.pack) is int and self.pack >= 1), "pack",
-              f"must be auto, off or a whole number >= 1, got {self.pack!r}")
+        check(
+            self.pack in ("auto", "off") or (type(self.pack) is int and self.pack >= 1),
+            "pack",
+            f"must be auto, off or a whole number >= 1, got {self.pack!r}",
+        )
 
 
 @dataclass(frozen=True)
 class PlannedCell:
     cell: Cell
     resources: Resources
-    axes: dict[str, Any] = field(default_factory=dict, compare=False)   # the grid values that made it
+    axes: dict[str, Any] = field(default_factory=dict, compare=False)  # the grid values that made it
 
 
 @dataclass(frozen=True)
 class Plan:
-    name: str                      # the MLflow experiment
+    name: str  # the MLflow experiment
     description: str
-    source: str                    # the sweep file
+    source: str  # the sweep file
     profile: str
     run: RunConfig
     cells: tuple[PlannedCell, ...]
-    document: dict = field(compare=False, default_factory=dict)   # the resolved sweep document
+    document: dict = field(compare=False, default_factory=dict)  # the resolved sweep document
 
 
 # ---------------------------------------------------------------- YAML with line numbers
+
 
 def _node_lines(node: yaml.Node, path: tuple = (), out: dict | None = None, source: str = "") -> dict:
     """Map every key path of a composed YAML tree to its line (1-based); duplicate keys are errors."""
@@ -134,8 +141,10 @@ def _node_lines(node: yaml.Node, path: tuple = (), out: dict | None = None, sour
         for key_node, value_node in node.value:
             key = key_node.value
             if key in seen:
-                raise SweepError(f"{source}:{key_node.start_mark.line + 1}: {'.'.join(map(str, path + (key,)))}:"
-                                 f" duplicate key")
+                raise SweepError(
+                    f"{source}:{key_node.start_mark.line + 1}: {'.'.join(map(str, path + (key,)))}:"
+                    f" duplicate key"
+                )
             seen.add(key)
             out[path + (key,)] = key_node.start_mark.line + 1
             _node_lines(value_node, path + (key,), out, source)
@@ -164,6 +173,7 @@ def read_document(path: str | Path) -> tuple[dict, dict]:
 
 
 # ---------------------------------------------------------------- overrides
+
 
 def _parse_path(dotted: str) -> list[str]:
     return [p for p in dotted.split(".") if p]
@@ -208,6 +218,7 @@ def apply_override(document: dict, assignment: str) -> dict:
 
 # ---------------------------------------------------------------- planning
 
+
 class _Locator:
     """Turns a key path of the document into 'file:line: a.b.c'."""
 
@@ -228,7 +239,7 @@ class _Locator:
 
     def error(self, path: tuple, err: Exception) -> SweepError:
         if isinstance(err, ConfigError) and err.where:
-            message = str(err)[len(err.where) + 2:]
+            message = str(err)[len(err.where) + 2 :]
             return SweepError(f"{self(*path, *err.where.split('.'))}: {message}")
         return SweepError(f"{self(*path)}: {err}")
 
@@ -298,17 +309,47 @@ def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[di
     return tree, resources
 
 
+def absolute_paths(tree: dict[str, Any], bases: list[Path]) -> dict[str, Any]:
+    """The cell tree with the relative local paths of kinds' settings (scaling.kinds.Kind.path_fields)
+    made absolute: the first base under which the path exists, else the first base (validation then
+    names the missing path). Trials run in other directories, so paths they get must be absolute."""
+    out = dict(tree)
+    for group, settings in tree.items():
+        if not isinstance(settings, dict) or group in CELL_FIELDS:
+            continue
+        owner = kind_of_group(group)
+        if owner is None or not owner.path_fields:
+            continue
+        settings = dict(settings)
+        for name in owner.path_fields:
+            value = settings.get(name)
+            if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+                candidates = [(base / value).resolve() for base in bases]
+                settings[name] = str(next((c for c in candidates if c.exists()), candidates[0]))
+            elif isinstance(value, str) and value:
+                settings[name] = str(Path(value).expanduser())
+        out[group] = settings
+    return out
+
+
+def with_grid_job(tree: dict, grid: Any) -> dict:
+    """A partial cell tree (the defaults, or one axis value over them) as validated alone: when the grid
+    has a ``job`` axis and the tree names no job, the axis's first kind, whose settings the tree may hold."""
+    jobs = grid.get("job") if isinstance(grid, dict) else None
+    if "job" in tree or not isinstance(jobs, list) or not jobs or not isinstance(jobs[0], str):
+        return tree
+    return {**tree, "job": jobs[0]}
+
+
 def check_limits(cell: Cell) -> Cell:
-    """Limits a valid cell can still break: a GPT-2 prompt must fit GPT2_MAX_POSITIONS tokens."""
-    positions = 2 * (cell.N + 1)
-    check(cell.model.arch != "gpt2" or positions <= GPT2_MAX_POSITIONS, "N",
-          f"N={cell.N} makes GPT-2 prompts of 2(N+1)={positions} tokens, more than the"
-          f" {GPT2_MAX_POSITIONS} positions allowed (scaling.plan.GPT2_MAX_POSITIONS)")
+    """Limits a valid cell can still break, asked of its model: a prompt must fit the model's positions."""
+    model_facts(cell.model.arch).check_positions(cell.model, cell.N)
     return cell
 
 
-def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = None,
-                  profile: str = "") -> Plan:
+def plan_document(
+    document: dict, source: str = "<sweep>", lines: dict | None = None, profile: str = ""
+) -> Plan:
     """Validate a sweep document and expand it into its ordered cells."""
     at = _Locator(source, lines or {})
     unknown = [k for k in document if k not in TOP_LEVEL]
@@ -316,15 +357,17 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
         raise SweepError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(TOP_LEVEL)}")
     name = document.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise SweepError(f"{at('name')}: the sweep needs a `name` (letters, digits, '.', '_', '-';"
-                         f" it names the MLflow experiment), got {name!r}")
+        raise SweepError(
+            f"{at('name')}: the sweep needs a `name` (letters, digits, '.', '_', '-';"
+            f" it names the MLflow experiment), got {name!r}"
+        )
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise SweepError(f"{at('defaults')}: expected a mapping of cell settings")
-    bases = [Path.cwd(), Path(source).resolve().parent]     # trials run elsewhere: paths become absolute
+    bases = [Path.cwd(), Path(source).resolve().parent]  # trials run elsewhere: paths become absolute
     defaults = absolute_paths(defaults, bases)
     try:
-        Cell.from_dict(defaults)
+        Cell.from_dict(with_grid_job(defaults, document.get("grid")))
     except ConfigError as err:
         raise at.error(("defaults",), err) from None
     try:
@@ -338,10 +381,11 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
     presets = _model_presets(document.get("models"), at)
     axes = _axes(document.get("grid"), presets, at)
 
-    for axis, values in axes.items():          # each value alone, so the error points at it
+    for axis, values in axes.items():  # each value alone, so the error points at it
         for i, value in enumerate(values):
             try:
-                Cell.from_dict(absolute_paths(_cell_tree(defaults, {axis: value}, presets)[0], bases))
+                tree = absolute_paths(_cell_tree(defaults, {axis: value}, presets)[0], bases)
+                Cell.from_dict(with_grid_job(tree, document.get("grid")))
             except ConfigError as err:
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 
@@ -361,8 +405,15 @@ def plan_document(document: dict, source: str = "<sweep>", lines: dict | None = 
         cells.append(PlannedCell(cell, resources or default_resources, combo))
     if not cells:
         raise SweepError(f"{at()}: the sweep has no cells")
-    return Plan(name=name, description=str(document.get("description") or ""), source=source,
-                profile=profile, run=run, cells=tuple(cells), document=document)
+    return Plan(
+        name=name,
+        description=str(document.get("description") or ""),
+        source=source,
+        profile=profile,
+        run=run,
+        cells=tuple(cells),
+        document=document,
+    )
 
 
 def load_plan(path: str | Path, profile: str = "", overrides: list[str] | tuple[str, ...] = ()) -> Plan:
@@ -380,4 +431,3 @@ def load_plan(path: str | Path, profile: str = "", overrides: list[str] | tuple[
     for assignment in overrides:
         document = apply_override(document, assignment)
     return plan_document(document, source, lines, profile)
-

@@ -17,6 +17,7 @@ with nothing written (no MLflow database, no storage directory).
 Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input, 130 when
 interrupted (Ctrl-C: trials stop, checkpoints stay; the same command resumes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .checkpoints import CheckpointStore
 from .cost import describe_compute
 from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
-from .trial import CheckpointStore, tune_trainable
+from .trial import TrialMember, TrialSpec, tune_trainable
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class SweepOutcome:
     total: int
-    skipped: int                     # complete before this run
-    completed: list[str] = field(default_factory=list)     # cell keys completed by this run
-    failed: dict[str, str] = field(default_factory=dict)   # cell key -> error
+    skipped: int  # complete before this run
+    completed: list[str] = field(default_factory=list)  # cell keys completed by this run
+    failed: dict[str, str] = field(default_factory=dict)  # cell key -> error
     interrupted: bool = False
 
     @property
@@ -69,8 +71,10 @@ def format_duration(seconds: float) -> str:
 
 def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
     """The --dry-run table: one line per cell with its resources and state."""
-    out.write(f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
-              f"{f' (profile {plan.profile})' if plan.profile else ''}\n")
+    out.write(
+        f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
+        f"{f' (profile {plan.profile})' if plan.profile else ''}\n"
+    )
     out.write(f"{'key':16}  {'cell':40}  {'cpu':>4}  {'gpu':>5}  state\n")
     for planned in plan.cells:
         cell, res = planned.cell, planned.resources
@@ -88,7 +92,7 @@ class Progress:
     def __init__(self, name: str, total: int, skipped: int, out: TextIO, every: float = 15.0):
         self.name, self.total, self.skipped, self.out, self.every = name, total, skipped, out, every
         self.done = self.failed = 0
-        self.running: dict[str, tuple[int, float]] = {}    # trial -> (its cells, progress in [0, 1])
+        self.running: dict[str, tuple[int, float]] = {}  # trial -> (its cells, progress in [0, 1])
         self.start = time.monotonic()
         self.last = 0.0
 
@@ -104,9 +108,11 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = format_duration(elapsed * (1 - fraction) / fraction) if fraction > 0.02 else "?"
         pending = todo - finished - running
-        return (f"[{self.name}] {self.skipped + self.done}/{self.total} done, {running} running, "
-                f"{pending} pending, {self.failed} failed | {100 * fraction:.0f}% of this run,"
-                f" {format_duration(elapsed)} elapsed, ~{eta} left")
+        return (
+            f"[{self.name}] {self.skipped + self.done}/{self.total} done, {running} running, "
+            f"{pending} pending, {self.failed} failed | {100 * fraction:.0f}% of this run,"
+            f" {format_duration(elapsed)} elapsed, ~{eta} left"
+        )
 
     def show(self) -> None:
         self.last = time.monotonic()
@@ -126,22 +132,22 @@ class Progress:
 
         class ProgressCallback(Callback):
             def on_trial_start(self, iteration, trials, trial, **info):
-                progress.running[trial.trial_id] = (len(member_keys(trial.config["cell_config"])), 0.0)
+                progress.running[trial.trial_id] = (len(trial_keys(trial.config)), 0.0)
                 progress.show()
 
             def on_trial_result(self, iteration, trials, trial, result, **info):
-                size = len(member_keys(trial.config["cell_config"]))
+                size = len(trial_keys(trial.config))
                 progress.running[trial.trial_id] = (size, float(result.get("progress", 0.0)))
                 progress.maybe_show()
 
             def on_trial_complete(self, iteration, trials, trial, **info):
                 progress.running.pop(trial.trial_id, None)
-                progress.done += len(member_keys(trial.config["cell_config"]))
+                progress.done += len(trial_keys(trial.config))
                 progress.show()
 
             def on_trial_error(self, iteration, trials, trial, **info):
                 progress.running.pop(trial.trial_id, None)
-                progress.failed += len(member_keys(trial.config["cell_config"]))
+                progress.failed += len(trial_keys(trial.config))
                 progress.show()
 
         return ProgressCallback()
@@ -160,7 +166,7 @@ def start_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | 
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if address:
         ray.init(address=address, **quiet)
-    else:                  # "local": a new Ray of our own, never another process's instance on this machine
+    else:  # "local": a new Ray of our own, never another process's instance on this machine
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **quiet)
 
 
@@ -171,8 +177,16 @@ def fits(request: dict[str, float], node: dict[str, float]) -> bool:
 
 def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
     """One line per cell whose resources no single node has (a trial never spans nodes)."""
-    shapes = sorted({", ".join(f"{k}={v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")
-                               or not (k.startswith("node:") or k.endswith("memory"))) for n in nodes})
+    shapes = sorted(
+        {
+            ", ".join(
+                f"{k}={v:g}"
+                for k, v in sorted(n.items())
+                if k in ("CPU", "GPU") or not (k.startswith("node:") or k.endswith("memory"))
+            )
+            for n in nodes
+        }
+    )
     problems = []
     for planned in plan_cells:
         request = planned.resources.as_ray()
@@ -193,18 +207,24 @@ def check_feasible(plan_cells, autoscaling: bool) -> None:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     problems = unmet_requests(plan_cells, nodes)
     if problems:
-        raise SweepError("no node of this cluster can run some cells:\n  " + "\n  ".join(problems) +
-                         "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
-                         " add such a node, or pass --autoscaling on a cluster that starts such nodes")
+        raise SweepError(
+            "no node of this cluster can run some cells:\n  "
+            + "\n  ".join(problems)
+            + "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
+            " add such a node, or pass --autoscaling on a cluster that starts such nodes"
+        )
 
 
 def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
-    """The tracker, checked reachable; None for a SQLite file not created yet (created only once work starts)."""
+    """The tracker, checked reachable; None for a SQLite file not created yet (created only once work
+    starts)."""
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         if not db.exists():
             if not db.parent.is_dir():
-                raise TrackingError(f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory")
+                raise TrackingError(
+                    f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory"
+                )
             return None, None
     tracker = Tracker(uri)
     tracker.check_reachable()
@@ -215,6 +235,7 @@ def preload_quietly(tracking: bool) -> None:
     """Import Ray Tune and (``tracking``) tracking.preload; a failure here is reported where it recurs."""
     try:
         import ray.tune  # noqa: F401
+
         if tracking:
             preload()
     except Exception as err:  # noqa: BLE001 - reported where the module is used or the store opened
@@ -239,65 +260,165 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
     return max(1, int(min(counts, default=1)))
 
 
-def trial_configs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[dict]:
-    """One Tune config per trial: a cell, or a pack of cells (``members``) chosen by scaling.packing."""
-    configs = []
+def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[TrialSpec]:
+    """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.packing (cells of one pack
+    must ask for the same resources; those that do not run alone)."""
+    specs = []
     for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
         cells = [pending[i] for i in group]
         resources = cells[0].resources.as_tune()
-        if any(p.resources.as_tune() != resources for p in cells):
-            configs += [{**shared, "cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name,
-                         "resources": p.resources.as_tune()} for p in cells]
+        if len(cells) > 1 and any(p.resources.as_tune() != resources for p in cells):
+            specs += [single_spec(p, shared) for p in cells]
         elif len(cells) == 1:
-            configs.append({**shared, "cell": cells[0].cell.to_dict(), "key": cells[0].cell.key,
-                            "name": cells[0].cell.name, "resources": resources})
+            specs.append(single_spec(cells[0], shared))
         else:
-            keys = [p.cell.key for p in cells]
-            configs.append({**shared, "key": pack_key(keys), "name": f"pack of {len(cells)}",
-                            "resources": resources, "members": [
-                                {"cell": p.cell.to_dict(), "key": p.cell.key, "name": p.cell.name} for p in cells]})
-    return configs
+            members = tuple(TrialMember(p.cell.to_dict(), p.cell.key, p.cell.name) for p in cells)
+            specs.append(
+                TrialSpec(
+                    members, pack_key([m.key for m in members]), f"pack of {len(cells)}", resources, **shared
+                )
+            )
+    return specs
 
 
-def member_keys(config: dict) -> list[str]:
-    """The cell keys a trial config trains: its members', or its own."""
-    return [m["key"] for m in config["members"]] if "members" in config else [config["key"]]
+def single_spec(planned, shared: dict) -> TrialSpec:
+    cell = planned.cell
+    return TrialSpec(
+        (TrialMember(cell.to_dict(), cell.key, cell.name),),
+        cell.key,
+        cell.name,
+        planned.resources.as_tune(),
+        **shared,
+    )
 
 
-def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry_run: bool = False,
-              address: str | None = None, tracking_uri: str | None = None, storage: str | None = None,
-              num_cpus: int | None = None, num_gpus: int | None = None, autoscaling: bool = False,
-              out: TextIO | None = None) -> SweepOutcome:
+def trial_keys(config: dict) -> list[str]:
+    """The cell keys a Tune trial's config trains (its spec's members)."""
+    return [m["key"] for m in config["spec"]["members"]]
+
+
+def check_sweep_name(tracker: Tracker | None, experiment_id: str | None, plan: Plan, path: str) -> None:
+    """A sweep name is one sweep file's MLflow experiment: another file of that name is refused."""
+    if experiment_id is None:
+        return
+    owner = tracker.experiment_tags(experiment_id).get("sweep_file")
+    if owner and owner != Path(path).name:
+        raise SweepError(
+            f"{path}: the sweep name {plan.name!r} is already the MLflow experiment of"
+            f" {owner}; give this sweep another `name`"
+        )
+
+
+def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str]:
+    """The --dry-run state of every cell: complete, partial (step s/S) from its checkpoint, or pending."""
+    store = CheckpointStore(store_uri)
+    status = {}
+    for planned in plan.cells:
+        key = planned.cell.key
+        step = None if key in complete else store.step(key)
+        status[key] = (
+            "complete"
+            if key in complete
+            else f"partial (step {step}/{planned.cell.train.steps})"
+            if step is not None
+            else "pending"
+        )
+    return status
+
+
+def start_cluster(address: str | None, num_cpus: int | None, num_gpus: int | None, new_store: bool) -> None:
+    """Start (or join) Ray, with Ray Tune's import and, for a new SQLite store, MLflow's in a thread that
+    overlaps Ray's start (which waits on the processes it starts and leaves ~3 of its ~8 CPU-seconds on 2
+    cores idle: ~2 s less per sweep)."""
+    preloading = threading.Thread(target=preload_quietly, args=(new_store,), name="preload", daemon=True)
+    preloading.start()
+    start_ray(address, num_cpus, num_gpus)
+    preloading.join()
+
+
+def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Progress):
+    """The Tune experiment: one trial per spec, each with its resources, named by its key."""
+    from ray import tune
+
+    trainable = tune.with_resources(tune_trainable, lambda config: config["spec"]["resources"])
+    return tune.Tuner(
+        trainable,
+        param_space={"spec": tune.grid_search([spec.to_dict() for spec in specs])},
+        # reuse_actors: a worker process (torch, transformers, MLflow imported once) runs trial after
+        # trial; a new process per trial costs seconds, more than a tiny cell's training.
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=plan.run.max_concurrent or None,
+            reuse_actors=True,
+            trial_name_creator=lambda t: t.config["spec"]["key"],
+            trial_dirname_creator=lambda t: t.config["spec"]["key"],
+        ),
+        run_config=tune.RunConfig(
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=f"{store_uri}/tune",
+            failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
+            callbacks=[progress.callback()],
+            verbose=0,
+        ),
+    )
+
+
+def collect_outcome(results, pending, tracker: Tracker, experiment_id: str, outcome: SweepOutcome) -> list:
+    """Fill ``outcome`` from the trials' results and the store; the cells left unfinished."""
+    final = tracker.cell_records(experiment_id)
+    for result in results:
+        for key in trial_keys(result.config):
+            if key in final and final[key].status == STATUS_COMPLETE:
+                outcome.completed.append(key)
+            elif result.error is not None:
+                outcome.failed[key] = f"{type(result.error).__name__}: {result.error}"
+    return [
+        p
+        for p in pending
+        if p.cell.key not in outcome.failed
+        and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)
+    ]
+
+
+def report_outcome(plan: Plan, pending, outcome: SweepOutcome, unfinished: list, out: TextIO) -> None:
+    for key, error in outcome.failed.items():
+        name = next(p.cell.name for p in pending if p.cell.key == key)
+        out.write(f"[{plan.name}] FAILED {name} ({key}): {error.strip().splitlines()[-1] if error else ''}\n")
+    if unfinished:
+        outcome.interrupted = True
+        out.write(
+            f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
+            f" to resume them from their checkpoints.\n"
+        )
+
+
+def run_sweep(
+    path: str,
+    profile: str = "",
+    overrides: tuple[str, ...] = (),
+    dry_run: bool = False,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    autoscaling: bool = False,
+    out: TextIO | None = None,
+) -> SweepOutcome:
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring."""
     out = out or sys.stdout
     plan = load_plan(path, profile, overrides)
     uri = resolve_tracking_uri(tracking_uri)
     store_uri = storage_uri(plan, storage)
-    source = Path(path).name
     check_storage(store_uri)
-    tracker, experiment_id = open_tracking(uri)        # nothing is created before the checks below pass
-    if tracker is not None:
-        experiment_id = tracker.experiment_id(plan.name)
-    if experiment_id is not None:
-        owner = tracker.experiment_tags(experiment_id).get("sweep_file")
-        if owner and owner != source:
-            raise SweepError(f"{path}: the sweep name {plan.name!r} is already the MLflow experiment of"
-                             f" {owner}; give this sweep another `name`")
+    tracker, _ = open_tracking(uri)  # nothing is created before the checks below pass
+    experiment_id = tracker.experiment_id(plan.name) if tracker is not None else None
+    check_sweep_name(tracker, experiment_id, plan, path)
     records = tracker.cell_records(experiment_id) if experiment_id is not None else {}
     complete = {k for k, r in records.items() if r.status == STATUS_COMPLETE}
     pending = [p for p in plan.cells if p.cell.key not in complete]
-
     if dry_run:
-        store = CheckpointStore(store_uri)
-        status = {}
-        for planned in plan.cells:
-            key = planned.cell.key
-            step = None if key in complete else store.step(key)
-            status[key] = ("complete" if key in complete else
-                           f"partial (step {step}/{planned.cell.train.steps})" if step is not None else "pending")
-        describe_plan(plan, status, out)
+        describe_plan(plan, cell_states(plan, complete, store_uri), out)
         return SweepOutcome(len(plan.cells), len(complete))
-
     outcome = SweepOutcome(len(plan.cells), len(plan.cells) - len(pending))
     if not pending:
         out.write(f"[{plan.name}] all {len(plan.cells)} cells are complete in {uri}; nothing to train.\n")
@@ -305,63 +426,35 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
 
     import ray
 
-    # Ray Tune's import and, for a new SQLite store, MLflow's overlap Ray's start, which waits on the
-    # processes it starts and leaves ~3 of its ~8 CPU-seconds on 2 cores idle: ~2 s less per sweep.
-    preloading = threading.Thread(target=preload_quietly, args=(tracker is None,), name="preload", daemon=True)
-    preloading.start()
-    start_ray(address, num_cpus, num_gpus)
-    preloading.join()
-    from ray import tune
+    start_cluster(address, num_cpus, num_gpus, new_store=tracker is None)
     check_feasible(pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")))
     tracker = tracker or Tracker(uri)
-    experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": source})
+    experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": Path(path).name})
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
-    out.write(f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
-              f" ({len(plan.cells) - len(pending)} already complete); tracking {uri}\n")
-    out.flush()
-
-    shared = {"tracking_uri": uri, "experiment_id": experiment_id, "sweep": plan.name,
-              "parent_run_id": parent, "storage": store_uri}
-    configs = trial_configs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
-    progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
-    trainable = tune.with_resources(tune_trainable, lambda config: config["cell_config"]["resources"])
-    tuner = tune.Tuner(
-        trainable,
-        param_space={"cell_config": tune.grid_search(configs)},
-        # reuse_actors: a worker process (torch, transformers, MLflow imported once) runs trial after
-        # trial; a new process per trial costs seconds, more than a tiny cell's training.
-        tune_config=tune.TuneConfig(max_concurrent_trials=plan.run.max_concurrent or None, reuse_actors=True,
-                                    trial_name_creator=lambda t: t.config["cell_config"]["key"],
-                                    trial_dirname_creator=lambda t: t.config["cell_config"]["key"]),
-        run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=f"{store_uri}/tune",
-            failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
-            callbacks=[progress.callback()], verbose=0),
+    out.write(
+        f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
+        f" ({len(plan.cells) - len(pending)} already complete); tracking {uri}\n"
     )
+    out.flush()
+    shared = {
+        "tracking_uri": uri,
+        "experiment_id": experiment_id,
+        "sweep": plan.name,
+        "parent_run_id": parent,
+        "storage": store_uri,
+    }
+    specs = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
+    progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
     try:
-        results = tuner.fit()
+        results = make_tuner(specs, plan, store_uri, progress).fit()
     except KeyboardInterrupt:
         outcome.interrupted = True
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
         tracker.end_sweep_run(parent, False)
         return outcome
-    final = tracker.cell_records(experiment_id)
-    for result in results:
-        for key in member_keys(result.config["cell_config"]):
-            if key in final and final[key].status == STATUS_COMPLETE:
-                outcome.completed.append(key)
-            elif result.error is not None:
-                outcome.failed[key] = f"{type(result.error).__name__}: {result.error}"
-    unfinished = [p for p in pending if p.cell.key not in outcome.failed
-                  and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)]
+    unfinished = collect_outcome(results, pending, tracker, experiment_id, outcome)
     progress.show()
-    for key, error in outcome.failed.items():
-        name = next(p.cell.name for p in pending if p.cell.key == key)
-        out.write(f"[{plan.name}] FAILED {name} ({key}): {error.strip().splitlines()[-1] if error else ''}\n")
-    if unfinished:
-        outcome.interrupted = True
-        out.write(f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
-                  f" to resume them from their checkpoints.\n")
+    report_outcome(plan, pending, outcome, unfinished, out)
     tracker.end_sweep_run(parent, outcome.ok)
     return outcome
 
@@ -369,19 +462,36 @@ def run_sweep(path: str, profile: str = "", overrides: tuple[str, ...] = (), dry
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m scaling.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help="the sweep file, e.g. sweeps/smoke.yaml")
-    parser.add_argument("--dry-run", action="store_true", help="print the cells, their resources and state; run nothing")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the cells, their resources and state; run nothing"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)",
+    )
     parser.add_argument("--profile", default="", help="a named profile of the sweep file, e.g. quick")
     parser.add_argument("--address", default=None, help="join an existing Ray cluster ('auto' or host:port)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    parser.add_argument("--storage", default=None,
-                        help="checkpoints and Tune state: a path or URI reachable by every node (default ./scaling_runs)")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)",
+    )
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="checkpoints and Tune state: a path or URI reachable by every node (default ./scaling_runs)",
+    )
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded local Ray")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs of the embedded local Ray")
-    parser.add_argument("--autoscaling", action="store_true",
-                        help="the cluster adds nodes on demand: skip the check that every cell fits a node")
+    parser.add_argument(
+        "--autoscaling",
+        action="store_true",
+        help="the cluster adds nodes on demand: skip the check that every cell fits a node",
+    )
     return parser.parse_args(argv)
 
 
@@ -393,17 +503,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     resume = f"resume with the same command: python -m scaling.sweep {shlex.join(argv)}"
     try:
-        outcome = run_sweep(args.sweep, args.profile, tuple(args.overrides), args.dry_run, args.address,
-                            args.tracking_uri, args.storage, args.num_cpus, args.num_gpus, args.autoscaling)
+        outcome = run_sweep(
+            args.sweep,
+            args.profile,
+            tuple(args.overrides),
+            args.dry_run,
+            args.address,
+            args.tracking_uri,
+            args.storage,
+            args.num_cpus,
+            args.num_gpus,
+            args.autoscaling,
+        )
     except (SweepError, TrackingError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
-    except KeyboardInterrupt:                    # a second Ctrl-C, or one before the trials started
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the trials started
         print(f"interrupted; {resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if outcome.failed:
-        print(f"{len(outcome.failed)} cells failed (their errors are above and in MLflow, tag `error`);"
-              f" fix the cause and {resume} (complete cells are skipped)", file=sys.stderr)
+        print(
+            f"{len(outcome.failed)} cells failed (their errors are above and in MLflow, tag `error`);"
+            f" fix the cause and {resume} (complete cells are skipped)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if outcome.interrupted:
         print(f"interrupted; {resume}", file=sys.stderr)

@@ -1,17 +1,18 @@
-"""The MLflow contract: the only module that speaks MLflow.
+"""The MLflow contract: the only module that speaks MLflow (the sweeps, the trials and analysis alike).
 
 One experiment per sweep (named by the sweep), one parent run per sweep (tag ``kind=sweep``) and one
 child run per cell (tag ``kind=cell``), found again by its ``cell_key`` tag so a resumed or retried
 cell reuses its run instead of creating another. A cell run carries:
 
-- run name: ``<model> T=<T> N=<N> seed=<seed>``; tags ``cell_key``, ``sweep``, ``kind``, ``status``
-  (``running`` -> ``complete`` only once everything below is logged; ``failed`` with ``error``);
-- params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ...);
-- metrics: ``train/loss`` (step = training step), ``eval/err`` (step = context length n) and
-  ``baseline/<name>`` (step = n); cells of a temperature job (scaling.kinds.temperature) log their
-  curves named ``tau=<tau>`` or ``<a>/<b>`` as ``temperature/<name>`` with ``=`` written ``_`` (MLflow
-  names allow no ``=``), e.g. ``temperature/tau_1.5`` (step = the curves' ``step`` column, else n),
-  and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
+- run name: the cell's label, given by its experiment kind (``<model> T=<T> N=<N> seed=<seed>`` for
+  training); tags ``cell_key``, ``sweep``, ``kind``, ``status`` (``running`` -> ``complete`` only once
+  everything below is logged; ``failed`` with ``error``);
+- params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ``job``, ...);
+- metrics: ``train/loss`` (step = training step) and one metric per curve of ``curves.parquet``, named
+  by the kind (``Kind.metric_key``): training logs ``eval/err`` (the model; step = context length n)
+  and ``baseline/<name>``; the temperature kinds (scaling.kinds.temperature) log ``temperature/<name>``
+  (e.g. ``temperature/tau_1.5``: MLflow names allow no ``=``; step = the curves' ``step`` column, else
+  n) and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
 - artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
   prompts) and ``model.pt`` (final weights; temperature jobs log it only for a model they trained).
 
@@ -21,6 +22,7 @@ skipping steps already logged; a flush that fails keeps its points (the trial st
 checkpoint) and tries again at the next checkpoint, and the final flush before ``finish`` must succeed,
 or the cell fails and Tune retries it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,7 +47,7 @@ STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
 # Trials flush training losses to the store at most this often (and at the end): a fast cell would
 # otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
 LOSS_FLUSH_SECONDS = 30.0
-MAX_BATCH_ENTITIES, MAX_BATCH_TAGS = 1000, 100     # MLflow's log_batch limits (metrics + params + tags; tags)
+MAX_BATCH_ENTITIES, MAX_BATCH_TAGS = 1000, 100  # MLflow's log_batch limits (metrics + params + tags; tags)
 
 
 class TrackingError(RuntimeError):
@@ -60,8 +62,8 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     cwd = Path(cwd or os.getcwd())
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return f"sqlite:///{(cwd / uri[len('sqlite:///'):]).resolve()}"
-    if "://" not in uri:                      # a bare path: a SQLite file
+        return f"sqlite:///{(cwd / uri[len('sqlite:///') :]).resolve()}"
+    if "://" not in uri:  # a bare path: a SQLite file
         return f"sqlite:///{(cwd / uri).resolve()}"
     return uri
 
@@ -69,7 +71,7 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
 def artifact_root(uri: str) -> str | None:
     """Where a local store keeps artifacts (beside the SQLite file); None lets a server decide."""
     if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+        return (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
     return None
 
 
@@ -96,7 +98,7 @@ def empty_store_template() -> Path:
         MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments(max_results=1)
         with contextlib.closing(sqlite3.connect(db)) as connection, connection:
             connection.execute("DELETE FROM experiments WHERE experiment_id = 0")
-        os.replace(db, template)           # atomic: a concurrent builder's copy is as good
+        os.replace(db, template)  # atomic: a concurrent builder's copy is as good
     return template
 
 
@@ -109,7 +111,7 @@ def seed_sqlite_store(uri: str) -> None:
     """
     if not uri.startswith("sqlite:///"):
         return
-    target = Path(uri[len("sqlite:///"):])
+    target = Path(uri[len("sqlite:///") :])
     if target.exists() or not target.parent.is_dir():
         return
     try:
@@ -118,7 +120,7 @@ def seed_sqlite_store(uri: str) -> None:
         os.close(handle)
         try:
             shutil.copyfile(template, partial)
-            with contextlib.suppress(FileExistsError):     # the store appeared meanwhile: that one is kept
+            with contextlib.suppress(FileExistsError):  # the store appeared meanwhile: that one is kept
                 os.link(partial, target)
         finally:
             os.unlink(partial)
@@ -188,25 +190,38 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=uri)
 
     def check_reachable(self) -> None:
-        """Fail fast (seconds, not MLflow's minutes of HTTP retries), with the URI, when the store is unusable."""
+        """Fail fast (seconds, not MLflow's minutes of HTTP retries), with the URI, when the store is
+        unusable."""
         try:
             with _quick_http():
-                retrying(lambda: self.client.search_experiments(max_results=1), "reaching the tracking store",
-                         attempts=3, first_wait=0.5)
-        except Exception as err:   # noqa: BLE001 - any failure here means unusable
+                retrying(
+                    lambda: self.client.search_experiments(max_results=1),
+                    "reaching the tracking store",
+                    attempts=3,
+                    first_wait=0.5,
+                )
+        except Exception as err:  # noqa: BLE001 - any failure here means unusable
             raise TrackingError(f"cannot use the MLflow tracking store {self.uri}: {err}") from None
 
-    def experiment_id(self, name: str, create: bool = False, tags: dict[str, str] | None = None) -> str | None:
+    def experiment_id(
+        self, name: str, create: bool = False, tags: dict[str, str] | None = None
+    ) -> str | None:
         found = retrying(lambda: self.client.get_experiment_by_name(name), f"looking up experiment {name}")
         if found is not None:
             if found.lifecycle_stage == "deleted":
-                raise TrackingError(f"experiment {name!r} is deleted in {self.uri}; restore it"
-                                    f" (mlflow experiments restore) or rename the sweep")
+                raise TrackingError(
+                    f"experiment {name!r} is deleted in {self.uri}; restore it"
+                    f" (mlflow experiments restore) or rename the sweep"
+                )
             return found.experiment_id
         if not create:
             return None
-        return retrying(lambda: self.client.create_experiment(name, artifact_location=artifact_root(self.uri),
-                                                              tags=tags or {}), f"creating experiment {name}")
+        return retrying(
+            lambda: self.client.create_experiment(
+                name, artifact_location=artifact_root(self.uri), tags=tags or {}
+            ),
+            f"creating experiment {name}",
+        )
 
     def experiment_tags(self, experiment_id: str) -> dict[str, str]:
         return dict(retrying(lambda: self.client.get_experiment(experiment_id), "reading experiment").tags)
@@ -218,8 +233,12 @@ class Tracker:
             run_id = runs[0].info.run_id
             retrying(lambda: self.client.update_run(run_id, status="RUNNING"), "reopening sweep run")
         else:
-            run = retrying(lambda: self.client.create_run(experiment_id, run_name=f"sweep {sweep}",
-                                                          tags={"kind": "sweep", "sweep": sweep}), "creating sweep run")
+            run = retrying(
+                lambda: self.client.create_run(
+                    experiment_id, run_name=f"sweep {sweep}", tags={"kind": "sweep", "sweep": sweep}
+                ),
+                "creating sweep run",
+            )
             run_id = run.info.run_id
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "sweep.yaml"
@@ -229,17 +248,71 @@ class Tracker:
 
     def end_sweep_run(self, run_id: str, ok: bool) -> None:
         """FINISHED once every cell is complete; KILLED while cells remain (a rerun reopens it)."""
-        retrying(lambda: self.client.set_terminated(run_id, "FINISHED" if ok else "KILLED"), "ending sweep run")
+        retrying(
+            lambda: self.client.set_terminated(run_id, "FINISHED" if ok else "KILLED"), "ending sweep run"
+        )
 
     def _search(self, experiment_id: str, filter_string: str) -> list:
         runs, token = [], None
         while True:
-            page = retrying(lambda: self.client.search_runs([experiment_id], filter_string, max_results=1000,
-                                                            page_token=token), "searching runs")
+            page = retrying(
+                lambda: self.client.search_runs(
+                    [experiment_id], filter_string, max_results=1000, page_token=token
+                ),
+                "searching runs",
+            )
             runs.extend(page)
             token = page.token
             if not token:
                 return runs
+
+    def runs(self, experiment: str, filter_string: str) -> list:
+        """Every run of the experiment named ``experiment`` matching the filter (all pages of one bulk
+        search); LookupError when there is no such experiment."""
+        experiment_id = self.experiment_id(experiment)
+        if experiment_id is None:
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}; run the sweep first")
+        return self._search(experiment_id, filter_string)
+
+    def download(self, run_id: str, artifact: str, directory: str | Path) -> str:
+        """Download one artifact of a run into ``directory``; its local path."""
+        return retrying(
+            lambda: self.client.download_artifacts(run_id, artifact, str(directory)),
+            f"downloading {artifact}",
+        )
+
+    def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
+        """The run id of the sweep's parent run, if it exists."""
+        runs = retrying(
+            lambda: self.client.search_runs(
+                [experiment_id], f"tags.kind = 'sweep' and tags.sweep = '{sweep}'", max_results=1
+            ),
+            "searching the sweep run",
+        )
+        return runs[0].info.run_id if runs else None
+
+    def log_outputs_run(
+        self, experiment: str, run_name: str, tags: dict[str, str], files: list[tuple[str | Path, str | None]]
+    ) -> str:
+        """A finished run of ``experiment`` (nested under the sweep's parent run when there is one) holding
+        ``files`` as artifacts, each (path, artifact sub-directory or None); its run id (analysis uses it)."""
+        experiment_id = self.experiment_id(experiment)
+        if experiment_id is None:
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}")
+        tags = dict(tags)
+        parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        run = retrying(
+            lambda: self.client.create_run(experiment_id, run_name=run_name, tags=tags), "creating run"
+        )
+        for path, sub in files:
+            retrying(
+                lambda: self.client.log_artifact(run.info.run_id, str(path), sub),
+                f"logging {Path(path).name}",
+            )
+        retrying(lambda: self.client.set_terminated(run.info.run_id, "FINISHED"), "ending run")
+        return run.info.run_id
 
     def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
@@ -247,7 +320,9 @@ class Tracker:
         runs = sorted(self._search(experiment_id, "tags.kind = 'cell'"), key=lambda r: r.info.start_time or 0)
         for run in runs:
             key, status = run.data.tags.get("cell_key"), run.data.tags.get("status", "")
-            if key and (key not in records or (status == STATUS_COMPLETE and records[key].status != STATUS_COMPLETE)):
+            if key and (
+                key not in records or (status == STATUS_COMPLETE and records[key].status != STATUS_COMPLETE)
+            ):
                 records[key] = CellRecord(run.info.run_id, status, run.info.run_name)
         return records
 
@@ -255,56 +330,79 @@ class Tracker:
 class CellLog:
     """Trial-side logging of one cell into its (reused) run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, last_loss_step: int, complete: bool = False,
-                 flush_every: float = 0.0):
+    def __init__(
+        self,
+        tracker: Tracker,
+        run_id: str,
+        last_loss_step: int,
+        complete: bool = False,
+        flush_every: float = 0.0,
+    ):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
         self.flush_every, self.flushed_at = flush_every, time.monotonic()
-        self.complete = complete            # the cell's run is complete already (a retried trial skips it)
+        self.complete = complete  # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
-        self.pending: list[tuple[int, float, int]] = []     # (step, loss, time in ms) not yet in the store
+        self.pending: list[tuple[int, float, int]] = []  # (step, loss, time in ms) not yet in the store
 
     @classmethod
-    def open(cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None) -> "CellLog":
-        """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run: untouched)."""
+    def open(
+        cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None
+    ) -> "CellLog":
+        """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run:
+        untouched)."""
         tracker = Tracker(uri)
         found = tracker._search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
         if any(r.data.tags.get("status") == STATUS_COMPLETE for r in found):
             done = next(r for r in found if r.data.tags.get("status") == STATUS_COMPLETE)
-            return cls(tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS)
+            return cls(
+                tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS
+            )
         if found:
             run_id = sorted(found, key=lambda r: r.info.start_time or 0)[0].info.run_id
-            history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
+            history = retrying(
+                lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history"
+            )
             last = max((m.step for m in history), default=0)
             retrying(lambda: tracker.client.update_run(run_id, status="RUNNING"), "reopening run")
         else:
-            tags = {"cell_key": cell.key, "sweep": sweep, "kind": "cell", "status": STATUS_RUNNING,
-                    "model": cell.model.label}
+            tags = {
+                "cell_key": cell.key,
+                "sweep": sweep,
+                "kind": "cell",
+                "status": STATUS_RUNNING,
+                "model": cell.model.label,
+            }
             if parent_run_id:
                 tags["mlflow.parentRunId"] = parent_run_id
-            run = retrying(lambda: tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags),
-                           "creating cell run")
+            run = retrying(
+                lambda: tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags),
+                "creating cell run",
+            )
             run_id, last = run.info.run_id, 0
             params = sorted(cell.params().items())
             from mlflow.entities import Param
+
             for start in range(0, len(params), 100):
-                chunk = [Param(k, v) for k, v in params[start:start + 100]]
+                chunk = [Param(k, v) for k, v in params[start : start + 100]]
                 retrying(lambda: tracker.client.log_batch(run_id, params=chunk), "logging params")
-            return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)   # created with status=running
+            return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)  # created with status=running
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
         return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)
 
     def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
-        """Log (step, value) or (step, value, time in ms) points; identical points sent twice are stored once."""
+        """Log (step, value) or (step, value, time in ms) points; identical points sent twice are stored
+        once."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         metrics = [Metric(key, float(p[1]), int(p[2]) if len(p) > 2 else now, int(p[0])) for p in points]
         for start in range(0, len(metrics), 1000):
-            chunk = metrics[start:start + 1000]
+            chunk = metrics[start : start + 1000]
             retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), f"logging {key}", attempts)
 
     def log_losses(self, points: Iterable[tuple], final: bool = False) -> bool:
-        """Buffer training losses and flush the buffer, skipping steps this run already holds (after a resume).
+        """Buffer training losses and flush the buffer, skipping steps this run already holds (after a
+        resume).
 
         Points are only buffered (False) until ``flush_every`` seconds have passed since the last flush.
         A failed flush keeps the points for the next call and returns False (the store blinked: training
@@ -327,7 +425,7 @@ class CellLog:
                 if final:
                     self.log_metrics("train/loss", chunk)
                 else:
-                    with _quick_http():              # a blinking store must not stall training
+                    with _quick_http():  # a blinking store must not stall training
                         self.log_metrics("train/loss", chunk, attempts=2)
             except TrackingError as err:
                 if final:
@@ -335,41 +433,56 @@ class CellLog:
                 log.warning("keeping %d training losses for the next checkpoint: %s", len(self.pending), err)
                 return False
             self.last_loss_step = chunk[-1][0]
-            del self.pending[:len(chunk)]
+            del self.pending[: len(chunk)]
         return True
 
-    def finish(self, cell, curves: pd.DataFrame, weights_path: str | Path | None,
-               summary: dict[str, float] | None = None) -> None:
+    def finish(
+        self,
+        cell,
+        curves: pd.DataFrame,
+        weights_path: str | Path | None,
+        summary: dict[str, float] | None = None,
+        metric_key: Callable[[str], str] | None = None,
+    ) -> None:
         """Log the artifacts, then the buffered training losses, curves, summary and status=complete, then end
         the run: three round trips for a cell of up to ~1000 points (log_batches).
 
         status=complete is the last tag of the last batch, and a batch stores its metrics before its tags,
         so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere
         raises TrackingError (after retries) with the run still incomplete, and the retried trial redoes it.
+        ``metric_key`` names each curve's metric (the cell's kind's, scaling.kinds.Kind.metric_key;
+        default: curve_metric_key).
         """
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
         steps = "step" if "step" in curves.columns else "n"
         rows = curves[curves["err"].notna()]
-        if "lam" in rows:       # a lambda scan has many values per n: it lives in curves.parquet only
+        if "lam" in rows:  # a lambda scan has many values per n: it lives in curves.parquet only
             rows = rows[rows["lam"].isna()]
         metrics = [Metric("train/loss", value, ms, step) for step, value, ms in self.pending]
-        metrics += [Metric(curve_metric_key(predictor), float(err), now, int(step))
-                    for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])]
+        metric_key = metric_key or curve_metric_key
+        metrics += [
+            Metric(metric_key(predictor), float(err), now, int(step))
+            for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])
+        ]
         metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]
         tags = [RunTag(name, f"{value:.6g}") for name, value in (summary or {}).items()]
         skipped = curves.attrs.get("skipped_baselines") or {}
-        if skipped:     # baselines of the sweep's list not defined for this cell's task
-            tags.append(RunTag("skipped_baselines", "; ".join(f"{k}: {v}" for k, v in skipped.items())[:4000]))
-        with tempfile.TemporaryDirectory() as tmp:         # the artifacts in one call
+        if skipped:  # baselines of the sweep's list not defined for this cell's task
+            tags.append(
+                RunTag("skipped_baselines", "; ".join(f"{k}: {v}" for k, v in skipped.items())[:4000])
+            )
+        with tempfile.TemporaryDirectory() as tmp:  # the artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
             if weights_path is not None:
                 shutil.copyfile(weights_path, Path(tmp) / "model.pt")
             retrying(lambda: self.client.log_artifacts(self.run_id, tmp), "logging artifacts")
         for chunk, tag_chunk in log_batches(metrics, tags + [RunTag("status", STATUS_COMPLETE)]):
-            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves")
+            retrying(
+                lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves"
+            )
         if self.pending:
             self.last_loss_step = self.pending[-1][0]
             self.pending.clear()
@@ -389,28 +502,29 @@ def log_batches(metrics: list, tags: list) -> Iterator[tuple[list, list]]:
     """(metrics, tags) chunks within MLflow's log_batch limits (<= 1000 entities, <= 100 tags), in order:
     the metrics fill the first chunks and the tags ride with the last metrics, so the last tag given is
     stored last. Nothing to log: no chunk."""
-    room = MAX_BATCH_ENTITIES - min(len(tags), MAX_BATCH_TAGS)        # metrics beside the first tags
+    room = MAX_BATCH_ENTITIES - min(len(tags), MAX_BATCH_TAGS)  # metrics beside the first tags
     head = max(0, len(metrics) - room)
     for start in range(0, head, MAX_BATCH_ENTITIES):
-        yield metrics[start:min(start + MAX_BATCH_ENTITIES, head)], []
+        yield metrics[start : min(start + MAX_BATCH_ENTITIES, head)], []
     last = metrics[head:]
     for start in range(0, max(len(tags), 1 if last else 0), MAX_BATCH_TAGS):
-        yield (last if start == 0 else []), tags[start:start + MAX_BATCH_TAGS]
+        yield (last if start == 0 else []), tags[start : start + MAX_BATCH_TAGS]
 
 
 def curve_metric_key(predictor: str) -> str:
-    """The MLflow metric of a curve: ``model`` -> eval/err; temperature curves (``tau=<tau>``, ``<a>/<b>``)
-    -> temperature/<name>; any other predictor (a baseline) -> baseline/<name>. Rows split by a prompt
-    meta (``<predictor>|<meta>=<value>``) add ``/<meta>=<value>``. Characters MLflow names do not allow
-    (``=``, ``|``, brackets, ...) are written ``_``: ``tau=1.5`` -> temperature/tau_1.5."""
+    """The MLflow metric of a training cell's curve: ``model`` -> eval/err, any other predictor (a
+    baseline) -> baseline/<name>; rows split by a prompt meta (``<predictor>|<meta>=<value>``) add
+    ``/<meta>=<value>``; characters MLflow names do not allow (``=``, ``|``, ...) are written ``_``.
+    Kinds with curves of their own name them with their ``metric_key`` (scaling.kinds)."""
     base, _, split = predictor.partition("|")
-    if base == "model":
-        key = "eval/err"
-    elif base.startswith("tau=") or "/" in base:
-        key = f"temperature/{base}"
-    else:
-        key = f"baseline/{base}"
-    return re.sub(r"[^/\w.\- :]", "_", f"{key}/{split}" if split else key)
+    key = "eval/err" if base == "model" else f"baseline/{base}"
+    return metric_name(f"{key}/{split}" if split else key)
+
+
+def metric_name(name: str) -> str:
+    """``name`` with the characters MLflow metric names do not allow (``=``, ``|``, brackets) written
+    ``_``."""
+    return re.sub(r"[^/\w.\- :]", "_", name)
 
 
 def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:
@@ -429,8 +543,16 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
         raise TrackingError(f"no complete cell run in {experiment!r} has params {params}")
     run_id = runs[0].info.run_id
     with tempfile.TemporaryDirectory() as tmp:
-        cell = yaml.safe_load(Path(retrying(lambda: tracker.client.download_artifacts(run_id, "cell.yaml", tmp),
-                                            "downloading cell.yaml")).read_text())
-        path = retrying(lambda: tracker.client.download_artifacts(run_id, "model.pt", tmp), "downloading model.pt")
+        cell = yaml.safe_load(
+            Path(
+                retrying(
+                    lambda: tracker.client.download_artifacts(run_id, "cell.yaml", tmp),
+                    "downloading cell.yaml",
+                )
+            ).read_text()
+        )
+        path = retrying(
+            lambda: tracker.client.download_artifacts(run_id, "model.pt", tmp), "downloading model.pt"
+        )
         state = torch.load(path, map_location="cpu", weights_only=True)
     return cell, state

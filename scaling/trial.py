@@ -1,71 +1,103 @@
-"""One cell inside a Ray Tune trial: resume from its checkpoint, train, evaluate, log, report.
+"""One Ray Tune trial: a cell (run by its experiment kind) or a pack of training cells; resume, log, report.
 
-Checkpoints are keyed by the cell (``<storage>/checkpoints/<cell key>/state.pt``), not by the Tune trial,
-so they outlive any one driver: a rerun after a crash, or a sweep edited to add cells (a new Tune
-experiment, never ``Tuner.restore``, which unpickles and cannot add cells), continues each cell from its
-own last checkpoint. Tune's retries after a worker dies restart this function, which resumes the same way.
-Storage is any URI ``pyarrow.fs`` understands: a local or network path, ``s3://``, ``gs://``.
+The driver (scaling.sweep) hands each trial a ``TrialSpec``: the cells it runs and where to log and
+checkpoint them. A single cell runs through its kind (scaling.kinds): ``kind.run(cell, TrialContext)``;
+a pack of training cells (scaling.packing decided it) trains its members stacked
+(scaling.science.stacked) and resumes, checkpoints and finishes each member exactly as the training kind
+does one cell alone (scaling.kinds.train: ``resume``, ``checkpoint``, ``finish``).
+
+Checkpoints are keyed by the cell (scaling.checkpoints), not by the Tune trial, so they outlive any one
+driver: a rerun after a crash, or a sweep edited to add cells (a new Tune experiment, never
+``Tuner.restore``, which unpickles and cannot add cells), continues each cell from its own last
+checkpoint. Tune's retries after a worker dies restart ``tune_trainable``, which resumes the same way.
 """
+
 from __future__ import annotations
 
-import io
-import tempfile
+import dataclasses
 import traceback
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
-from pyarrow import fs as pafs
 
 from .cells import Cell
-from .kinds.temperature import run_job
-from .tracking import CellLog
+from .checkpoints import CheckpointStore
+from .kinds.train import checkpoint, finish, resume
+from .science.stacked import PackTrainer
 from .science.train import CellTrainer, resolve_device
+from .tracking import CellLog
 
 
-class CheckpointStore:
-    """Per-cell checkpoints on a local path or object store, written atomically (temp file, then move)."""
+@dataclass(frozen=True)
+class TrialMember:
+    """One cell of a trial: its dict (scaling.cells.Cell.to_dict), key and run name."""
 
-    def __init__(self, uri: str):
-        if "://" not in uri:
-            uri = str(Path(uri).resolve())
-        self.fs, self.root = pafs.FileSystem.from_uri(uri)
-
-    def _path(self, key: str) -> str:
-        return f"{self.root}/checkpoints/{key}/state.pt"
-
-    def save(self, key: str, state: dict) -> None:
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        path = self._path(key)
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with self.fs.open_output_stream(path + ".tmp") as out:
-            out.write(buffer.getvalue())
-        self.fs.move(path + ".tmp", path)
-
-    def load(self, key: str) -> dict | None:
-        path = self._path(key)
-        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            return None
-        with self.fs.open_input_stream(path) as stream:
-            return torch.load(io.BytesIO(stream.read()), map_location="cpu", weights_only=True)
-
-    def step(self, key: str) -> int | None:
-        """The step of the cell's checkpoint, or None (for --dry-run)."""
-        state = self.load(key)
-        return None if state is None else int(state["step"])
-
-    def delete(self, key: str) -> None:
-        path = self._path(key).rsplit("/", 1)[0]
-        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(path)
+    cell: dict[str, Any]
+    key: str
+    name: str
 
 
-def trial_device(config: dict[str, Any], cell: Cell) -> torch.device:
+@dataclass(frozen=True)
+class TrialSpec:
+    """The driver-to-trial contract: the cells of one trial and where they log and checkpoint.
+
+    ``members`` holds one cell, or the cells of a pack; ``key`` and ``name`` name the trial (a cell's own,
+    or scaling.packing.pack_key's); ``resources`` are Tune's (``{"cpu": 1, "gpu": 0.25, ...}``).
+    """
+
+    members: tuple[TrialMember, ...]
+    key: str
+    name: str
+    resources: dict[str, float]
+    tracking_uri: str
+    experiment_id: str
+    sweep: str
+    storage: str
+    parent_run_id: str | None = None
+
+    @property
+    def is_pack(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def keys(self) -> list[str]:
+        return [m.key for m in self.members]
+
+    def cells(self) -> list[Cell]:
+        return [Cell.from_dict(m.cell) for m in self.members]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form for Tune's param space (and its experiment state)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialSpec":
+        members = tuple(TrialMember(**m) for m in data["members"])
+        return cls(**{**data, "members": members})
+
+
+@dataclass
+class TrialContext:
+    """What a kind's ``run`` gets besides its cell: the device, the cell's checkpoint store and MLflow
+    log, the tracking URI (for kinds that read other runs) and ``progress`` (a dict to Tune)."""
+
+    device: torch.device
+    store: CheckpointStore
+    log: CellLog
+    tracking_uri: str
+    report: Callable[[dict], None] | None = field(default=None, repr=False)
+
+    def progress(self, values: dict[str, Any]) -> None:
+        if self.report:
+            self.report(values)
+
+
+def trial_device(spec: TrialSpec, cell: Cell) -> torch.device:
     """The cell's device: CUDA only where the trial was given a GPU."""
     if cell.train.device != "auto":
         return torch.device(cell.train.device)
-    return resolve_device("auto") if config["resources"].get("gpu", 0) > 0 else torch.device("cpu")
+    return resolve_device("auto") if spec.resources.get("gpu", 0) > 0 else torch.device("cpu")
 
 
 def cap_gpu_memory(device: torch.device, gpu: float) -> None:
@@ -74,80 +106,104 @@ def cap_gpu_memory(device: torch.device, gpu: float) -> None:
         torch.cuda.set_per_process_memory_fraction(gpu, device)
 
 
-def finish_trained(trainer: CellTrainer, cell: Cell, log: CellLog):
-    """Evaluate, and log weights, the rest of the loss history, curves and status=complete (CellLog.finish)."""
-    curves = trainer.evaluate()
-    with tempfile.TemporaryDirectory() as tmp:
-        weights = Path(tmp) / "model.pt"
-        torch.save(trainer.model.state_dict(), weights)
-        log.finish(cell, curves, weights)
-    return curves
+def prepare(spec: TrialSpec, cell: Cell) -> tuple[torch.device, CheckpointStore]:
+    """Threads, device and GPU memory cap of the trial; its checkpoint store."""
+    torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))
+    device = trial_device(spec, cell)
+    cap_gpu_memory(device, float(spec.resources.get("gpu", 0)))
+    return device, CheckpointStore(spec.storage)
 
 
-def run_cell(config: dict[str, Any], report=None) -> dict[str, Any]:
-    """Train, evaluate and log one cell; ``report`` receives progress dicts (tune.report in a trial)."""
-    cell = Cell.from_dict(config["cell"])
-    torch.set_num_threads(max(1, int(config["resources"].get("cpu", 1))))
-    device = trial_device(config, cell)
-    cap_gpu_memory(device, float(config["resources"].get("gpu", 0)))
-    store = CheckpointStore(config["storage"])
-    log = CellLog.open(config["tracking_uri"], config["experiment_id"], cell, config["sweep"],
-                       config.get("parent_run_id"))
-    if cell.job != "train":
-        return run_temperature_job(cell, device, log, report, config["tracking_uri"])
+def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
+    return CellLog.open(spec.tracking_uri, spec.experiment_id, cell, spec.sweep, spec.parent_run_id)
+
+
+def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
+    """Run one cell by its kind and log it; ``report`` receives progress dicts (tune.report in a trial).
+    A failure marks the cell's run failed with its traceback and is raised again (Tune retries)."""
+    (cell,) = spec.cells()
+    device, store = prepare(spec, cell)
+    log = open_log(spec, cell)
+    trial = TrialContext(device, store, log, spec.tracking_uri, report)
     try:
-        trainer = CellTrainer(cell, device)
-        state = store.load(cell.key)
-        if state is not None:
-            trainer.load_state_dict(state)
-            log.log_metrics("trial/resumed_from", [(trainer.step, trainer.step)])
-            log.log_losses(state.get("unlogged_losses", []))     # losses a blinking store missed
-        every, losses = cell.train.checkpoint_every, []
-        while not trainer.done_training:
-            trainer.train_until((trainer.step // every + 1) * every, lambda s, v: losses.append((s, v)))
-            log.log_losses(losses)
-            store.save(cell.key, {**trainer.state_dict(), "unlogged_losses": log.pending})
-            if report:
-                report({"step": trainer.step, "progress": trainer.step / cell.train.steps,
-                        "loss": losses[-1][1] if losses else float("nan")})
-            losses = []
-        curves = finish_trained(trainer, cell, log)
+        final = cell.kind.run(cell, trial)
     except Exception:
         log.fail(traceback.format_exc())
         raise
-    model_curve = curves[curves["predictor"] == "model"]
-    final = {"step": trainer.step, "progress": 1.0, "finished": 1,
-             "err_last": float(model_curve["err"].iloc[-1])}
+    trial.progress(final)
+    return final
+
+
+class PackMemberError(RuntimeError):
+    """Some members of a pack failed (their runs say why); the others are complete."""
+
+
+def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
+    """Train, evaluate and log a pack's members as the training kind does each cell alone.
+
+    Members whose run is complete already (a retried trial) are skipped; the others resume from their
+    own checkpoints. A member that fails (e.g. diverges to NaN) is marked failed in its run and does
+    not stop the others; the trial then raises, naming it, so Tune retries the pack (from checkpoints).
+    """
+    cells = spec.cells()
+    device, store = prepare(spec, cells[0])
+    logs = [open_log(spec, cell) for cell in cells]
+    todo = [(cell, log) for cell, log in zip(cells, logs) if not log.complete]
+    errors: dict[str, str] = {}
+    if todo:
+        try:
+            trainers = train_members(todo, store, device, report)
+        except Exception:
+            for _, log in todo:
+                log.fail(traceback.format_exc())
+            raise
+        for trainer, (cell, log) in zip(trainers, todo):
+            try:
+                finish(trainer, log)
+            except Exception:
+                log.fail(traceback.format_exc())
+                errors[cell.key] = (
+                    f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
+                )
+    if errors:
+        raise PackMemberError("; ".join(errors.values()))
+    final = {"step": max(c.train.steps for c in cells), "progress": 1.0, "finished": 1}
     if report:
         report(final)
     return final
 
 
-def run_temperature_job(cell: Cell, device: torch.device, log: CellLog, report=None,
-                        tracking_uri: str | None = None) -> dict[str, Any]:
-    """A cell whose job is not training (scaling.kinds.temperature): run it, log its curves and summary."""
-    try:
-        result = run_job(cell, device, report, tracking_uri)
-        with tempfile.TemporaryDirectory() as tmp:
-            weights = None
-            if result.weights is not None:
-                weights = Path(tmp) / "model.pt"
-                torch.save(result.weights, weights)
-            log.finish(cell, result.curves, weights, result.summary)
-    except Exception:
-        log.fail(traceback.format_exc())
-        raise
-    final = {"step": 0, "progress": 1.0, "finished": 1, **result.summary}
-    if report:
-        report(final)
-    return final
+def train_members(todo, store, device, report) -> list[CellTrainer]:
+    """The members' trainers, trained to their last step with checkpoints and losses as unpacked cells."""
+    trainers = [CellTrainer(cell, device) for cell, _ in todo]
+    for trainer, (_, log) in zip(trainers, todo):
+        resume(trainer, store, log)
+    pack = PackTrainer(trainers)
+    losses: list[list] = [[] for _ in trainers]
+    steps = sum(c.train.steps for c, _ in todo)
+    while not pack.done_training:
+        active, stop = pack.next_segment()
+        pack.train_until(active, stop, lambda i, s, v: losses[i].append((s, v)))
+        for trainer in active:
+            i = trainers.index(trainer)
+            cell, log = todo[i]
+            if trainer.step % cell.train.checkpoint_every == 0 or trainer.done_training:
+                checkpoint(trainer, store, log, losses[i])
+                losses[i] = []
+        if report:
+            report(
+                {
+                    "step": min(t.step for t in trainers),
+                    "progress": sum(t.step for t in trainers) / steps,
+                    "loss": float("nan"),
+                }
+            )
+    return trainers
 
 
 def tune_trainable(config: dict[str, Any]) -> None:
-    """The Ray Tune function trainable: one trial = one cell, or a pack of cells (``members``, scaling.packing)."""
+    """The Ray Tune function trainable: one trial = one cell, or a pack of cells."""
     from ray import tune
 
-    from .packing import run_pack
-
-    cell_config = config["cell_config"]
-    (run_pack if "members" in cell_config else run_cell)(cell_config, report=tune.report)
+    spec = TrialSpec.from_dict(config["spec"])
+    (run_pack if spec.is_pack else run_cell)(spec, report=tune.report)

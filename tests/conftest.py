@@ -1,4 +1,5 @@
 """Shared fixtures: tiny cells and sweep documents that train in seconds on a CPU."""
+
 from __future__ import annotations
 
 import copy
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")      # tests start their own throwaway local clusters
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests start their own throwaway local clusters
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # Drivers started as subprocesses and Ray workers import `scaling` from this checkout, not from whichever
 # checkout an editable install points at.
@@ -18,8 +19,14 @@ TINY_SWEEP = {
     "name": "tiny",
     "defaults": {
         "task": {"family": "linear", "d": 2, "noise_std": 0.1},
-        "train": {"steps": 30, "batch_size": 16, "lr": 1e-3, "checkpoint_every": 10, "log_every": 5,
-                  "device": "cpu"},
+        "train": {
+            "steps": 30,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "checkpoint_every": 10,
+            "log_every": 5,
+            "device": "cpu",
+        },
         "eval": {"prompts": 32, "bootstrap": 50},
         "N": 4,
     },
@@ -37,9 +44,15 @@ def tiny_sweep() -> dict:
 
 
 def tiny_cell_dict(**overrides) -> dict:
-    cell = {"task": {"d": 3, "noise_std": 0.1}, "model": {"arch": "mlp", "width": 16},
-            "train": {"steps": 20, "batch_size": 8, "lr": 1e-3, "checkpoint_every": 5, "device": "cpu"},
-            "eval": {"prompts": 32, "bootstrap": 50}, "T": 8, "N": 5, "seed": 0}
+    cell = {
+        "task": {"d": 3, "noise_std": 0.1},
+        "model": {"arch": "mlp", "width": 16},
+        "train": {"steps": 20, "batch_size": 8, "lr": 1e-3, "checkpoint_every": 5, "device": "cpu"},
+        "eval": {"prompts": 32, "bootstrap": 50},
+        "T": 8,
+        "N": 5,
+        "seed": 0,
+    }
     for key, value in overrides.items():
         cell[key] = value
     return cell
@@ -50,7 +63,12 @@ def local_ray():
     """A real, small local Ray for the in-process end-to-end tests of one module."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2,
-             log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024**2,
+        log_to_driver=False,
+    )
     yield
     ray.shutdown()

@@ -1,4 +1,5 @@
 """The sweep driver as a subprocess, for tests that kill, interrupt or outlive it."""
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,20 @@ def start_driver(path, uri, storage, log, *flags, **env):
     conftest.py puts this checkout first on PYTHONPATH, so the driver and its Ray workers run this code.
     """
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1", **env}
-    return subprocess.Popen([sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri,
-                             "--storage", storage, *(flags or ("--num-cpus", "2"))],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=path.parent)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scaling.sweep",
+            str(path),
+            "--tracking-uri",
+            uri,
+            "--storage",
+            storage,
+            *(flags or ("--num-cpus", "2")),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=path.parent,
+    )

@@ -44,9 +44,21 @@ def synthetic_table(
                 err = law(n, T) * math.exp(seed_noise * u + noise * rng.normal())
                 key = f"{model}-T{T}-N{n}-s{seed}"
                 rows.append(
-                    dict(sweep=sweep, cell_key=key, run_id=f"run-{key}", model=model, T=float(T),
-                         N=int(n), seed=int(seed), predictor=predictor, n=int(n), err=err,
-                         err_lo=0.9 * err, err_hi=1.1 * err, prompts=256)
+                    dict(
+                        sweep=sweep,
+                        cell_key=key,
+                        run_id=f"run-{key}",
+                        model=model,
+                        T=float(T),
+                        N=int(n),
+                        seed=int(seed),
+                        predictor=predictor,
+                        n=int(n),
+                        err=err,
+                        err_lo=0.9 * err,
+                        err_hi=1.1 * err,
+                        prompts=256,
+                    )
                 )
     return pd.DataFrame(rows)
 
@@ -78,13 +90,26 @@ def lattice_table(
                 for N in Ns:
                     for seed in seeds:
                         key = f"{family}-{model}-T{T}-N{N}-s{seed}"
-                        cell = dict(sweep=sweep, cell_key=key, run_id=f"run-{key}", model=model, T=float(T),
-                                    N=int(N), seed=int(seed), prompts=64, **{
-                                        "param.task.family": family, "param.model.name": model,
-                                        "param.T": str(T if not math.isinf(T) else "inf"),
-                                        "param.N": str(N), "param.seed": str(seed)})
-                        law = saturating_law(FAMILY_FLOOR.get(family, 0.1), 1.0, 0.8 if k == 0 else 0.0,
-                                             2.0, 0.3)
+                        cell = dict(
+                            sweep=sweep,
+                            cell_key=key,
+                            run_id=f"run-{key}",
+                            model=model,
+                            T=float(T),
+                            N=int(N),
+                            seed=int(seed),
+                            prompts=64,
+                            **{
+                                "param.task.family": family,
+                                "param.model.name": model,
+                                "param.T": str(T if not math.isinf(T) else "inf"),
+                                "param.N": str(N),
+                                "param.seed": str(seed),
+                            },
+                        )
+                        law = saturating_law(
+                            FAMILY_FLOOR.get(family, 0.1), 1.0, 0.8 if k == 0 else 0.0, 2.0, 0.3
+                        )
                         for n in range(1, N + 1) if all_n else [N]:
                             errs = {"model": law(n, T) * math.exp(0.05 * rng.normal())}
                             errs.update({b: (1.0 if b == "zero" else 0.9 / n) for b in baselines})
@@ -92,10 +117,31 @@ def lattice_table(
                                 for level in levels:
                                     errs[f"{name}|{level}"] = err * float(level.split("=")[1]) * 4
                             for predictor, err in errs.items():
-                                rows.append(dict(cell, predictor=predictor, n=n, err=err, err_lo=0.9 * err,
-                                                 err_hi=1.1 * err))
-    cols = ["sweep", "cell_key", "run_id", "model", "T", "N", "seed", "predictor", "n", "err", "err_lo",
-            "err_hi", "prompts"]
+                                rows.append(
+                                    dict(
+                                        cell,
+                                        predictor=predictor,
+                                        n=n,
+                                        err=err,
+                                        err_lo=0.9 * err,
+                                        err_hi=1.1 * err,
+                                    )
+                                )
+    cols = [
+        "sweep",
+        "cell_key",
+        "run_id",
+        "model",
+        "T",
+        "N",
+        "seed",
+        "predictor",
+        "n",
+        "err",
+        "err_lo",
+        "err_hi",
+        "prompts",
+    ]
     table = pd.DataFrame(rows)
     return table[cols + sorted(c for c in table.columns if c not in cols)]
 
@@ -111,20 +157,42 @@ def write_store(uri: str, table: pd.DataFrame, tmp: Path, failed: dict[str, str]
     client = MlflowClient(tracking_uri=uri)
     sweep = table["sweep"].iloc[0]
     exp = client.create_experiment(sweep, artifact_location=(Path(tmp) / "artifacts").as_uri())
-    parent = client.create_run(exp, run_name=f"sweep {sweep}", tags={"kind": "sweep", "sweep": sweep}).info.run_id
+    parent = client.create_run(
+        exp, run_name=f"sweep {sweep}", tags={"kind": "sweep", "sweep": sweep}
+    ).info.run_id
     for key, cell in table.groupby("cell_key", sort=False):
         first = cell.iloc[0]
-        tags = {"kind": "cell", "status": "complete", "cell_key": key, "sweep": sweep, "mlflow.parentRunId": parent}
-        run = client.create_run(exp, run_name=f"{first['model']} T={first['param.T']} N={first['N']} "
-                                               f"seed={first['seed']}", tags=tags).info.run_id
-        params = {c[len("param."):]: str(first[c]) for c in cell.columns if c.startswith("param.")}
+        tags = {
+            "kind": "cell",
+            "status": "complete",
+            "cell_key": key,
+            "sweep": sweep,
+            "mlflow.parentRunId": parent,
+        }
+        run = client.create_run(
+            exp,
+            run_name=f"{first['model']} T={first['param.T']} N={first['N']} seed={first['seed']}",
+            tags=tags,
+        ).info.run_id
+        params = {c[len("param.") :]: str(first[c]) for c in cell.columns if c.startswith("param.")}
         client.log_batch(run, params=[Param(k, v) for k, v in params.items()])
         folder = Path(tmp) / "curves" / key
         folder.mkdir(parents=True)
-        cell[["predictor", "n", "err", "err_lo", "err_hi", "prompts"]].to_parquet(folder / "curves.parquet",
-                                                                                  index=False)
+        cell[["predictor", "n", "err", "err_lo", "err_hi", "prompts"]].to_parquet(
+            folder / "curves.parquet", index=False
+        )
         client.log_artifact(run, str(folder / "curves.parquet"))
     for name, error in (failed or {}).items():
-        client.create_run(exp, run_name=name, tags={"kind": "cell", "status": "failed", "cell_key": name,
-                                                    "sweep": sweep, "error": error, "mlflow.parentRunId": parent})
+        client.create_run(
+            exp,
+            run_name=name,
+            tags={
+                "kind": "cell",
+                "status": "failed",
+                "cell_key": name,
+                "sweep": sweep,
+                "error": error,
+                "mlflow.parentRunId": parent,
+            },
+        )
     return exp

@@ -1,4 +1,6 @@
-"""scaling.science.adam.FusedAdam against torch.optim.Adam(fused=True): the same updates, interchangeable states."""
+"""scaling.science.adam.FusedAdam against torch.optim.Adam(fused=True): the same updates, interchangeable
+states."""
+
 import io
 import subprocess
 import sys
@@ -23,7 +25,7 @@ def step(model, optimizer, seed: int, skip_last: bool = False) -> None:
     x, y = torch.randn(16, 5, generator=gen), torch.randn(16, 1, generator=gen)
     optimizer.zero_grad(set_to_none=True)
     (model(x) - y).square().mean().backward()
-    if skip_last:                      # a parameter without a gradient this step is left alone
+    if skip_last:  # a parameter without a gradient this step is left alone
         model[2].bias.grad = None
     optimizer.step()
 
@@ -56,7 +58,10 @@ def test_updates_are_bitwise_torchs_fused_adam():
         assert slots.keys() == ours_state["state"][index].keys()
         for key, value in slots.items():
             got = ours_state["state"][index][key]
-            assert torch.equal(got, value) and got.dtype == value.dtype and got.device == value.device, (index, key)
+            assert torch.equal(got, value) and got.dtype == value.dtype and got.device == value.device, (
+                index,
+                key,
+            )
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -67,12 +72,14 @@ def test_states_move_between_torch_adam_and_ours(fused):
     for s in range(3):
         step(torch_model, ref, s)
     ours_model.load_state_dict(torch_model.state_dict())
-    ours = FusedAdam(ours_model.parameters(), lr=0.5)                    # the saved lr wins
+    ours = FusedAdam(ours_model.parameters(), lr=0.5)  # the saved lr wins
     saved = checkpointed(ref.state_dict())
     ours.load_state_dict(saved)
     assert ours.param_groups[0]["lr"] == 1e-3
-    assert all(ours.state[p]["exp_avg"].data_ptr() != saved["state"][i]["exp_avg"].data_ptr()
-               for i, p in enumerate(ours_model.parameters()))                # copied, never shared
+    assert all(
+        ours.state[p]["exp_avg"].data_ptr() != saved["state"][i]["exp_avg"].data_ptr()
+        for i, p in enumerate(ours_model.parameters())
+    )  # copied, never shared
     back_model, _ = model_pair(2)
     back_model.load_state_dict(torch_model.state_dict())
     back = torch.optim.Adam(back_model.parameters(), lr=1e-3, fused=True)
@@ -81,8 +88,9 @@ def test_states_move_between_torch_adam_and_ours(fused):
         step(torch_model, ref, s)
         step(ours_model, ours, s)
         step(back_model, back, s)
-    torch.testing.assert_close(dict(ours_model.named_parameters()), dict(torch_model.named_parameters()),
-                               rtol=1e-6, atol=1e-7)   # fused=False: another kernel, the same arithmetic
+    torch.testing.assert_close(
+        dict(ours_model.named_parameters()), dict(torch_model.named_parameters()), rtol=1e-6, atol=1e-7
+    )  # fused=False: another kernel, the same arithmetic
     assert_same(back_model, ours_model)
 
 
@@ -90,7 +98,8 @@ def test_a_state_for_other_parameters_is_refused():
     model, _ = model_pair()
     with pytest.raises(ValueError, match="does not fit"):
         FusedAdam(list(model.parameters())[:2], lr=1e-3).load_state_dict(
-            torch.optim.Adam(model.parameters(), lr=1e-3).state_dict())
+            torch.optim.Adam(model.parameters(), lr=1e-3).state_dict()
+        )
 
 
 def test_training_a_cell_never_imports_torch_dynamo():
@@ -106,7 +115,12 @@ def test_training_a_cell_never_imports_torch_dynamo():
         trainer.evaluate()
         print(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=str(__import__("pathlib").Path(__file__).parent))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(__import__("pathlib").Path(__file__).parent),
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -1,6 +1,7 @@
 """The analysis read from a real (throwaway SQLite) MLflow store filled as the sweep driver fills it:
 load_table's cache (a warm read downloads nothing), the report's contents, the comparison of two sweeps,
 and, marked slow, a thousand runs read back with a warm cache."""
+
 import math
 import re
 import time
@@ -9,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main
 from analysis.load import load_table
 from analysis.run import analyse
-from synthetic_tables import lattice_table, write_store
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 
@@ -22,8 +23,13 @@ ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 def store(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("store")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    table = lattice_table(rng=np.random.default_rng(0), Ts=(100, 1e5, math.inf), Ns=(5, 10, 20), seeds=(0, 1, 2),
-                          sweep="fig1-quick")
+    table = lattice_table(
+        rng=np.random.default_rng(0),
+        Ts=(100, 1e5, math.inf),
+        Ns=(5, 10, 20),
+        seeds=(0, 1, 2),
+        sweep="fig1-quick",
+    )
     write_store(uri, table, tmp_path / "a", failed={"mlp T=1e6 N=10 seed=0": ERROR})
     return uri, table
 
@@ -56,7 +62,8 @@ def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, m
     assert (got[["model", "T", "N", "seed"]].to_numpy() == want[["model", "T", "N", "seed"]].to_numpy()).all()
     assert got["param.task.family"].eq("linear").all()
     assert missing[["name", "status", "error"]].values.tolist() == [
-        ["mlp T=1e6 N=10 seed=0", "failed", "RuntimeError: loss is NaN at step 120"]]
+        ["mlp T=1e6 N=10 seed=0", "failed", "RuntimeError: loss is NaN at step 120"]
+    ]
 
 
 def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_path):
@@ -64,15 +71,27 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     result = analyse(None, "fig1-quick", tracking_uri=uri, out=tmp_path / "out", bootstrap=30)
     page = (tmp_path / "out" / "report.html").read_text()
     assert result.answer() in page and "context-scale: gpt2" in result.answer()
-    for heading in ("Verdicts", "Figures", "Scaling-law fits", "Cells not complete", "MLflow runs", "Sweep settings"):
+    for heading in (
+        "Verdicts",
+        "Figures",
+        "Scaling-law fits",
+        "Cells not complete",
+        "MLflow runs",
+        "Sweep settings",
+    ):
         assert f"<h2>{heading}" in page
     verdicts = result.verdicts
-    assert set(verdicts["verdict"]) <= {"context-scales", "does not context-scale", "task-scales",
-                                        "does not task-scale", "inconclusive"}
+    assert set(verdicts["verdict"]) <= {
+        "context-scales",
+        "does not context-scale",
+        "task-scales",
+        "does not task-scale",
+        "inconclusive",
+    }
     assert all(v in page for v in verdicts["verdict"].unique())
     bounds = result.fits[["E_lo", "alpha_lo", "alpha_hi", "beta_lo"]].to_numpy().ravel()
     bounds = bounds[np.isfinite(bounds) & (bounds != 0)]
-    assert len(bounds) and all(repr(float(v)) in page for v in bounds)      # intervals at full precision
+    assert len(bounds) and all(repr(float(v)) in page for v in bounds)  # intervals at full precision
     assert "RuntimeError: loss is NaN at step 120" in page
     assert all(run_id in page for run_id in result.table["run_id"].unique())
     assert len(re.findall("data:image/png;base64", page)) == 1
@@ -88,28 +107,54 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
 
 def test_compare_two_sweeps_in_one_report(store, tmp_path, capsys):
     uri, first = store
-    second = lattice_table(rng=np.random.default_rng(5), Ts=(1e5, math.inf), Ns=(5, 10, 20, 40), seeds=(0, 1),
-                           sweep="fig1")
-    write_store(uri, second, tmp_path / "b")        # a second experiment in the same store
+    second = lattice_table(
+        rng=np.random.default_rng(5), Ts=(1e5, math.inf), Ns=(5, 10, 20, 40), seeds=(0, 1), sweep="fig1"
+    )
+    write_store(uri, second, tmp_path / "b")  # a second experiment in the same store
     out = tmp_path / "cmp"
-    assert main(["--experiment", "fig1-quick", "--experiment", "fig1", "--tracking-uri", uri, "--out", str(out),
-                 "--bootstrap", "20"]) == 0
+    assert (
+        main(
+            [
+                "--experiment",
+                "fig1-quick",
+                "--experiment",
+                "fig1",
+                "--tracking-uri",
+                uri,
+                "--out",
+                str(out),
+                "--bootstrap",
+                "20",
+            ]
+        )
+        == 0
+    )
     diffs = pd.read_csv(out / "differences.csv")
-    matching = (first[first["T"].isin([1e5, math.inf])].groupby(["model", "T", "N", "predictor", "n"])["err"]
-                .mean().rename("a").to_frame()
-                .join(second.groupby(["model", "T", "N", "predictor", "n"])["err"].mean().rename("b"), how="inner"))
+    matching = (
+        first[first["T"].isin([1e5, math.inf])]
+        .groupby(["model", "T", "N", "predictor", "n"])["err"]
+        .mean()
+        .rename("a")
+        .to_frame()
+        .join(second.groupby(["model", "T", "N", "predictor", "n"])["err"].mean().rename("b"), how="inner")
+    )
     assert len(diffs) == len(matching)
     np.testing.assert_allclose(np.sort(diffs["diff"]), np.sort(matching["b"] - matching["a"]))
     page = (out / "report.html").read_text()
-    assert "fig1-quick vs fig1" in page and "Differences at matching points" in page and "Fits side by side" in page
+    assert (
+        "fig1-quick vs fig1" in page
+        and "Differences at matching points" in page
+        and "Fits side by side" in page
+    )
     assert len(re.findall("data:image/png;base64", page)) == 2
     side = pd.read_csv(out / "fits_side_by_side.csv")
     assert {"alpha_A", "alpha_B", "alpha_lo_A", "alpha_hi_B"} <= set(side.columns) and len(side)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("fig1-quick").experiment_id
     runs = client.search_runs([exp], "tags.kind = 'analysis' and tags.compare_with = 'fig1'")
-    assert len(runs) == 1 and not client.search_runs([client.get_experiment_by_name("fig1").experiment_id],
-                                                     "tags.kind = 'analysis'")
+    assert len(runs) == 1 and not client.search_runs(
+        [client.get_experiment_by_name("fig1").experiment_id], "tags.kind = 'analysis'"
+    )
     assert "A: fig1-quick" in capsys.readouterr().out
 
 
@@ -122,8 +167,16 @@ def test_compare_refuses_the_same_experiment_twice(store, capsys):
 @pytest.mark.slow
 def test_a_thousand_runs_read_back_in_seconds_with_a_warm_cache(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    table = lattice_table(rng=np.random.default_rng(0), models=[f"m{k}" for k in range(10)], Ts=(10, 100, 1000, 1e4,
-                          1e5), Ns=(4, 8, 16, 32), seeds=range(5), baselines=("zero",), all_n=False, sweep="big")
+    table = lattice_table(
+        rng=np.random.default_rng(0),
+        models=[f"m{k}" for k in range(10)],
+        Ts=(10, 100, 1000, 1e4, 1e5),
+        Ns=(4, 8, 16, 32),
+        seeds=range(5),
+        baselines=("zero",),
+        all_n=False,
+        sweep="big",
+    )
     start = time.perf_counter()
     write_store(uri, table, tmp_path / "a")
     print(f"\nwrote {table['cell_key'].nunique()} runs in {time.perf_counter() - start:.1f}s")
@@ -131,6 +184,8 @@ def test_a_thousand_runs_read_back_in_seconds_with_a_warm_cache(tmp_path, monkey
     for label in ("cold", "warm"):
         start = time.perf_counter()
         read, _ = load_table(uri, "big", cache_dir=tmp_path / "cache")
-        print(f"{label} read of {read['cell_key'].nunique()} runs: {time.perf_counter() - start:.2f}s, "
-              f"{read.attrs['downloads']} downloads")
+        print(
+            f"{label} read of {read['cell_key'].nunique()} runs: {time.perf_counter() - start:.2f}s, "
+            f"{read.attrs['downloads']} downloads"
+        )
     assert read["cell_key"].nunique() == 1000 and len(calls) == 1000 and read.attrs["downloads"] == 0

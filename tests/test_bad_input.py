@@ -3,13 +3,14 @@
 Each case runs the real CLI entry point (scaling.sweep.main) in an empty directory and then checks that
 the directory holds only the sweep file: no mlflow.db, no storage directory, no Ray trial.
 """
+
 import time
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.plan import GPT2_MAX_POSITIONS
+from scaling.science.models import GPT2_MAX_POSITIONS
 from scaling.sweep import main
 
 
@@ -42,7 +43,11 @@ CASES = {
     "T_below_one": ("grid.T", [4, 0], "grid.T[1]: T: must be a whole number >= 1"),
     "T_not_whole": ("grid.T", [2.5], "grid.T[0]: T: must be a whole number >= 1"),
     "N_zero": ("defaults.N", 0, "defaults.N: must be >= 1"),
-    "gpu_fraction_above_one": ("resources", {"cpu": 1, "gpu": 1.5}, "resources.gpu: a fraction must be at most 1"),
+    "gpu_fraction_above_one": (
+        "resources",
+        {"cpu": 1, "gpu": 1.5},
+        "resources.gpu: a fraction must be at most 1",
+    ),
     "gpu_negative": ("models.mlp.resources", {"gpu": -1}, "models.mlp.gpu: must be >= 0"),
     "cpu_zero": ("resources", {"cpu": 0}, "resources.cpu: must be > 0"),
     "custom_resource_builtin": ("resources", {"custom": {"GPU": 1}}, "custom.GPU: is a built-in resource"),
@@ -61,12 +66,14 @@ def test_invalid_setting_exits_2_naming_file_line_and_key(case, tmp_path, tiny_s
 
 
 def test_gpt2_N_beyond_the_position_cap_is_refused(tmp_path, tiny_sweep, capsys):
-    too_long = GPT2_MAX_POSITIONS // 2                        # 2(N+1) = cap + 2 tokens
+    too_long = GPT2_MAX_POSITIONS // 2  # 2(N+1) = cap + 2 tokens
     tiny_sweep["grid"] = {"model": ["gpt2"], "N": [4, too_long]}
     assert run_cli(tmp_path, tiny_sweep) == 2
     err = capsys.readouterr().err
-    assert f"grid: the cell (model=gpt2, N={too_long}) is invalid: N: N={too_long} makes GPT-2 prompts of" \
-           f" 2(N+1)={2 * too_long + 2} tokens, more than the {GPT2_MAX_POSITIONS} positions" in err
+    assert (
+        f"grid: the cell (model=gpt2, N={too_long}) is invalid: N: N={too_long} makes GPT-2 prompts of"
+        f" 2(N+1)={2 * too_long + 2} tokens, more than the {GPT2_MAX_POSITIONS} positions" in err
+    )
     assert_nothing_written(tmp_path)
 
 
@@ -105,7 +112,7 @@ def test_unreachable_tracking_server_fails_fast(tmp_path, tiny_sweep, capsys):
     elapsed = time.monotonic() - start
     assert code == 2
     assert "cannot use the MLflow tracking store http://127.0.0.1:9" in capsys.readouterr().err
-    assert elapsed < 60, f"took {elapsed:.0f}s to give up"           # MLflow's own retries take minutes
+    assert elapsed < 60, f"took {elapsed:.0f}s to give up"  # MLflow's own retries take minutes
     assert_nothing_written(tmp_path)
 
 
@@ -121,7 +128,10 @@ def test_tracking_database_in_a_missing_directory(tmp_path, tiny_sweep, capsys):
 def test_storage_uri_that_cannot_be_opened(tmp_path, tiny_sweep, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(tiny_sweep))
-    assert main([str(path), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage", "bogus://x/y"]) == 2
+    assert (
+        main([str(path), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage", "bogus://x/y"])
+        == 2
+    )
     assert "cannot use the storage bogus://x/y/tiny" in capsys.readouterr().err
     assert_nothing_written(tmp_path)
 
@@ -132,7 +142,8 @@ def test_sweep_name_taken_by_another_sweep_file(tmp_path, tiny_sweep, capsys):
     assert run_cli(tmp_path, tiny_sweep) == 2
     err = capsys.readouterr().err
     assert "the sweep name 'tiny' is already the MLflow experiment of other.yaml" in err
-    assert_nothing_written(tmp_path, also=["mlflow.db", "mlruns"] if (tmp_path / "mlruns").exists()
-                           else ["mlflow.db"])
+    assert_nothing_written(
+        tmp_path, also=["mlflow.db", "mlruns"] if (tmp_path / "mlruns").exists() else ["mlflow.db"]
+    )
     client = MlflowClient(uri)
     assert client.search_runs([client.get_experiment_by_name("tiny").experiment_id]) == []

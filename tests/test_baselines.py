@@ -1,4 +1,5 @@
 """Batched least squares and ridge against scikit-learn and numpy, prefix by prefix."""
+
 import numpy as np
 import pytest
 import torch
@@ -13,14 +14,14 @@ def prompts():
     return fresh_prompts(LinearRegression(TaskConfig(d=5, noise_std=0.3)), 6, 12, seed=2)
 
 
-@pytest.mark.parametrize("lam", [0.05, 1.0, 5 * 0.3 ** 2])
+@pytest.mark.parametrize("lam", [0.05, 1.0, 5 * 0.3**2])
 def test_ridge_matches_sklearn_at_every_prefix(prompts, lam):
     pred = ridge_predictions(prompts, lam).double().numpy()
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
     for b in range(xs.shape[0]):
         for n in range(1, xs.shape[1]):
             model = Ridge(alpha=lam, fit_intercept=False, solver="svd").fit(xs[b, :n], ys[b, :n])
-            assert pred[b, n] == pytest.approx(model.predict(xs[b, n:n + 1])[0], abs=1e-6)
+            assert pred[b, n] == pytest.approx(model.predict(xs[b, n : n + 1])[0], abs=1e-6)
 
 
 def test_least_squares_is_minimum_norm_at_every_prefix(prompts):
@@ -35,7 +36,9 @@ def test_least_squares_is_minimum_norm_at_every_prefix(prompts):
 
 def test_prediction_at_n_ignores_labels_from_n_on(prompts):
     # every baseline is checked in test_baselines_more.py; these are the original closed forms
-    for name, predictor in build_baselines(("zero", "least_squares", "ridge"), TaskConfig(d=5, noise_std=0.3)).items():
+    for name, predictor in build_baselines(
+        ("zero", "least_squares", "ridge"), TaskConfig(d=5, noise_std=0.3)
+    ).items():
         before = predictor(prompts)
         changed = prompts.slice(0, len(prompts))
         changed.ys = changed.ys.clone()

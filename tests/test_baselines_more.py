@@ -1,4 +1,6 @@
-"""The added baselines against scikit-learn and independent formulas; causality; the disk cache; split rows."""
+"""The added baselines against scikit-learn and independent formulas; causality; the disk cache; split
+rows."""
+
 import math
 import os
 import subprocess
@@ -10,10 +12,17 @@ import torch
 from sklearn.linear_model import Lasso
 from sklearn.neighbors import KNeighborsRegressor
 
-from scaling.science.baselines import (BASELINES, BaselineNotApplicable, build_baselines, discrete_mmse,
-                               mixture_ridge_predictions, parse_baseline, ridge_predictions)
+from scaling.science.baselines import (
+    BASELINES,
+    BaselineNotApplicable,
+    build_baselines,
+    discrete_mmse,
+    mixture_ridge_predictions,
+    parse_baseline,
+    ridge_predictions,
+)
+from scaling.science.evaluate import EvalConfig, evaluate, lambda_scan
 from scaling.science.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
-from scaling.science.train import EvalConfig, evaluate, lambda_scan
 
 LIN = TaskConfig(d=4, noise_std=0.3)
 MIXED = TaskConfig(family="linear_mixed_noise", d=4, noise_stds=(0.1, 0.5))
@@ -31,12 +40,14 @@ def small_prompts(task=LIN, count=4, points=9, seed=1):
 
 def test_lasso_matches_sklearn_at_every_prefix():
     prompts = small_prompts(TaskConfig(family="sparse_linear", d=6, sparsity=2))
-    pred = build_baselines(("lasso(alpha=0.05)",), TaskConfig())["lasso(alpha=0.05)"](prompts).double().numpy()
+    pred = (
+        build_baselines(("lasso(alpha=0.05)",), TaskConfig())["lasso(alpha=0.05)"](prompts).double().numpy()
+    )
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
     for b in range(xs.shape[0]):
         for n in range(1, xs.shape[1]):
             model = Lasso(alpha=0.05, fit_intercept=False, max_iter=100000).fit(xs[b, :n], ys[b, :n])
-            assert pred[b, n] == pytest.approx(model.predict(xs[b, n:n + 1])[0], abs=1e-5)
+            assert pred[b, n] == pytest.approx(model.predict(xs[b, n : n + 1])[0], abs=1e-5)
     assert np.all(pred[:, 0] == 0)
 
 
@@ -47,7 +58,7 @@ def test_knn_matches_sklearn():
     for b in range(xs.shape[0]):
         for n in range(1, xs.shape[1]):
             model = KNeighborsRegressor(n_neighbors=min(3, n)).fit(xs[b, :n], ys[b, :n])
-            assert pred[b, n] == pytest.approx(model.predict(xs[b, n:n + 1])[0], abs=1e-6)
+            assert pred[b, n] == pytest.approx(model.predict(xs[b, n : n + 1])[0], abs=1e-6)
 
 
 def test_hilbert_is_the_kernel_smoother_and_safe_at_coincident_points():
@@ -58,9 +69,9 @@ def test_hilbert_is_the_kernel_smoother_and_safe_at_coincident_points():
         k = 1 / (xs[0, :n] - xs[0, n]).norm(dim=-1) ** 3
         assert pred[0, n].item() == pytest.approx(((k * ys[0, :n]).sum() / k.sum()).item(), rel=1e-6)
     xs2 = xs.clone()
-    xs2[0, 5] = xs2[0, 2]                                                    # query 5 repeats input 2
+    xs2[0, 5] = xs2[0, 2]  # query 5 repeats input 2
     same = prompts.slice(0, 1)
-    same.xs = (xs2[:1] * 50).float()                                         # large norms too
+    same.xs = (xs2[:1] * 50).float()  # large norms too
     out = BASELINES["hilbert"](LIN, {})(same)
     assert torch.isfinite(out).all() and out[0, 5].item() == pytest.approx(same.ys[0, 2].item(), rel=1e-6)
 
@@ -75,7 +86,7 @@ def test_averaging_is_garg_estimator():
 
 def test_discrete_mmse_matches_a_direct_posterior():
     pool = TaskPool(make_family(LIN), 7, seed=3)
-    prompts = TaskPool(make_family(LIN), 7, seed=3).batch(0, 5, 10)          # prompts from pool tasks
+    prompts = TaskPool(make_family(LIN), 7, seed=3).batch(0, 5, 10)  # prompts from pool tasks
     pred = build_baselines(("bayes_discrete",), LIN, pool=pool)["bayes_discrete"](prompts).double().numpy()
     betas = pool.tasks(torch.arange(7))["beta"].double().numpy()
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
@@ -92,7 +103,7 @@ def test_discrete_mmse_mixes_noise_levels_like_a_direct_posterior():
     pool = TaskPool(make_family(MIXED), 6, seed=1)
     prompts = pool.batch(0, 3, 8)
     betas = pool.tasks(torch.arange(6))["beta"]
-    pred = discrete_mmse(betas, (0.1, 0.5), chunk=4)(prompts).double().numpy()   # chunks split the pool
+    pred = discrete_mmse(betas, (0.1, 0.5), chunk=4)(prompts).double().numpy()  # chunks split the pool
     betas, xs, ys = betas.double().numpy(), prompts.xs.double().numpy(), prompts.ys.double().numpy()
     for b in range(3):
         for n in range(8):
@@ -120,6 +131,7 @@ def test_mixture_ridge_is_the_posterior_over_levels():
     pred = mixture_ridge_predictions(prompts, (0.1, 0.5)).double().numpy()
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
     from scipy.stats import multivariate_normal
+
     for b in range(3):
         for n in range(1, 8):
             X, y = xs[b, :n], ys[b, :n]
@@ -140,33 +152,48 @@ def test_ridge_per_level_uses_each_prompts_level():
 
 
 def test_ridge_tuned_picks_near_bayes_lambda_on_its_own_validation_set():
-    task = TaskConfig(d=4, noise_std=1.0)                                    # Bayes lambda = 4
+    task = TaskConfig(d=4, noise_std=1.0)  # Bayes lambda = 4
     predictor = build_baselines(("ridge_tuned",), task)["ridge_tuned"]
     prompts = small_prompts(task, points=9)
     pred = predictor(prompts)
-    close = [torch.allclose(pred[:, 8], ridge_predictions(prompts, lam)[:, 8], atol=1e-6)
-             for lam in (2.0, 2.6826957952797246, 3.1622776601683795, 4.216965034285822, 5.623413251903491, 7.498942093324558)]
+    close = [
+        torch.allclose(pred[:, 8], ridge_predictions(prompts, lam)[:, 8], atol=1e-6)
+        for lam in (
+            2.0,
+            2.6826957952797246,
+            3.1622776601683795,
+            4.216965034285822,
+            5.623413251903491,
+            7.498942093324558,
+        )
+    ]
     assert any(close)
-    other = small_prompts(task, points=9, seed=2)                             # test prompts never tune it
+    other = small_prompts(task, points=9, seed=2)  # test prompts never tune it
     assert torch.equal(predictor(other), build_baselines(("ridge_tuned",), task)["ridge_tuned"](other))
 
 
 def test_lambda_scan_is_ridge_error_per_lambda_and_lowest_at_the_bayes_lambda_per_level():
     family = make_family(MIXED)
     prompts = fresh_prompts(family, 4000, 13, seed=0)
-    lambdas = (0.004, 0.04, 1.0, 25.0)                                      # Bayes: d sigma^2 = 0.04 and 1.0
+    lambdas = (0.004, 0.04, 1.0, 25.0)  # Bayes: d sigma^2 = 0.04 and 1.0
     config = EvalConfig(prompts=4000, bootstrap=50, lambda_n=(8, 12, 40), lambdas=lambdas)
     scan = lambda_scan(prompts, family.y_second_moment(), config, 12, 0, family)
-    assert sorted(scan["n"].unique()) == [8, 12]                              # n beyond N = 12 dropped
-    assert set(scan["predictor"]) == {"ridge_lambda", "ridge_lambda|noise_std=0.1", "ridge_lambda|noise_std=0.5"}
+    assert sorted(scan["n"].unique()) == [8, 12]  # n beyond N = 12 dropped
+    assert set(scan["predictor"]) == {
+        "ridge_lambda",
+        "ridge_lambda|noise_std=0.1",
+        "ridge_lambda|noise_std=0.5",
+    }
     at = scan.set_index(["predictor", "n", "lam"])
-    for lam in lambdas:                                                       # the plain formula, per lambda
+    for lam in lambdas:  # the plain formula, per lambda
         direct = (ridge_predictions(prompts, lam)[:, 8].double() - prompts.ys[:, 8].double()) ** 2
-        assert at.loc[("ridge_lambda", 8, lam), "err"] == pytest.approx(float(direct.mean()) / family.y_second_moment(),
-                                                                         rel=1e-5)
+        assert at.loc[("ridge_lambda", 8, lam), "err"] == pytest.approx(
+            float(direct.mean()) / family.y_second_moment(), rel=1e-5
+        )
         low = prompts.meta["noise_std"] == 0.1
         assert at.loc[("ridge_lambda|noise_std=0.1", 8, lam), "err"] == pytest.approx(
-            float(direct[low].mean()) / family.group_second_moment("noise_std", 0.1), rel=1e-5)
+            float(direct[low].mean()) / family.group_second_moment("noise_std", 0.1), rel=1e-5
+        )
     row = at.loc[("ridge_lambda", 8, 1.0)]
     assert row["err_lo"] <= row["err"] <= row["err_hi"] and row["prompts"] == 4000
     level_rows = scan[(scan["n"] == 8) & scan["predictor"].str.contains("|", regex=False)]
@@ -184,23 +211,44 @@ def test_cells_without_lambda_n_scan_nothing_and_lambdas_must_be_positive():
 
 def test_ridge_validation_selects_per_prompt_from_its_own_pairs():
     prompts = small_prompts(TaskConfig(d=3, noise_std=0.5), count=4, points=12)
-    pred = BASELINES["ridge_validation"](LIN, {"lambdas": [0.01, 10.0], "val_fraction": 0.5})(prompts).double()
+    pred = BASELINES["ridge_validation"](LIN, {"lambdas": [0.01, 10.0], "val_fraction": 0.5})(
+        prompts
+    ).double()
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
     for b in range(4):
         for n in range(2, 12):
             t = n - max(1, round(0.5 * n))
             errs, preds = [], []
             for lam in (0.01, 10.0):
-                w = np.linalg.solve(xs[b, :t].T @ xs[b, :t] + lam * np.eye(3), xs[b, :t].T @ ys[b, :t]) if t else np.zeros(3)
+                w = (
+                    np.linalg.solve(xs[b, :t].T @ xs[b, :t] + lam * np.eye(3), xs[b, :t].T @ ys[b, :t])
+                    if t
+                    else np.zeros(3)
+                )
                 errs.append(np.mean((ys[b, t:n] - xs[b, t:n] @ w) ** 2))
                 full = np.linalg.solve(xs[b, :n].T @ xs[b, :n] + lam * np.eye(3), xs[b, :n].T @ ys[b, :n])
                 preds.append(full @ xs[b, n])
             assert pred[b, n].item() == pytest.approx(preds[int(np.argmin(errs))], abs=1e-6)
 
 
-FAST = ["zero", "least_squares", "ridge", "ridge_per_level", "ridge_tuned", "ridge_validation", "bayes_discrete",
-        "averaging", "knn", "hilbert", "lasso", "xgboost", "decision_tree", "decision_tree(max_depth=none)",
-        "nn_student(steps=5)", "nn_student(steps=5, batch=3)"]
+FAST = [
+    "zero",
+    "least_squares",
+    "ridge",
+    "ridge_per_level",
+    "ridge_tuned",
+    "ridge_validation",
+    "bayes_discrete",
+    "averaging",
+    "knn",
+    "hilbert",
+    "lasso",
+    "xgboost",
+    "decision_tree",
+    "decision_tree(max_depth=none)",
+    "nn_student(steps=5)",
+    "nn_student(steps=5, batch=3)",
+]
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -257,10 +305,15 @@ def test_cache_is_hit_on_the_second_call_and_in_a_new_process(tmp_path):
     assert (predictor.hits, predictor.misses) == (1, 1) and torch.equal(first, second)
     other = build_baselines(("decision_tree(max_depth=2)",), task)["decision_tree(max_depth=2)"]
     other(prompts)
-    assert other.misses == 1                                                 # options change the key
+    assert other.misses == 1  # options change the key
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "p.pt")], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "p.pt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["1", "0"]
     assert torch.equal(torch.load(tmp_path / "p.pt"), first)
     assert not list((tmp_path / "cache").glob("*.tmp"))
@@ -270,8 +323,15 @@ def test_split_rows_per_noise_level():
     family = make_family(MIXED)
     prompts = fresh_prompts(family, 400, 9, seed=0)
     predictors = build_baselines(("zero", "ridge_per_level"), MIXED)
-    frame = evaluate(predictors, prompts, family.y_second_moment(), EvalConfig(prompts=400, bootstrap=20), 8, 0,
-                     family=family)
+    frame = evaluate(
+        predictors,
+        prompts,
+        family.y_second_moment(),
+        EvalConfig(prompts=400, bootstrap=20),
+        8,
+        0,
+        family=family,
+    )
     names = set(frame["predictor"])
     assert {"zero|noise_std=0.1", "zero|noise_std=0.5", "ridge_per_level|noise_std=0.5"} <= names
     zero = frame.set_index(["predictor", "n"])["err"]
@@ -280,7 +340,7 @@ def test_split_rows_per_noise_level():
     counts = frame[frame.n == 1].set_index("predictor")["prompts"]
     assert counts["zero|noise_std=0.1"] + counts["zero|noise_std=0.5"] == 400
     plain = evaluate(predictors, prompts, 1.0, EvalConfig(prompts=400, bootstrap=20), 8, 0)
-    assert set(plain["predictor"]) == {"zero", "ridge_per_level"}             # no family, no split_by
+    assert set(plain["predictor"]) == {"zero", "ridge_per_level"}  # no family, no split_by
 
 
 @pytest.mark.slow
@@ -288,23 +348,28 @@ def test_process_pool_gives_the_same_predictions_as_one_process():
     prompts = small_prompts(TaskConfig(d=3), count=4, points=7)
     one = build_baselines(("decision_tree(n_jobs=1)",), TaskConfig(d=3))["decision_tree(n_jobs=1)"](prompts)
     two = build_baselines(("decision_tree(n_jobs=2)",), TaskConfig(d=3))["decision_tree(n_jobs=2)"]
-    assert two.hits == 1 - 1 and torch.equal(two(prompts), one) and two.hits == 1   # n_jobs is not in the key
+    assert two.hits == 1 - 1 and torch.equal(two(prompts), one) and two.hits == 1  # n_jobs is not in the key
     from scaling.science.baseline_cache import map_prompts
     from scaling.science.baseline_fits import prefix_fits
+
     assert torch.equal(map_prompts(prefix_fits, prompts, 2, kind="tree", options={}), one)
 
 
 def test_eval_config_rejects_unknown_baselines_at_plan_time():
     from scaling.config import ConfigError, from_dict
+
     with pytest.raises(ConfigError, match=r"baselines\[1\]: unknown baseline 'lass'; known: zero"):
         from_dict(EvalConfig, {"baselines": ["zero", "lass(alpha=0.1)"]})
-    assert from_dict(EvalConfig, {"baselines": ["lasso(alpha=0.1)"], "split_by": "noise_std"}).split_by == ("noise_std",)
+    assert from_dict(EvalConfig, {"baselines": ["lasso(alpha=0.1)"], "split_by": "noise_std"}).split_by == (
+        "noise_std",
+    )
 
 
 def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
     from scaling.science.baseline_fits import random_subset
     from scaling.science.tasks import generator
-    in_prefix = torch.arange(10).expand(9, 10) < torch.arange(1, 10).unsqueeze(1)       # n = 1..9
+
+    in_prefix = torch.arange(10).expand(9, 10) < torch.arange(1, 10).unsqueeze(1)  # n = 1..9
     chosen = random_subset(in_prefix, 4, generator(0, "s"))
     assert chosen.sum(1).tolist() == [1, 2, 3, 4, 4, 4, 4, 4, 4] and not (chosen & ~in_prefix).any()
 
@@ -312,7 +377,8 @@ def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
 def test_baselines_not_defined_for_a_task_are_left_out_with_the_reason():
     from scaling.science.baselines import applicable_baselines
 
-    predictors, skipped = applicable_baselines(("zero", "ridge", "least_squares"),
-                                               TaskConfig(family="relu_net", d=4))
+    predictors, skipped = applicable_baselines(
+        ("zero", "ridge", "least_squares"), TaskConfig(family="relu_net", d=4)
+    )
     assert list(predictors) == ["zero", "least_squares"]
     assert list(skipped) == ["ridge"] and "linear" in skipped["ridge"]

@@ -1,4 +1,5 @@
 """The Cell, its key and typed configuration."""
+
 import math
 
 import pytest
@@ -14,13 +15,30 @@ def test_key_is_stable_golden_value():
 
 def test_key_ignores_how_not_what():
     base = Cell.from_dict({"T": 16})
-    assert Cell.from_dict({"T": 16, "train": {"device": "cuda", "checkpoint_every": 7, "log_every": 3},
-                           "eval": {"batch_size": 3}}).key == base.key
+    assert (
+        Cell.from_dict(
+            {
+                "T": 16,
+                "train": {"device": "cuda", "checkpoint_every": 7, "log_every": 3},
+                "eval": {"batch_size": 3},
+            }
+        ).key
+        == base.key
+    )
 
 
-@pytest.mark.parametrize("change", [{"T": 17}, {"N": 41}, {"seed": 1}, {"task": {"d": 9}},
-                                    {"model": {"n_layer": 4}}, {"train": {"steps": 5}},
-                                    {"eval": {"prompts": 100}}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"T": 17},
+        {"N": 41},
+        {"seed": 1},
+        {"task": {"d": 9}},
+        {"model": {"n_layer": 4}},
+        {"train": {"steps": 5}},
+        {"eval": {"prompts": 100}},
+    ],
+)
 def test_key_changes_with_every_result_defining_setting(change):
     assert Cell.from_dict(change).key != Cell().key
 
@@ -41,16 +59,19 @@ def test_round_trip_through_dict():
     assert Cell.from_dict(cell.to_dict()) == cell
 
 
-@pytest.mark.parametrize("data, where", [
-    ({"task": {"dim": 3}}, "task.dim"),
-    ({"task": {"d": 0}}, "task.d"),
-    ({"T": 0}, "T"),
-    ({"T": 2.5}, "T"),
-    ({"N": "ten"}, "N"),
-    ({"model": {"arch": "lstm"}}, "model.arch"),
-    ({"train": {"precision": "fp8"}}, "train.precision"),
-    ({"model": {"n_embd": 10, "n_head": 3}}, "model.n_embd"),
-])
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        ({"task": {"dim": 3}}, "task.dim"),
+        ({"task": {"d": 0}}, "task.d"),
+        ({"T": 0}, "T"),
+        ({"T": 2.5}, "T"),
+        ({"N": "ten"}, "N"),
+        ({"model": {"arch": "lstm"}}, "model.arch"),
+        ({"train": {"precision": "fp8"}}, "train.precision"),
+        ({"model": {"n_embd": 10, "n_head": 3}}, "model.n_embd"),
+    ],
+)
 def test_invalid_settings_name_the_field(data, where):
     with pytest.raises(ConfigError) as err:
         Cell.from_dict(data)

@@ -12,8 +12,8 @@ MLflow on the head with proxied artifacts and a private bind, Ray token auth.
 import copy
 import os
 import re
-import signal
 import shlex
+import signal
 import socket
 import subprocess
 import tomllib
@@ -90,7 +90,11 @@ def fractional_gpu_count(text):
 
 
 def worker_without_node_config(text):
-    return re.sub(r"\n    node_config:\n      InstanceType: g5\.2xlarge", "\n    node_cfg:\n      InstanceType: g5.2xlarge", text)
+    return re.sub(
+        r"\n    node_config:\n      InstanceType: g5\.2xlarge",
+        "\n    node_cfg:\n      InstanceType: g5.2xlarge",
+        text,
+    )
 
 
 def unknown_docker_option(text):
@@ -131,9 +135,7 @@ def test_head_runs_no_trials(aws):
 
 def test_gpu_workers_are_spot_and_scale_from_zero(aws):
     workers = {
-        name: node
-        for name, node in aws["available_node_types"].items()
-        if name != aws["head_node_type"]
+        name: node for name, node in aws["available_node_types"].items() if name != aws["head_node_type"]
     }
     assert workers
     for name, node in workers.items():
@@ -184,7 +186,7 @@ def test_mlflow_starts_on_head_before_ray_with_private_bind(name):
     assert mlflow_index < ray_index
     assert not any("start_mlflow" in c for c in config["worker_start_ray_commands"])
     assert "MLFLOW_TRACKING_URI" in head[ray_index]
-    assert "MLFLOW_TRACKING_URI=\"http://$RAY_HEAD_IP:5000\"" in ray_start_command(
+    assert 'MLFLOW_TRACKING_URI="http://$RAY_HEAD_IP:5000"' in ray_start_command(
         config["worker_start_ray_commands"]
     )
     script = START_MLFLOW.read_text()

@@ -1,4 +1,5 @@
 """Garg et al.'s curriculum on d and on the number of points (TrainConfig.curriculum)."""
+
 import pytest
 import torch
 
@@ -6,18 +7,30 @@ from scaling.cells import Cell
 from scaling.config import ConfigError
 from scaling.science.train import CellTrainer, Curriculum, TrainConfig
 
-GARG_LINEAR = Curriculum(dims_start=5, dims_inc=1, dims_every=2000, points_start=11, points_inc=2, points_every=2000)
+GARG_LINEAR = Curriculum(
+    dims_start=5, dims_inc=1, dims_every=2000, points_start=11, points_inc=2, points_every=2000
+)
 GARG_RELU = Curriculum(dims_start=5, points_start=26, points_inc=5, points_every=2000)
 
 
-@pytest.mark.parametrize("step, dims, points", [(0, 5, 11), (1999, 5, 11), (2000, 6, 13), (4000, 7, 15),
-                                                (28000, 19, 39), (30000, 20, 41), (500000, 20, 41)])
+@pytest.mark.parametrize(
+    "step, dims, points",
+    [
+        (0, 5, 11),
+        (1999, 5, 11),
+        (2000, 6, 13),
+        (4000, 7, 15),
+        (28000, 19, 39),
+        (30000, 20, 41),
+        (500000, 20, 41),
+    ],
+)
 def test_garg_linear_schedule(step, dims, points):
     assert GARG_LINEAR.dims(step, 20) == dims
     assert GARG_LINEAR.points(step, 41) == points
 
 
-@pytest.mark.parametrize("step, points", [(0, 26), (2000, 31), (29999, 96), (30000, 101), (10 ** 6, 101)])
+@pytest.mark.parametrize("step, points", [(0, 26), (2000, 31), (29999, 96), (30000, 101), (10**6, 101)])
 def test_garg_relu_and_tree_points_schedule(step, points):
     assert GARG_RELU.points(step, 101) == points
 
@@ -35,10 +48,17 @@ def test_invalid_curriculum(data):
 
 
 def trainer(curriculum, noise_std=0.0, model=None):
-    return CellTrainer(Cell.from_dict({
-        "task": {"d": 6, "noise_std": noise_std}, "model": model or {"arch": "mlp", "width": 16},
-        "N": 10, "T": 4, "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "device": "cpu",
-                                   "curriculum": curriculum}}))
+    return CellTrainer(
+        Cell.from_dict(
+            {
+                "task": {"d": 6, "noise_std": noise_std},
+                "model": model or {"arch": "mlp", "width": 16},
+                "N": 10,
+                "T": 4,
+                "train": {"steps": 6, "batch_size": 8, "lr": 1e-3, "device": "cpu", "curriculum": curriculum},
+            }
+        )
+    )
 
 
 def test_curriculum_batches_zero_inputs_beyond_current_d_and_label_them_so():
@@ -47,9 +67,9 @@ def test_curriculum_batches_zero_inputs_beyond_current_d_and_label_them_so():
     assert early.xs.shape == (8, 4, 6) and later.xs.shape == (8, 7, 6)
     assert early.xs[..., 2:].abs().max() == 0 and early.xs[..., :2].abs().min() > 0
     assert later.xs[..., 3:].abs().max() == 0
-    betas = t.pool.tasks(torch.arange(4))["beta"]                               # the T = 4 pool
-    fits = torch.einsum("bpd,td->btp", early.xs, betas) - early.ys[:, None]     # every prompt, every task
-    assert fits.abs().amax(-1).amin(-1).max() < 1e-5                          # labelled by a pool task
+    betas = t.pool.tasks(torch.arange(4))["beta"]  # the T = 4 pool
+    fits = torch.einsum("bpd,td->btp", early.xs, betas) - early.ys[:, None]  # every prompt, every task
+    assert fits.abs().amax(-1).amin(-1).max() < 1e-5  # labelled by a pool task
 
 
 def test_truncated_batch_at_full_d_is_the_pools_batch():
@@ -58,9 +78,14 @@ def test_truncated_batch_at_full_d_is_the_pools_batch():
     assert torch.equal(ours.xs, pools.xs) and torch.equal(ours.ys, pools.ys)
 
 
-@pytest.mark.parametrize("model", [{"arch": "mlp", "width": 16},
-                                   {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8},
-                                   {"arch": "sgpt", "n_layer": 1, "n_embd": 8}])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"arch": "mlp", "width": 16},
+        {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8},
+        {"arch": "sgpt", "n_layer": 1, "n_embd": 8},
+    ],
+)
 def test_models_train_on_short_prompts_then_evaluate_at_full_length(model):
     t = trainer({"dims_start": 3, "dims_every": 2, "points_start": 3, "points_every": 2}, 0.1, model)
     t.train_until(6)

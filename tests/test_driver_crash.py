@@ -1,14 +1,14 @@
 """The driver killed with SIGKILL mid-sweep, then rerun: exactly one complete run per cell, no complete
 cell retrained, partial cells continued from their checkpoints, and results equal to an uninterrupted run.
 """
+
 import signal
 import time
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-
 from drivers import start_driver
+from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
     with open(tmp_path / "first.log", "w") as log:
         first = start_driver(path, uri, storage, log)
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:                 # kill once a cell is complete and another has begun
+        while time.monotonic() < deadline:  # kill once a cell is complete and another has begun
             text = (tmp_path / "first.log").read_text()
             if " 1/3 done" in text or " 2/3 done" in text:
                 break
@@ -42,8 +42,9 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
         first.send_signal(signal.SIGKILL)
         first.wait()
     client, before = runs_by_key(uri)
-    complete_before = {r.data.tags["cell_key"]: r.info.end_time for r in before
-                       if r.data.tags["status"] == "complete"}
+    complete_before = {
+        r.data.tags["cell_key"]: r.info.end_time for r in before if r.data.tags["status"] == "complete"
+    }
     assert 1 <= len(complete_before) < 3
 
     with open(tmp_path / "second.log", "w") as log:
@@ -58,9 +59,9 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
     for run in after:
         key = run.data.tags["cell_key"]
         if key in complete_before:
-            assert run.info.end_time == complete_before[key]      # not retrained, not touched
+            assert run.info.end_time == complete_before[key]  # not retrained, not touched
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
-        assert steps == list(range(100, 1201, 100))               # whole history, no duplicates
+        assert steps == list(range(100, 1201, 100))  # whole history, no duplicates
 
     # Equal to an uninterrupted run of the same cells (same device, same seed).
     tiny_sweep["name"] = "crash-clean"
@@ -70,8 +71,9 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
     with open(tmp_path / "clean.log", "w") as log:
         assert start_driver(clean, clean_uri, str(tmp_path / "storage2"), log).wait(timeout=300) == 0
     clean_client = MlflowClient(clean_uri)
-    clean_runs = clean_client.search_runs([clean_client.get_experiment_by_name("crash-clean").experiment_id],
-                                          "tags.kind = 'cell'")
+    clean_runs = clean_client.search_runs(
+        [clean_client.get_experiment_by_name("crash-clean").experiment_id], "tags.kind = 'cell'"
+    )
     resumed = {r.data.tags["cell_key"]: r.data.metrics["eval/err"] for r in after}
     uninterrupted = {r.data.tags["cell_key"]: r.data.metrics["eval/err"] for r in clean_runs}
     assert resumed == uninterrupted

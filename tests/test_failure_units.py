@@ -1,35 +1,37 @@
 """Failure handling in the small: exact resume, the loss buffer across a store outage, node fitting."""
+
 import io
 
 import pandas as pd
-
 import pytest
 import torch
+from conftest import tiny_cell_dict
 from mlflow.tracking import MlflowClient
 
 from scaling.cells import Cell
 from scaling.plan import PlannedCell, Resources
+from scaling.science.train import CellTrainer
 from scaling.sweep import unmet_requests
 from scaling.tracking import STATUS_COMPLETE, CellLog, Tracker, log_batches
-from scaling.science.train import CellTrainer
-
-from conftest import tiny_cell_dict
 
 
 @pytest.mark.parametrize("arch", ["mlp", "gpt2"])
 def test_resumed_trainer_ends_with_bit_identical_weights(arch):
-    model = {"arch": "mlp", "width": 16} if arch == "mlp" else {"arch": "gpt2", "n_layer": 1, "n_head": 1,
-                                                                  "n_embd": 8}
+    model = (
+        {"arch": "mlp", "width": 16}
+        if arch == "mlp"
+        else {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}
+    )
     cell = Cell.from_dict(tiny_cell_dict(model=model))
     straight = CellTrainer(cell, "cpu")
     straight.train_until(cell.train.steps)
 
     first = CellTrainer(cell, "cpu")
-    first.train_until(7)                                   # not a checkpoint boundary
+    first.train_until(7)  # not a checkpoint boundary
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     del first
-    resumed = CellTrainer(cell, "cpu")                     # a fresh process would build it the same way
+    resumed = CellTrainer(cell, "cpu")  # a fresh process would build it the same way
     resumed.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
     resumed.train_until(cell.train.steps)
 
@@ -48,37 +50,39 @@ def test_loss_buffer_keeps_points_through_an_outage_and_flushes_each_step_once(t
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("buffer")).info.run_id
-    down = CellLog(Tracker("http://127.0.0.1:9"), run_id, last_loss_step=0)    # nothing listens on port 9
+    down = CellLog(Tracker("http://127.0.0.1:9"), run_id, last_loss_step=0)  # nothing listens on port 9
 
     assert down.log_losses([(5, 1.0), (10, 0.5)]) is False
     assert [p[:2] for p in down.pending] == [(5, 1.0), (10, 0.5)]
-    assert down.log_losses([(10, 0.5), (15, 0.25)]) is False            # step 10 again: buffered once
+    assert down.log_losses([(10, 0.5), (15, 0.25)]) is False  # step 10 again: buffered once
     assert [p[0] for p in down.pending] == [5, 10, 15]
 
-    up = CellLog(Tracker(uri), run_id, last_loss_step=0)                 # the store is back
+    up = CellLog(Tracker(uri), run_id, last_loss_step=0)  # the store is back
     up.pending = list(down.pending)
     assert up.log_losses([(20, 0.125)], final=True) is True and up.pending == []
     assert up.last_loss_step == 20
     history = client.get_metric_history(run_id, "train/loss")
     assert sorted((m.step, m.value) for m in history) == [(5, 1.0), (10, 0.5), (15, 0.25), (20, 0.125)]
 
-    resumed = CellLog(Tracker(uri), run_id, last_loss_step=20)           # a resumed trial replays old points
+    resumed = CellLog(Tracker(uri), run_id, last_loss_step=20)  # a resumed trial replays old points
     assert resumed.log_losses([(5, 1.0), (20, 0.125), (25, 0.0625)]) is True
     assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [5, 10, 15, 20, 25]
 
 
-@pytest.mark.parametrize("metrics, tags", [(0, 0), (0, 1), (5, 1), (999, 1), (1000, 1), (2500, 3), (1200, 150)])
+@pytest.mark.parametrize(
+    "metrics, tags", [(0, 0), (0, 1), (5, 1), (999, 1), (1000, 1), (2500, 3), (1200, 150)]
+)
 def test_log_batches_keep_mlflows_limits_and_put_the_last_tag_last(metrics, tags):
     chunks = list(log_batches(list(range(metrics)), [f"t{i}" for i in range(tags)]))
     assert all(len(m) + len(t) <= 1000 and len(t) <= 100 for m, t in chunks)
-    assert [x for m, _ in chunks for x in m] == list(range(metrics))         # every metric once, in order
+    assert [x for m, _ in chunks for x in m] == list(range(metrics))  # every metric once, in order
     assert [x for _, t in chunks for x in t] == [f"t{i}" for i in range(tags)]
     if tags:
-        assert chunks[-1][1][-1] == f"t{tags - 1}"                          # e.g. status=complete: stored last
+        assert chunks[-1][1][-1] == f"t{tags - 1}"  # e.g. status=complete: stored last
         first_tags = next(i for i, (_, t) in enumerate(chunks) if t)
-        assert not any(m for m, _ in chunks[first_tags + 1:])                # tags only after every metric
+        assert not any(m for m, _ in chunks[first_tags + 1 :])  # tags only after every metric
     if tags <= 100:
-        assert len(chunks) == -(-(metrics + tags) // 1000)                  # as few round trips as allowed
+        assert len(chunks) == -(-(metrics + tags) // 1000)  # as few round trips as allowed
 
 
 def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_path, monkeypatch):
@@ -87,10 +91,15 @@ def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_pa
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("finish")).info.run_id
     log = CellLog(Tracker(uri), run_id, last_loss_step=0, flush_every=3600)
-    assert log.log_losses([(s, 1.0 / s) for s in range(1, 301)]) is False      # buffered, not flushed
+    assert log.log_losses([(s, 1.0 / s) for s in range(1, 301)]) is False  # buffered, not flushed
     n = list(range(1, 401))
-    curves = pd.DataFrame({"predictor": ["model"] * 400 + ["ridge"] * 400 + ["least_squares"] * 400,
-                           "n": n * 3, "err": [0.5] * 1200})
+    curves = pd.DataFrame(
+        {
+            "predictor": ["model"] * 400 + ["ridge"] * 400 + ["least_squares"] * 400,
+            "n": n * 3,
+            "err": [0.5] * 1200,
+        }
+    )
     calls, real_log_batch = [], log.client.log_batch
 
     def counted_log_batch(*args, **kwargs):
@@ -106,7 +115,7 @@ def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_pa
     assert len(client.get_metric_history(run_id, "train/loss")) == 300
     for key in ("eval/err", "baseline/ridge", "baseline/least_squares"):
         assert [m.step for m in client.get_metric_history(run_id, key)] == n
-    assert len(calls) == 2 and "status" in [t.key for t in calls[-1]["tags"]]     # 1501 points + 2 tags
+    assert len(calls) == 2 and "status" in [t.key for t in calls[-1]["tags"]]  # 1501 points + 2 tags
     assert {f.path for f in client.list_artifacts(run_id)} == {"cell.yaml", "curves.parquet"}
 
 
@@ -114,21 +123,26 @@ def planned(cpu=1.0, gpu=0.0, custom=None):
     return PlannedCell(Cell.from_dict(tiny_cell_dict()), Resources(cpu, gpu, custom or {}))
 
 
-NODES = [{"CPU": 0.0, "memory": 1e9, "node:10.0.0.1": 1.0},          # head: no trials
-         {"CPU": 8.0, "GPU": 1.0, "accelerator_type:A10G": 1.0},
-         {"CPU": 16.0, "big_memory": 1.0}]
+NODES = [
+    {"CPU": 0.0, "memory": 1e9, "node:10.0.0.1": 1.0},  # head: no trials
+    {"CPU": 8.0, "GPU": 1.0, "accelerator_type:A10G": 1.0},
+    {"CPU": 16.0, "big_memory": 1.0},
+]
 
 
-@pytest.mark.parametrize("request_, fits", [
-    ((1, 0.25, None), True),
-    ((8, 1, None), True),                     # the GPU node exactly
-    ((16, 0, None), True),                    # the CPU node
-    ((9, 1, None), False),                    # 24 CPUs in all, but the GPU node has 8
-    ((1, 2, None), False),                    # whole GPUs on one node only
-    ((1, 1, {"accelerator_type:A10G": 0.5}), True),
-    ((1, 1, {"big_memory": 1}), False),       # big_memory lives on the node without a GPU
-    ((1, 0, {"accelerator_type:L4": 1}), False),
-])
+@pytest.mark.parametrize(
+    "request_, fits",
+    [
+        ((1, 0.25, None), True),
+        ((8, 1, None), True),  # the GPU node exactly
+        ((16, 0, None), True),  # the CPU node
+        ((9, 1, None), False),  # 24 CPUs in all, but the GPU node has 8
+        ((1, 2, None), False),  # whole GPUs on one node only
+        ((1, 1, {"accelerator_type:A10G": 0.5}), True),
+        ((1, 1, {"big_memory": 1}), False),  # big_memory lives on the node without a GPU
+        ((1, 0, {"accelerator_type:L4": 1}), False),
+    ],
+)
 def test_a_cell_must_fit_on_one_node(request_, fits):
     cpu, gpu, custom = request_
     problems = unmet_requests([planned(cpu, gpu, custom)], NODES)

@@ -1,4 +1,5 @@
 """Feature maps psi_L and psi_K (seed 001 eq. 10-12, App. B) against plain per-prefix formulas."""
+
 import pytest
 import torch
 
@@ -67,7 +68,7 @@ def test_kernel_smoother_matches_plain_formula(name, kernel, d):
 def test_kernel_smoother_at_d_50_is_finite_and_exact(name, kernel):
     xs, ys = prompt(B=2, P=12, d=50, seed=3)
     if name == "exponential":
-        xs = xs / 2                       # exp(x^T x') stays inside float64 for the plain formula
+        xs = xs / 2  # exp(x^T x') stays inside float64 for the plain formula
     rows = feature_rows(name, xs, ys)
     assert torch.isfinite(rows).all()
     for b in range(2):

@@ -1,5 +1,6 @@
 """Every sweeps/figK.yaml of seed 001 plans, full and quick, with the lattice FIGURES.md gives for it, and
 ``python -m scaling.sweep sweeps/figK.yaml --dry-run`` lists it without creating a store."""
+
 import math
 from pathlib import Path
 
@@ -18,15 +19,28 @@ def cells(figure, profile=""):
 
 def tasks(plan):
     """Each task of the plan as (family, d, the family's own setting)."""
-    own = {"linear": "noise_std", "linear_mixed_noise": "noise_stds", "sparse_linear": "sparsity",
-           "relu_net": "hidden", "decision_tree": "depth"}
+    own = {
+        "linear": "noise_std",
+        "linear_mixed_noise": "noise_stds",
+        "sparse_linear": "sparsity",
+        "relu_net": "hidden",
+        "decision_tree": "depth",
+    }
     return {(c.task.family, c.task.d, getattr(c.task, own[c.task.family])) for c in plan}
 
 
 def models(plan):
     """Each model as (label, arch, the sizes and inputs that define it)."""
-    return {(c.model.label, c.model.arch, c.model.n_layer if c.model.arch in ("gpt2", "sgpt") else c.model.width,
-             c.model.n_head if c.model.arch == "gpt2" else c.model.inputs, c.model.feature_map) for c in plan}
+    return {
+        (
+            c.model.label,
+            c.model.arch,
+            c.model.n_layer if c.model.arch in ("gpt2", "sgpt") else c.model.width,
+            c.model.n_head if c.model.arch == "gpt2" else c.model.inputs,
+            c.model.feature_map,
+        )
+        for c in plan
+    }
 
 
 def test_fig1_gpt2_against_the_vectorised_mlp_on_linear_regression():
@@ -41,7 +55,10 @@ def test_fig1_gpt2_against_the_vectorised_mlp_on_linear_regression():
 def test_fig2_sgpt_gpt2_and_tuned_ridge_with_the_lambda_scan():
     plan = cells("fig2")
     assert tasks(plan) == {("linear", 20, 0.5)}
-    assert {(c.model.arch, c.model.n_layer, c.model.n_embd) for c in plan} == {("sgpt", 8, 256), ("gpt2", 8, 256)}
+    assert {(c.model.arch, c.model.n_layer, c.model.n_embd) for c in plan} == {
+        ("sgpt", 8, 256),
+        ("gpt2", 8, 256),
+    }
     assert {c.eval.n for c in plan} == {tuple(range(10, 41, 5))} and {c.N for c in plan} == {40}
     assert all("ridge_tuned" in c.eval.baselines and c.eval.lambda_n for c in plan)
 
@@ -49,8 +66,10 @@ def test_fig2_sgpt_gpt2_and_tuned_ridge_with_the_lambda_scan():
 def test_fig3_two_noise_levels_per_level_ridge_and_in_context_validation():
     plan = cells("fig3")
     assert tasks(plan) == {("linear_mixed_noise", 20, (0.1, 0.5))}
-    assert {c.eval.n for c in plan} == {()} and {c.N for c in plan} == {40}          # every n in 1..40
-    assert all({"ridge_per_level", "ridge_validation"} <= set(c.eval.baselines) and c.eval.lambda_n for c in plan)
+    assert {c.eval.n for c in plan} == {()} and {c.N for c in plan} == {40}  # every n in 1..40
+    assert all(
+        {"ridge_per_level", "ridge_validation"} <= set(c.eval.baselines) and c.eval.lambda_n for c in plan
+    )
 
 
 def test_fig4_three_nonlinear_families_two_million_tasks_and_the_papers_baselines():
@@ -64,17 +83,21 @@ def test_fig4_three_nonlinear_families_two_million_tasks_and_the_papers_baseline
 
 def test_fig5_one_layer_models_on_the_four_tasks():
     plan = cells("fig5")
-    assert {t[:2] for t in tasks(plan)} == {(f, 8) for f in ("linear", "sparse_linear", "relu_net", "decision_tree")}
+    assert {t[:2] for t in tasks(plan)} == {
+        (f, 8) for f in ("linear", "sparse_linear", "relu_net", "decision_tree")
+    }
     assert {c.N for c in plan} == {10, 20, 30, 40, 50}
-    assert {(c.model.arch, c.model.n_layer if c.model.arch == "sgpt" else c.model.feature_map) for c in plan} == {
-        ("sgpt", 1), ("onelayer", "l1_attention")}
+    assert {
+        (c.model.arch, c.model.n_layer if c.model.arch == "sgpt" else c.model.feature_map) for c in plan
+    } == {("sgpt", 1), ("onelayer", "l1_attention")}
 
 
 def test_fig6_row_and_scalar_forms_of_psi_L_and_psi_H():
     plan = cells("fig6")
     assert tasks(plan) == {("linear", 8, 0.22), ("relu_net", 8, 100)}
     assert {(c.model.arch, c.model.feature_map) for c in plan} == {
-        (a, k) for a in ("onelayer", "linear_on_scalar") for k in ("linear", "hilbert")}
+        (a, k) for a in ("onelayer", "linear_on_scalar") for k in ("linear", "hilbert")
+    }
     assert len({c.T for c in plan}) == 1
 
 
@@ -82,7 +105,9 @@ def test_fig7_mlps_on_vectorised_input_features_and_both():
     plan = cells("fig7")
     assert tasks(plan) == {("linear", 8, 0.22), ("relu_net", 8, 100)}
     assert {(c.model.inputs, c.model.feature_map) for c in plan} == {
-        ("vectorised", ""), *((i, k) for i in ("features", "both") for k in ("linear", "hilbert"))}
+        ("vectorised", ""),
+        *((i, k) for i in ("features", "both") for k in ("linear", "hilbert")),
+    }
     assert {5, 10, 20, 30, 40, 60, 80} <= {c.N for c in plan}
     assert {1e5} <= {c.T for c in plan} and len({c.T for c in plan}) >= 5
 
@@ -96,7 +121,9 @@ def test_fig8_gpt2_and_sgpt_on_linear_and_relu_tasks():
 
 @pytest.mark.parametrize("figure", FIGURES)
 def test_full_profile_is_the_reference_recipe_and_quick_runs_on_cpus(figure):
-    assert all(c.train.steps == 500000 and c.train.lr == 1e-4 and c.train.batch_size == 64 for c in cells(figure))
+    assert all(
+        c.train.steps == 500000 and c.train.lr == 1e-4 and c.train.batch_size == 64 for c in cells(figure)
+    )
     plan = load_plan(SWEEPS / f"{figure}.yaml", "quick")
     assert plan.name == f"{figure}-quick"
     assert all(p.resources.gpu == 0 for p in plan.cells), "quick profiles run on CPUs"
@@ -106,8 +133,14 @@ def test_full_profile_is_the_reference_recipe_and_quick_runs_on_cpus(figure):
 @pytest.mark.parametrize("profile", ["", "quick"])
 @pytest.mark.parametrize("figure", FIGURES)
 def test_dry_run_lists_every_cell_and_creates_nothing(figure, profile, tmp_path, capsys):
-    args = [str(SWEEPS / f"{figure}.yaml"), "--dry-run", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
-            "--storage", str(tmp_path / "storage")] + (["--profile", profile] if profile else [])
+    args = [
+        str(SWEEPS / f"{figure}.yaml"),
+        "--dry-run",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path}/mlflow.db",
+        "--storage",
+        str(tmp_path / "storage"),
+    ] + (["--profile", profile] if profile else [])
     assert main(args) == 0
     out = capsys.readouterr().out
     planned = load_plan(SWEEPS / f"{figure}.yaml", profile).cells

@@ -1,14 +1,15 @@
 """Figure layouts (analysis/figures.py) on synthetic tidy tables: the layout chosen by name, the panels
 each paper figure has, partial sweeps, split rows per level, and the paper's line conventions."""
+
 import math
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_tables import lattice_table
 
 from analysis import figures, plots
-from synthetic_tables import lattice_table
 
 FAMILIES = ("linear", "sparse_linear", "relu_net", "decision_tree")
 
@@ -23,9 +24,20 @@ def close_figures():
     plt.close("all")
 
 
-@pytest.mark.parametrize("experiment, layout", [
-    ("fig1", "fig1"), ("fig1-quick", "fig1"), ("fig8", "fig8"), ("smoke", "smoke"), ("smoke-quick", "smoke"),
-    ("fig10", "generic"), ("fig9", "generic"), ("temp-fig1", "generic"), ("tiny", "generic")])
+@pytest.mark.parametrize(
+    "experiment, layout",
+    [
+        ("fig1", "fig1"),
+        ("fig1-quick", "fig1"),
+        ("fig8", "fig8"),
+        ("smoke", "smoke"),
+        ("smoke-quick", "smoke"),
+        ("fig10", "generic"),
+        ("fig9", "generic"),
+        ("temp-fig1", "generic"),
+        ("tiny", "generic"),
+    ],
+)
 def test_layout_is_chosen_by_the_sweep_name(experiment, layout):
     assert figures.layout_name(experiment) == layout
 
@@ -42,21 +54,49 @@ def full_table(layout: str):
     if layout in ("fig7", "fig8"):
         return lattice_table(rng=rng, families=("linear", "relu_net"), all_n=False)
     if layout == "fig2":
-        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(math.inf,), Ns=(20,),
-                             baselines=("zero", "least_squares", "ridge", "ridge_tuned"))
+        return lattice_table(
+            rng=rng,
+            models=("sgpt", "gpt2"),
+            Ts=(math.inf,),
+            Ns=(20,),
+            baselines=("zero", "least_squares", "ridge", "ridge_tuned"),
+        )
     if layout == "fig3":
-        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(math.inf,), Ns=(20,),
-                             baselines=("zero", "ridge_per_level"), levels=("noise_std=0.1", "noise_std=0.5"))
+        return lattice_table(
+            rng=rng,
+            models=("sgpt", "gpt2"),
+            Ts=(math.inf,),
+            Ns=(20,),
+            baselines=("zero", "ridge_per_level"),
+            levels=("noise_std=0.1", "noise_std=0.5"),
+        )
     if layout == "fig4":
-        return lattice_table(rng=rng, models=("sgpt", "gpt2"), Ts=(2e6,), Ns=(20,),
-                             families=("decision_tree", "relu_net", "sparse_linear"),
-                             baselines=("zero", "least_squares", "lasso", "xgboost", "nn_student"))
+        return lattice_table(
+            rng=rng,
+            models=("sgpt", "gpt2"),
+            Ts=(2e6,),
+            Ns=(20,),
+            families=("decision_tree", "relu_net", "sparse_linear"),
+            baselines=("zero", "least_squares", "lasso", "xgboost", "nn_student"),
+        )
     if layout == "fig5":
-        return lattice_table(rng=rng, models=("sgpt1", "onelayer"), Ts=(math.inf,), Ns=(10, 20, 30),
-                             families=FAMILIES, all_n=False)
+        return lattice_table(
+            rng=rng,
+            models=("sgpt1", "onelayer"),
+            Ts=(math.inf,),
+            Ns=(10, 20, 30),
+            families=FAMILIES,
+            all_n=False,
+        )
     if layout == "fig6":
-        return lattice_table(rng=rng, models=("row_psiH", "scalar_psiH"), Ts=(1e5,), Ns=(10, 20, 40),
-                             families=("linear", "relu_net"), all_n=False)
+        return lattice_table(
+            rng=rng,
+            models=("row_psiH", "scalar_psiH"),
+            Ts=(1e5,),
+            Ns=(10, 20, 40),
+            families=("linear", "relu_net"),
+            all_n=False,
+        )
     return lattice_table(rng=rng, Ts=(16, 256, math.inf), Ns=(8, 16))
 
 
@@ -67,13 +107,25 @@ EXPECTED = {
     "fig4": {"fig4": [f"error vs n: {f}" for f in ("decision_tree", "relu_net", "sparse_linear")]},
     "fig5": {"fig5": [f"error vs N: {f}" for f in sorted(FAMILIES)]},
     "fig6": {"fig6": ["error vs N: linear", "error vs N: relu_net"]},
-    "fig7": {"fig7": [f"{f}: {p}" for f in ("linear", "relu_net")
-                      for p in ("(A) error vs T, N = 10", "(B) error vs N, T = 1e5")]},
-    "fig8": {"fig8": [f"{f}: {p}" for f in ("linear", "relu_net")
-                      for p in ("(A) error vs T, N = 10", "(B) error vs N, T = 1e5", "(B) error vs N, T = 1e6")]},
-    "smoke": {"smoke": ["(A) error vs T, N = 8", "(B) error vs N, T = 256", "(B) error vs N, T = inf"],
-              "context_scaling": ["T = 16", "T = 256", "T = inf"],
-              "task_scaling": ["n = N = 8", "n = N = 16"]},
+    "fig7": {
+        "fig7": [
+            f"{f}: {p}"
+            for f in ("linear", "relu_net")
+            for p in ("(A) error vs T, N = 10", "(B) error vs N, T = 1e5")
+        ]
+    },
+    "fig8": {
+        "fig8": [
+            f"{f}: {p}"
+            for f in ("linear", "relu_net")
+            for p in ("(A) error vs T, N = 10", "(B) error vs N, T = 1e5", "(B) error vs N, T = 1e6")
+        ]
+    },
+    "smoke": {
+        "smoke": ["(A) error vs T, N = 8", "(B) error vs N, T = 256", "(B) error vs N, T = inf"],
+        "context_scaling": ["T = 16", "T = 256", "T = inf"],
+        "task_scaling": ["n = N = 8", "n = N = 16"],
+    },
 }
 
 
@@ -129,8 +181,12 @@ def test_diagonal_panel_plots_the_mean_over_seeds_at_n_equal_N():
     table = full_table("fig1")
     fig = figures.draw(table, "fig1").figures["fig1"]
     gpt2 = lines_by_label(fig.axes[1])["gpt2"]
-    rows = table[(table["model"] == "gpt2") & (table["T"] == 1e5) & (table["predictor"] == "model")
-                 & (table["n"] == table["N"])]
+    rows = table[
+        (table["model"] == "gpt2")
+        & (table["T"] == 1e5)
+        & (table["predictor"] == "model")
+        & (table["n"] == table["N"])
+    ]
     expected = [rows[rows["N"] == N]["err"].mean() for N in (5, 10, 20)]
     assert list(gpt2.get_xdata()) == [5, 10, 20]
     np.testing.assert_allclose(gpt2.get_ydata(), expected)
@@ -166,16 +222,30 @@ def test_task_panel_draws_inf_at_the_right_edge():
 
 
 def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):
-    """Ridge-vs-lambda rows as cells log them (scaling.science.train.lambda_scan on real prompts), per model's cell."""
+    """Ridge-vs-lambda rows as cells log them (scaling.science.train.lambda_scan on real prompts), per model's
+    cell."""
+    from scaling.science.evaluate import EvalConfig, lambda_scan
     from scaling.science.tasks import fresh_prompts, make_family
-    from scaling.science.train import EvalConfig, lambda_scan
 
     family = make_family(task)
     prompts = fresh_prompts(family, 600, N + 1, seed=0)
     config = EvalConfig(prompts=600, bootstrap=20, lambda_n=(n,), lambdas=(0.01, 0.1, 1.0, 10.0, 100.0))
     scan = lambda_scan(prompts, family.y_second_moment(), config, N, 0, family)
-    return pd.concat([scan.assign(sweep="s", cell_key=f"linear-{m}-Tinf-N{N}-s0", run_id=f"run-{m}", model=m,
-                                  T=math.inf, N=N, seed=0) for m in models], ignore_index=True)
+    return pd.concat(
+        [
+            scan.assign(
+                sweep="s",
+                cell_key=f"linear-{m}-Tinf-N{N}-s0",
+                run_id=f"run-{m}",
+                model=m,
+                T=math.inf,
+                N=N,
+                seed=0,
+            )
+            for m in models
+        ],
+        ignore_index=True,
+    )
 
 
 def test_fig2_draws_ridge_error_vs_lambda_beside_the_models():
@@ -189,8 +259,12 @@ def test_fig2_draws_ridge_error_vs_lambda_beside_the_models():
     assert {"ridge vs lambda", "best lambda", "sgpt", "gpt2"} <= set(lines)
     curve = lines["ridge vs lambda"]
     lam, err = curve.get_xdata(), curve.get_ydata()
-    assert list(lam) == [0.01, 0.1, 1.0, 10.0, 100.0] and lam[np.argmin(err)] == 1.0   # Bayes: d sigma^2 = 1.25
-    model_at_5 = table[(table["model"] == "gpt2") & (table["predictor"] == "model") & (table["n"] == 5)]["err"].mean()
+    assert (
+        list(lam) == [0.01, 0.1, 1.0, 10.0, 100.0] and lam[np.argmin(err)] == 1.0
+    )  # Bayes: d sigma^2 = 1.25
+    model_at_5 = table[(table["model"] == "gpt2") & (table["predictor"] == "model") & (table["n"] == 5)][
+        "err"
+    ].mean()
     assert lines["gpt2"].get_ydata()[0] == pytest.approx(model_at_5)
     assert fig.axes[1].get_xscale() == "log"
     assert not any("omitted" in note for note in drawn.notes)
@@ -201,9 +275,17 @@ def test_fig3_draws_one_lambda_panel_with_a_curve_per_noise_level():
 
     scans = scan_table(TaskConfig(family="linear_mixed_noise", d=5, noise_stds=(0.1, 0.5)))
     fig = figures.draw(full_table("fig3"), "fig3", scans=scans).figures["fig3"]
-    assert titles(fig) == ["error vs n: noise_std=0.1", "error vs n: noise_std=0.5", "ridge error vs lambda, n = 5"]
+    assert titles(fig) == [
+        "error vs n: noise_std=0.1",
+        "error vs n: noise_std=0.5",
+        "ridge error vs lambda, n = 5",
+    ]
     lines = lines_by_label(fig.axes[2])
-    assert {"ridge vs lambda (noise_std=0.1)", "ridge vs lambda (noise_std=0.5)", "gpt2 (noise_std=0.1)"} <= set(lines)
+    assert {
+        "ridge vs lambda (noise_std=0.1)",
+        "ridge vs lambda (noise_std=0.5)",
+        "gpt2 (noise_std=0.1)",
+    } <= set(lines)
     low, high = (lines[f"ridge vs lambda (noise_std={s})"] for s in ("0.1", "0.5"))
     assert low.get_xdata()[np.argmin(low.get_ydata())] < high.get_xdata()[np.argmin(high.get_ydata())]
 

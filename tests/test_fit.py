@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from scipy.optimize import check_grad
 from scipy.special import huber as scipy_huber
+from synthetic_tables import saturating_law, synthetic_table
 
 from analysis.fit import (
     Problem,
@@ -21,7 +22,6 @@ from analysis.fit import (
     predicted_err,
     scaling_points,
 )
-from synthetic_tables import saturating_law, synthetic_table
 
 INF = math.inf
 NS = [5, 10, 20, 40, 80]
@@ -29,8 +29,9 @@ NS = [5, 10, 20, 40, 80]
 
 def context_table(rng, seeds=range(5), noise=0.05, seed_noise=0.03, law=None, **kw):
     law = law or saturating_law(E=0.05, A=1.0, alpha=0.8)
-    return synthetic_table(law, ns=NS, Ts=[INF], seeds=seeds, rng=rng, noise=noise,
-                           seed_noise=seed_noise, **kw)
+    return synthetic_table(
+        law, ns=NS, Ts=[INF], seeds=seeds, rng=rng, noise=noise, seed_noise=seed_noise, **kw
+    )
 
 
 def test_huber_matches_scipy_special():
@@ -45,8 +46,9 @@ def test_gradient_matches_finite_differences(fixed_e):
     problem = Problem(logx - logx.mean(0), logx.mean(0), rng.normal(-1, 0.5, 30), fixed_e, 0.3)
     weights = rng.integers(0, 3, 30).astype(float)
     theta = rng.normal(0, 0.5, problem.n_free)
-    err = check_grad(lambda t: problem.loss_and_grad(t, weights)[0],
-                     lambda t: problem.loss_and_grad(t, weights)[1], theta)
+    err = check_grad(
+        lambda t: problem.loss_and_grad(t, weights)[0], lambda t: problem.loss_and_grad(t, weights)[1], theta
+    )
     assert err < 1e-5
 
 
@@ -95,8 +97,7 @@ def test_alpha_interval_covers_truth_in_90_percent_of_repetitions():
     rng = np.random.default_rng(2024)
     covered, widths = 0, []
     for _ in range(40):
-        fit = fit_context_scaling(context_table(rng, seeds=range(8)), n_boot=200, level=0.95,
-                                  rng=rng).iloc[0]
+        fit = fit_context_scaling(context_table(rng, seeds=range(8)), n_boot=200, level=0.95, rng=rng).iloc[0]
         assert fit.converged and fit.boot_converged > 0.95
         covered += fit.alpha_lo <= 0.8 <= fit.alpha_hi
         widths.append(fit.alpha_hi - fit.alpha_lo)
@@ -106,8 +107,14 @@ def test_alpha_interval_covers_truth_in_90_percent_of_repetitions():
 
 def test_task_fit_recovers_beta():
     law = saturating_law(E=0.1, B=3.0, beta=0.5)
-    tab = synthetic_table(law, ns=[10], Ts=[1e2, 1e3, 1e4, 1e5, 1e6, INF], seeds=range(4),
-                          rng=np.random.default_rng(5), noise=0.01)
+    tab = synthetic_table(
+        law,
+        ns=[10],
+        Ts=[1e2, 1e3, 1e4, 1e5, 1e6, INF],
+        seeds=range(4),
+        rng=np.random.default_rng(5),
+        noise=0.01,
+    )
     fits = fit_task_scaling(tab, n_boot=200)
     assert len(fits) == 1, "T = inf must not form a point of the task fit"
     fit = fits.iloc[0]
@@ -119,8 +126,14 @@ def test_task_fit_recovers_beta():
 
 def test_joint_fit_recovers_parameters_on_lattice():
     truth = dict(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
-    tab = synthetic_table(saturating_law(**truth), ns=[5, 10, 20, 40], Ts=[1e2, 1e3, 1e4, 1e5],
-                          seeds=range(5), rng=np.random.default_rng(7), noise=0.01)
+    tab = synthetic_table(
+        saturating_law(**truth),
+        ns=[5, 10, 20, 40],
+        Ts=[1e2, 1e3, 1e4, 1e5],
+        seeds=range(5),
+        rng=np.random.default_rng(7),
+        noise=0.01,
+    )
     fit = fit_joint_scaling(tab, n_boot=200).iloc[0]
     assert fit.converged and fit.n_points == 80
     for name, value in truth.items():
@@ -141,8 +154,7 @@ def test_fixed_E_is_honoured():
 
 def test_zero_floor_fits_a_pure_power_law():
     law = saturating_law(E=0.0, A=2.0, alpha=0.6)
-    tab = synthetic_table(law, ns=NS, Ts=[INF], seeds=[0, 1], rng=np.random.default_rng(0),
-                          noise=0.0)
+    tab = synthetic_table(law, ns=NS, Ts=[INF], seeds=[0, 1], rng=np.random.default_rng(0), noise=0.0)
     fit = fit_context_scaling(tab, fixed_E=0.0, n_boot=20).iloc[0]
     assert fit.converged and fit.E == 0.0
     assert fit.A == pytest.approx(2.0, rel=1e-5) and fit.alpha == pytest.approx(0.6, rel=1e-5)
@@ -197,23 +209,33 @@ def test_auto_selection_is_the_diagonal_across_N_and_the_whole_curve_of_a_single
     lattice = [dict(base, model="mlp", N=N, n=n, err=1.0 / n) for N in (5, 10) for n in range(1, N + 1)]
     one_cell = [dict(base, model="sgpt", N=40, n=n, err=1.0 / n) for n in (10, 20, 40)]
     points = scaling_points(pd.DataFrame(lattice + one_cell), ("n",), ["sweep", "model", "T", "predictor"])
-    assert points[points.model == "mlp"].n.tolist() == [5, 10]                # n == N: train = test
-    assert points[points.model == "sgpt"].n.tolist() == [10, 20, 40]          # Figs. 2-4: n within the cell
-    task = scaling_points(pd.DataFrame(lattice + one_cell).assign(T=100.0), ("T",), ["sweep", "model", "n", "predictor"])
-    assert task[task.model == "mlp"].n.tolist() == [5, 10]                    # grouped by n, still the diagonal
+    assert points[points.model == "mlp"].n.tolist() == [5, 10]  # n == N: train = test
+    assert points[points.model == "sgpt"].n.tolist() == [10, 20, 40]  # Figs. 2-4: n within the cell
+    task = scaling_points(
+        pd.DataFrame(lattice + one_cell).assign(T=100.0), ("T",), ["sweep", "model", "n", "predictor"]
+    )
+    assert task[task.model == "mlp"].n.tolist() == [5, 10]  # grouped by n, still the diagonal
 
 
 def test_groups_split_by_model_T_and_task_columns():
     rng = np.random.default_rng(0)
-    parts = [context_table(rng, seeds=[0, 1], model=m).assign(**{"task.sigma": s})
-             for m in ("a", "b") for s in (0.1, 0.5)]
+    parts = [
+        context_table(rng, seeds=[0, 1], model=m).assign(**{"task.sigma": s})
+        for m in ("a", "b")
+        for s in (0.1, 0.5)
+    ]
     fits = fit_context_scaling(pd.concat(parts), n_boot=20)
     assert len(fits) == 4 and {"model", "task.sigma", "T", "predictor"} <= set(fits.columns)
 
 
 def test_fit_all_stacks_forms_and_unknown_form_lists_known():
-    tab = synthetic_table(saturating_law(0.05, 1.0, 0.8, 2.0, 0.5), ns=[5, 10, 20],
-                          Ts=[1e2, 1e3, 1e4], seeds=[0, 1], rng=np.random.default_rng(0))
+    tab = synthetic_table(
+        saturating_law(0.05, 1.0, 0.8, 2.0, 0.5),
+        ns=[5, 10, 20],
+        Ts=[1e2, 1e3, 1e4],
+        seeds=[0, 1],
+        rng=np.random.default_rng(0),
+    )
     fits = fit_all(tab, n_boot=20)
     assert fits.form.value_counts().to_dict() == {"context": 3, "task": 3, "joint": 1}
     with pytest.raises(ValueError, match="joint"):
@@ -230,8 +252,7 @@ def test_predicted_err_evaluates_the_fitted_law():
 
 
 def test_flat_curve_fit_notes_exponent_on_bound_or_vanishing_term():
-    tab = context_table(np.random.default_rng(0), seeds=range(3),
-                        law=saturating_law(E=0.3), noise=0.01)
+    tab = context_table(np.random.default_rng(0), seeds=range(3), law=saturating_law(E=0.3), noise=0.01)
     fit = fit_context_scaling(tab, n_boot=50).iloc[0]
     assert fit.converged
     np.testing.assert_allclose(predicted_err(fit, np.array(NS)), 0.3, rtol=0.03)

@@ -1,9 +1,11 @@
 """scaling.science.gpt2 against transformers' GPT2Model: the same network on the same parameters.
 
-The default GPT-2 cell (interleaved tokens, softmax attention through SDPA) runs scaling.science.gpt2 and skips
+The default GPT-2 cell (interleaved tokens, softmax attention through SDPA) runs scaling.science.gpt2 and
+skips
 work no prediction reads; ``attn_implementation: eager`` runs transformers' GPT2Model. Loading one's
 state_dict into the other must give the same predictions, gradients, temperatures and score moments.
 """
+
 import math
 import subprocess
 import sys
@@ -20,8 +22,11 @@ def pair(layers: int = 2, heads: int = 2, width: int = 16, d: int = 3, points: i
     """(ours, transformers') GPT2InContext with the same parameters."""
     torch.manual_seed(seed)
     ours = build_model(ModelConfig(arch="gpt2", n_layer=layers, n_head=heads, n_embd=width), d, points)
-    hf = build_model(ModelConfig(arch="gpt2", n_layer=layers, n_head=heads, n_embd=width,
-                                 attn_implementation="eager"), d, points)
+    hf = build_model(
+        ModelConfig(arch="gpt2", n_layer=layers, n_head=heads, n_embd=width, attn_implementation="eager"),
+        d,
+        points,
+    )
     assert ours.own_backbone and not hf.own_backbone
     hf.load_state_dict(ours.state_dict())
     return ours, hf
@@ -30,7 +35,9 @@ def pair(layers: int = 2, heads: int = 2, width: int = 16, d: int = 3, points: i
 def test_parameters_have_gpt2models_names_shapes_and_order():
     """Checkpoints, weights and Adam states (indexed by parameter order) move between the two."""
     ours, hf = pair(layers=3)
-    assert [(n, p.shape) for n, p in ours.named_parameters()] == [(n, p.shape) for n, p in hf.named_parameters()]
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == [
+        (n, p.shape) for n, p in hf.named_parameters()
+    ]
     assert list(ours.state_dict()) == list(hf.state_dict())
     optimizer = torch.optim.Adam(hf.parameters())
     hf(torch.randn(2, 7, 3), torch.randn(2, 7)).sum().backward()
@@ -62,8 +69,10 @@ def test_explicit_attention_equals_sdpa(dtype, tol):
     q, k, v = (torch.randn(3, 2, 11, 8).to(dtype).requires_grad_() for _ in range(3))
     grad = torch.randn(3, 2, 11, 8).to(dtype)
     results = []
-    for attend in (lambda: explicit_attention(q, k, v, 0.3),
-                   lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)):
+    for attend in (
+        lambda: explicit_attention(q, k, v, 0.3),
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+    ):
         out = attend()
         inputs_grad = torch.autograd.grad(out, (q, k, v), grad)
         results.append([out.float(), *(g.float() for g in inputs_grad)])
@@ -83,11 +92,16 @@ def test_bfloat16_autocast_follows_float32():
             out = ours(xs, ys)
             loss = (out.float() - ys).square().mean()
         loss.backward()
-        results.append((out.detach().float(), torch.cat([p.grad.flatten() for p in ours.parameters() if p.grad is not None])))
+        results.append(
+            (
+                out.detach().float(),
+                torch.cat([p.grad.flatten() for p in ours.parameters() if p.grad is not None]),
+            )
+        )
     (ref, ref_grad), (out, grad) = results
     assert (out - ref).abs().max() < 0.05 * ref.abs().max()
     assert (grad - ref_grad).norm() < 0.05 * ref_grad.norm()
-    assert not torch.equal(out, ref)            # bf16 really ran
+    assert not torch.equal(out, ref)  # bf16 really ran
 
 
 def test_full_pass_equals_gpt2models_hidden_states():
@@ -95,8 +109,9 @@ def test_full_pass_equals_gpt2models_hidden_states():
     ours, hf = pair(layers=2, width=24, heads=3)
     embeds = torch.randn(3, 14, 24)
     with torch.no_grad():
-        torch.testing.assert_close(ours.backbone(embeds), hf.backbone(inputs_embeds=embeds).last_hidden_state,
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            ours.backbone(embeds), hf.backbone(inputs_embeds=embeds).last_hidden_state, rtol=1e-5, atol=1e-5
+        )
     with pytest.raises(ValueError, match="15 tokens exceed the model's 14 positions"):
         ours.backbone(torch.randn(1, 15, 24))
 
@@ -109,11 +124,11 @@ def test_attention_temperature_and_score_moments_equal_gpt2models():
     xs, ys = torch.randn(4, 7, 3), torch.randn(4, 7)
     with torch.no_grad():
         plain = ours(xs, ys)
-        with attention_temperature(ours, 1e-3), attention_temperature(hf, 1e-3):   # small scores: sharpen
+        with attention_temperature(ours, 1e-3), attention_temperature(hf, 1e-3):  # small scores: sharpen
             hot = ours(xs, ys)
             torch.testing.assert_close(hot, hf(xs, ys), rtol=1e-5, atol=1e-6)
         assert not torch.allclose(hot, plain, atol=1e-4)
-        torch.testing.assert_close(ours(xs, ys), plain)                   # restored
+        torch.testing.assert_close(ours(xs, ys), plain)  # restored
         moments = []
         for model in (ours, hf):
             with recording_score_moments(model) as recorder:
@@ -137,7 +152,7 @@ def test_initialisation_follows_gpt2s_scheme():
             torch.testing.assert_close(p.detach(), torch.zeros_like(p), msg=name)
         elif norm:
             torch.testing.assert_close(p.detach(), torch.ones_like(p), msg=name)
-        elif p.numel() > 1000:                  # N(0, std): the residual projections' std scaled down
+        elif p.numel() > 1000:  # N(0, std): the residual projections' std scaled down
             std = 0.02 / math.sqrt(2 * layers) if "c_proj" in name else 0.02
             assert p.std().item() == pytest.approx(std, rel=0.1), name
             assert abs(p.mean().item()) < 4 * std / math.sqrt(p.numel()), name
@@ -149,8 +164,10 @@ def test_default_gpt2_cell_trains_and_evaluates_without_importing_transformers()
         import sys
         from scaling.cells import Cell
         from scaling.science.train import CellTrainer
-        cell = Cell.from_dict({"task": {"d": 3}, "model": {"arch": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 16},
-                               "train": {"steps": 3, "batch_size": 4}, "eval": {"prompts": 8, "bootstrap": 10},
+        cell = Cell.from_dict({"task": {"d": 3}, "model": {"arch": "gpt2", "n_layer": 1, "n_head": 2,
+        "n_embd": 16},
+                               "train": {"steps": 3, "batch_size": 4}, "eval": {"prompts": 8, "bootstrap":
+                               10},
                                "N": 5, "T": 4})
         trainer = CellTrainer(cell)
         trainer.train_until(3)

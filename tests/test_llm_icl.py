@@ -53,9 +53,17 @@ def tiny_lm(tmp_path_factory):
     tokenizer = char_tokenizer()
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.2,
-        pad_token_id=0, bos_token_id=2, eos_token_id=2,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        initializer_range=0.2,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=2,
     )
     directory = tmp_path_factory.mktemp("tiny_llama")
     LlamaForCausalLM(config).save_pretrained(directory)
@@ -88,7 +96,8 @@ def test_prompt_format(train, test_items):
         "Question: Which organ pumps blood through the body?\nOutput: heart\n"
         "Support: Mercury is the smallest planet and the one closest to the Sun.\n"
         "Question: Which planet is closest to the Sun?\nOutput: venus\n"
-        "Support: Leaves absorb carbon dioxide from the air and use sunlight to make sugar in photosynthesis.\n"
+        "Support: Leaves absorb carbon dioxide from the air and use sunlight to make sugar in"
+        " photosynthesis.\n"
         "Question: During photosynthesis, what gas do leaves absorb from the air?\nOutput:"
     )
     assert prompt == expected
@@ -133,7 +142,9 @@ def test_minilm_retrieves_topic_partner(train, test_items):
     assert isinstance(retriever, MiniLMRetriever)
 
 
-@pytest.mark.parametrize("ratio,k,expected", [(0.0, 4, 0), (0.6, 4, 2), (0.6, 6, 4), (0.5, 5, 3), (1.0, 6, 6)])
+@pytest.mark.parametrize(
+    "ratio,k,expected", [(0.0, 4, 0), (0.6, 4, 2), (0.6, 6, 4), (0.5, 5, 3), (1.0, 6, 6)]
+)
 def test_noisy_count(ratio, k, expected):
     assert noisy_count(ratio, k) == expected
 
@@ -215,7 +226,9 @@ def test_load_causal_lm_defaults_and_missing_path(tiny_lm, tmp_path):
 
 def test_generation_is_greedy_and_tempered(tiny_lm, train, test_items):
     model, tokenizer = tiny_lm
-    prompts = [build_prompt([(train[i], train[i].correct_answer)], q) for i, q in zip((0, 1, 3), test_items[:3])]
+    prompts = [
+        build_prompt([(train[i], train[i].correct_answer)], q) for i, q in zip((0, 1, 3), test_items[:3])
+    ]
     with attention_temperature(model, 2.0):
         batched = generate_answers(model, tokenizer, prompts, max_new_tokens=12, batch_size=3)
         reference = [manual_greedy(model, tokenizer, p, 12) for p in prompts]
@@ -227,8 +240,18 @@ def test_monte_carlo_scan_over_tau(tiny_lm, train, test_items):
     model, tokenizer = tiny_lm
     scales = [m.scaling for m in attention_modules(model)]
     results = {
-        tau: monte_carlo_exact_match(model, tokenizer, train, test_items, tau, n_demos=2, noisy_ratio=0.5,
-                                     n_runs=2, seed=0, batch_size=10)
+        tau: monte_carlo_exact_match(
+            model,
+            tokenizer,
+            train,
+            test_items,
+            tau,
+            n_demos=2,
+            noisy_ratio=0.5,
+            n_runs=2,
+            seed=0,
+            batch_size=10,
+        )
         for tau in (1.0, 4.0)
     }
     for result in results.values():
@@ -236,8 +259,9 @@ def test_monte_carlo_scan_over_tau(tiny_lm, train, test_items):
         assert result.mean == pytest.approx(np.mean(result.scores))
         assert result.std == pytest.approx(np.std(result.scores, ddof=1))
     assert [m.scaling for m in attention_modules(model)] == scales
-    again = monte_carlo_exact_match(model, tokenizer, train, test_items, 4.0, n_demos=2, noisy_ratio=0.5,
-                                    n_runs=2, seed=0, batch_size=10)
+    again = monte_carlo_exact_match(
+        model, tokenizer, train, test_items, 4.0, n_demos=2, noisy_ratio=0.5, n_runs=2, seed=0, batch_size=10
+    )
     assert again == results[4.0]
 
 
@@ -251,7 +275,9 @@ def test_prompt_score_moments_on_prompts(tiny_lm, train, test_items):
     assert tokenizer.padding_side == "right"
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("datasets") is not None, reason="datasets installed")
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("datasets") is not None, reason="datasets installed"
+)
 def test_hub_loader_explains_missing_datasets():
     from scaling.temperature.llm_icl import load_sciq_from_hub
 

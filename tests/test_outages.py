@@ -3,6 +3,7 @@ restarted mid-sweep, and Ctrl-C (SIGINT) to the driver followed by a rerun.
 
 Both end with every cell complete exactly once, with its whole train/loss history (each step once).
 """
+
 import os
 import signal
 import socket
@@ -12,11 +13,11 @@ import urllib.request
 
 import pytest
 import yaml
+from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from drivers import start_driver
+from scaling.checkpoints import CheckpointStore
 from scaling.plan import load_plan
-from scaling.trial import CheckpointStore
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +53,7 @@ def wait_for_checkpoint(path, storage, driver, log_path, timeout=240):
 def assert_every_cell_complete_once(uri, experiment, cells):
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], "tags.kind = 'cell'")
-    assert sorted(r.data.tags["cell_key"] for r in runs) == sorted(cells)        # one run per cell
+    assert sorted(r.data.tags["cell_key"] for r in runs) == sorted(cells)  # one run per cell
     for run in runs:
         assert run.data.tags["status"] == "complete" and run.info.status == "FINISHED"
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
@@ -70,9 +71,19 @@ class MlflowServer:
         self.process = None
 
     def start(self, timeout=120):
-        command = ["mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--backend-store-uri", f"sqlite:///{self.root}/server.db", "--serve-artifacts",
-                   "--artifacts-destination", str(self.root / "artifacts")]
+        command = [
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--backend-store-uri",
+            f"sqlite:///{self.root}/server.db",
+            "--serve-artifacts",
+            "--artifacts-destination",
+            str(self.root / "artifacts"),
+        ]
         log = open(self.root / "server.log", "a")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -83,11 +94,13 @@ class MlflowServer:
                         return
             except OSError:
                 time.sleep(0.3)
-        raise AssertionError("mlflow server did not start:\n" + (self.root / "server.log").read_text()[-3000:])
+        raise AssertionError(
+            "mlflow server did not start:\n" + (self.root / "server.log").read_text()[-3000:]
+        )
 
     def stop(self):
         if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)             # the server and its uvicorn workers
+            os.killpg(self.process.pid, signal.SIGTERM)  # the server and its uvicorn workers
             self.process.wait(timeout=60)
 
 
@@ -100,11 +113,17 @@ def test_tracking_server_restarted_mid_sweep_loses_no_metric(tmp_path, tiny_swee
     try:
         with open(log_path, "w") as log:
             # No HTTP retries inside MLflow: the outage reaches our own retries and the loss buffer.
-            driver = start_driver(path, server.uri, storage, log, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                                  MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+            driver = start_driver(
+                path,
+                server.uri,
+                storage,
+                log,
+                MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                MLFLOW_HTTP_REQUEST_TIMEOUT="5",
+            )
             try:
                 wait_for_checkpoint(path, storage, driver, log_path)
-                server.stop()                                       # mid-training
+                server.stop()  # mid-training
                 time.sleep(5)
                 assert driver.poll() is None, log_path.read_text()[-5000:]
                 server.start()
@@ -139,4 +158,4 @@ def test_ctrl_c_stops_cleanly_and_the_same_command_resumes(tmp_path, tiny_sweep)
         assert second.wait(timeout=400) == 0, (tmp_path / "second.log").read_text()[-5000:]
     client, runs = assert_every_cell_complete_once(uri, "sigint", [p.cell.key for p in load_plan(path).cells])
     resumed = [m.value for r in runs for m in client.get_metric_history(r.info.run_id, "trial/resumed_from")]
-    assert resumed and all(0 < step < STEPS for step in resumed)     # continued from checkpoints, not step 0
+    assert resumed and all(0 < step < STEPS for step in resumed)  # continued from checkpoints, not step 0

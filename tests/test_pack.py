@@ -1,11 +1,19 @@
 """Packing (scaling.packing): packed members train to the numbers they reach alone; the planner's decision."""
+
 import pytest
 import torch
 
 from scaling.cells import Cell
-from scaling.packing import (AUTO_PACK_SIZE, MIN_SPLIT_SECONDS, PackTrainer, pack_groups, pack_limit, pack_seconds,
-                          pack_signature)
+from scaling.packing import (
+    AUTO_PACK_SIZE,
+    MIN_SPLIT_SECONDS,
+    pack_groups,
+    pack_limit,
+    pack_seconds,
+    pack_signature,
+)
 from scaling.plan import SweepError, plan_document
+from scaling.science.stacked import PackTrainer
 from scaling.science.train import CellTrainer
 from tests.conftest import tiny_cell_dict
 
@@ -25,7 +33,7 @@ def train_alone(cells) -> list[CellTrainer]:
 
 def train_packed(cells, resume_at: dict[int, int] | None = None) -> list[CellTrainer]:
     trainers = [CellTrainer(c) for c in cells]
-    for i, step in (resume_at or {}).items():       # members resumed from checkpoints at other steps
+    for i, step in (resume_at or {}).items():  # members resumed from checkpoints at other steps
         alone = CellTrainer(cells[i])
         alone.train_until(step)
         trainers[i].load_state_dict(alone.state_dict())
@@ -36,14 +44,21 @@ def train_packed(cells, resume_at: dict[int, int] | None = None) -> list[CellTra
     return trainers
 
 
-@pytest.mark.parametrize("arch", [
-    {"arch": "mlp", "width": 16},
-    {"arch": "onelayer", "width": 8, "feature_map": "linear"},
-    {"arch": "linear_on_scalar", "feature_map": "hilbert"},        # a Linear with a bias
-])
+@pytest.mark.parametrize(
+    "arch",
+    [
+        {"arch": "mlp", "width": 16},
+        {"arch": "onelayer", "width": 8, "feature_map": "linear"},
+        {"arch": "linear_on_scalar", "feature_map": "hilbert"},  # a Linear with a bias
+    ],
+)
 def test_packed_members_equal_unpacked_cells(arch):
-    cells = [cell(T=4, seed=0, model=arch), cell(T=8, seed=1, model=arch), cell(T=float("inf"), seed=2, model=arch),
-             cell(T=8, seed=3, model=arch, train={**tiny_cell_dict()["train"], "lr": 3e-3})]
+    cells = [
+        cell(T=4, seed=0, model=arch),
+        cell(T=8, seed=1, model=arch),
+        cell(T=float("inf"), seed=2, model=arch),
+        cell(T=8, seed=3, model=arch, train={**tiny_cell_dict()["train"], "lr": 3e-3}),
+    ]
     alone, packed = train_alone(cells), train_packed(cells)
     for a, p in zip(alone, packed):
         assert p.step == a.step == a.cell.train.steps
@@ -56,19 +71,21 @@ def test_packed_members_equal_unpacked_cells(arch):
 
 def test_members_resumed_at_different_steps_catch_up_and_match():
     cells = [cell(T=4, seed=s) for s in range(3)]
-    packed = train_packed(cells, resume_at={0: 5, 2: 15})    # checkpoint_every = 5 in the tiny cell
+    packed = train_packed(cells, resume_at={0: 5, 2: 15})  # checkpoint_every = 5 in the tiny cell
     for a, p in zip(train_alone(cells), packed):
         for x, y in zip(a.model.parameters(), p.model.parameters()):
             torch.testing.assert_close(y, x, **TOL)
 
 
-@pytest.mark.parametrize("feature_numbers", [1 << 22, 10000, 1])     # runs of 32, 4 and 1 steps
-@pytest.mark.parametrize("curriculum", [{}, {"dims_start": 1, "dims_every": 10, "points_start": 2,
-                                             "points_inc": 1, "points_every": 10}])
+@pytest.mark.parametrize("feature_numbers", [1 << 22, 10000, 1])  # runs of 32, 4 and 1 steps
+@pytest.mark.parametrize(
+    "curriculum",
+    [{}, {"dims_start": 1, "dims_every": 10, "points_start": 2, "points_inc": 1, "points_every": 10}],
+)
 def test_features_computed_for_runs_of_steps_equal_the_steps_own(monkeypatch, feature_numbers, curriculum):
     """Over several batch blocks (80 steps, 32 per block), with and without a curriculum, and whatever
     the run of steps whose features are computed at once: the numbers of the cells alone."""
-    monkeypatch.setattr("scaling.packing.FEATURE_BLOCK_NUMBERS", feature_numbers)
+    monkeypatch.setattr("scaling.science.stacked.FEATURE_BLOCK_NUMBERS", feature_numbers)
     train = {**tiny_cell_dict()["train"], "steps": 80, "checkpoint_every": 25, "curriculum": curriculum}
     cells = [cell(T=4, seed=0, train=train), cell(T=float("inf"), seed=1, train=train)]
     for a, p in zip(train_alone(cells), train_packed(cells, resume_at={1: 50})):
@@ -86,55 +103,91 @@ def test_members_train_on_their_own_losses_not_the_sum():
         torch.testing.assert_close(y, x, **TOL)
 
 
-@pytest.mark.parametrize("name, cells, pack, expected", [
-    ("same shape, T and seed differ: one pack", [cell(T=4), cell(T=8), cell(seed=1)], "auto", [[0, 1, 2]]),
-    ("lr differs: still one pack", [cell(), cell(train={**tiny_cell_dict()["train"], "lr": 1e-2})], "auto",
-     [[0, 1]]),
-    ("width differs: shapes differ, two packs", [cell(), cell(model={"arch": "mlp", "width": 32}), cell(T=4)],
-     "auto", [[0, 2], [1]]),
-    ("N differs: two packs", [cell(), cell(N=6)], "auto", [[0], [1]]),
-    ("steps differ: no lockstep, two packs", [cell(), cell(train={**tiny_cell_dict()["train"], "steps": 40})],
-     "auto", [[0], [1]]),
-    ("off", [cell(), cell(T=4)], "off", [[0], [1]]),
-    ("K=2 splits three cells", [cell(T=2), cell(T=4), cell(T=8)], 2, [[0, 1], [2]]),
-    ("gpt2 is not packable", [cell(model={"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}, T=t)
-                              for t in (2, 4)], "auto", [[0], [1]]),
-    ("auto leaves large cells alone", [cell(model={"arch": "mlp", "width": 4096}, N=40, T=t) for t in (2, 4)],
-     "auto", [[0], [1]]),
-    ("K packs large cells too", [cell(model={"arch": "mlp", "width": 4096}, N=40, T=t) for t in (2, 4)], 4,
-     [[0, 1]]),
-])
+@pytest.mark.parametrize(
+    "name, cells, pack, expected",
+    [
+        (
+            "same shape, T and seed differ: one pack",
+            [cell(T=4), cell(T=8), cell(seed=1)],
+            "auto",
+            [[0, 1, 2]],
+        ),
+        (
+            "lr differs: still one pack",
+            [cell(), cell(train={**tiny_cell_dict()["train"], "lr": 1e-2})],
+            "auto",
+            [[0, 1]],
+        ),
+        (
+            "width differs: shapes differ, two packs",
+            [cell(), cell(model={"arch": "mlp", "width": 32}), cell(T=4)],
+            "auto",
+            [[0, 2], [1]],
+        ),
+        ("N differs: two packs", [cell(), cell(N=6)], "auto", [[0], [1]]),
+        (
+            "steps differ: no lockstep, two packs",
+            [cell(), cell(train={**tiny_cell_dict()["train"], "steps": 40})],
+            "auto",
+            [[0], [1]],
+        ),
+        ("off", [cell(), cell(T=4)], "off", [[0], [1]]),
+        ("K=2 splits three cells", [cell(T=2), cell(T=4), cell(T=8)], 2, [[0, 1], [2]]),
+        (
+            "gpt2 is not packable",
+            [cell(model={"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}, T=t) for t in (2, 4)],
+            "auto",
+            [[0], [1]],
+        ),
+        (
+            "auto leaves large cells alone",
+            [cell(model={"arch": "mlp", "width": 4096}, N=40, T=t) for t in (2, 4)],
+            "auto",
+            [[0], [1]],
+        ),
+        (
+            "K packs large cells too",
+            [cell(model={"arch": "mlp", "width": 4096}, N=40, T=t) for t in (2, 4)],
+            4,
+            [[0, 1]],
+        ),
+    ],
+)
 def test_planner_packing_decision(name, cells, pack, expected):
     assert pack_groups(cells, pack) == expected, name
 
 
-LONG = {**tiny_cell_dict()["train"], "steps": 50_000}       # ~50 s of estimated training per pack
+LONG = {**tiny_cell_dict()["train"], "steps": 50_000}  # ~50 s of estimated training per pack
 
 
-@pytest.mark.parametrize("cells, slots, sizes", [(8, 2, [4, 4]), (8, 1, [8]), (20, 2, [8, 8, 4]), (3, 4, [1, 1, 1])])
+@pytest.mark.parametrize(
+    "cells, slots, sizes", [(8, 2, [4, 4]), (8, 1, [8]), (20, 2, [8, 8, 4]), (3, 4, [1, 1, 1])]
+)
 def test_auto_packs_fill_the_slots(cells, slots, sizes):
-    long_cells = [cell(T=2 ** i, train=LONG) for i in range(cells)]
+    long_cells = [cell(T=2**i, train=LONG) for i in range(cells)]
     assert pack_seconds(long_cells[0], 1) >= MIN_SPLIT_SECONDS
     assert [len(g) for g in pack_groups(long_cells, "auto", slots=slots)] == sizes
 
 
-@pytest.mark.parametrize("steps, slots, sizes", [(20, 2, [8]), (20, 8, [8]), (20_000, 4, [2, 2, 2, 2]),
-                                                 (9_000, 4, [8])])
+@pytest.mark.parametrize(
+    "steps, slots, sizes", [(20, 2, [8]), (20, 8, [8]), (20_000, 4, [2, 2, 2, 2]), (9_000, 4, [8])]
+)
 def test_auto_packs_split_only_when_each_part_pays_for_its_trial(steps, slots, sizes):
     """8 cells of 20 steps stay one pack on any number of slots (a trial's start costs more than their
     training); 20k steps (~20 s of estimate per part) fill 4 slots, 9k steps (~9 s) stay one pack."""
-    cells = [cell(T=2 ** i, train={**tiny_cell_dict()["train"], "steps": steps}) for i in range(8)]
+    cells = [cell(T=2**i, train={**tiny_cell_dict()["train"], "steps": steps}) for i in range(8)]
     assert [len(g) for g in pack_groups(cells, "auto", slots=slots)] == sizes
 
 
 def test_auto_pack_size_is_capped():
-    cells = [cell(T=2 ** i) for i in range(AUTO_PACK_SIZE + 2)]
+    cells = [cell(T=2**i) for i in range(AUTO_PACK_SIZE + 2)]
     assert [len(g) for g in pack_groups(cells, "auto")] == [AUTO_PACK_SIZE, 2]
     assert pack_limit("auto", cells[0]) == AUTO_PACK_SIZE and pack_signature(cells[0]) is not None
 
 
-@pytest.mark.parametrize("value, ok", [("auto", "auto"), ("off", "off"), (False, "off"), (4, 4), (0, None),
-                                       ("some", None)])
+@pytest.mark.parametrize(
+    "value, ok", [("auto", "auto"), ("off", "off"), (False, "off"), (4, 4), (0, None), ("some", None)]
+)
 def test_run_pack_setting_is_validated(value, ok):
     document = {"name": "x", "defaults": tiny_cell_dict(), "run": {"pack": value}}
     if ok:

@@ -1,15 +1,16 @@
 """Packed sweeps end to end: the same MLflow runs (keys, names, metrics) as unpacked ones, and a packed
 sweep whose driver is killed resumes without retraining complete members or duplicating runs.
 """
+
 import signal
 import time
 
 import pytest
 import ray
 import yaml
+from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from drivers import start_driver
 from scaling.sweep import run_sweep
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,7 @@ def test_packed_and_unpacked_sweeps_log_the_same_cells_and_numbers(tmp_path, tin
     monkeypatch.chdir(tmp_path)
     tiny_sweep["grid"] = {"model": ["mlp"], "T": [4, "inf"], "seed": [0, 1]}
     uri, results = f"sqlite:///{tmp_path}/mlflow.db", {}
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 ** 2, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024**2, log_to_driver=False)
     try:
         for pack in ("off", 4):
             tiny_sweep.update(name=f"pack-{pack}", run={"pack": pack})
@@ -34,10 +35,22 @@ def test_packed_and_unpacked_sweeps_log_the_same_cells_and_numbers(tmp_path, tin
             outcome = run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path / "storage"))
             assert outcome.ok and len(outcome.completed) == 4
             client, found = runs(uri, f"pack-{pack}")
-            results[pack] = {r.data.tags["cell_key"]: (r.info.run_name, r.data.params, {
-                key: [(m.step, m.value) for m in sorted(client.get_metric_history(r.info.run_id, key),
-                                                        key=lambda m: m.step)]
-                for key in ("train/loss", "eval/err", "baseline/ridge")}) for r in found}
+            results[pack] = {
+                r.data.tags["cell_key"]: (
+                    r.info.run_name,
+                    r.data.params,
+                    {
+                        key: [
+                            (m.step, m.value)
+                            for m in sorted(
+                                client.get_metric_history(r.info.run_id, key), key=lambda m: m.step
+                            )
+                        ]
+                        for key in ("train/loss", "eval/err", "baseline/ridge")
+                    },
+                )
+                for r in found
+            }
             assert all(r.data.tags["status"] == "complete" for r in found)
     finally:
         ray.shutdown()
@@ -48,7 +61,9 @@ def test_packed_and_unpacked_sweeps_log_the_same_cells_and_numbers(tmp_path, tin
         assert p_name == name and p_params == params
         for metric, points in metrics.items():
             assert [s for s, _ in p_metrics[metric]] == [s for s, _ in points], metric
-            assert [v for _, v in p_metrics[metric]] == pytest.approx([v for _, v in points], rel=1e-4, abs=1e-6)
+            assert [v for _, v in p_metrics[metric]] == pytest.approx(
+                [v for _, v in points], rel=1e-4, abs=1e-6
+            )
 
 
 def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
@@ -68,11 +83,15 @@ def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
         first.wait()
     assert " 2/4 done" in (tmp_path / "first.log").read_text(), (tmp_path / "first.log").read_text()
     client, before = runs(uri, "packcrash")
-    complete_before = {r.data.tags["cell_key"]: r.info.end_time for r in before if r.data.tags["status"] == "complete"}
+    complete_before = {
+        r.data.tags["cell_key"]: r.info.end_time for r in before if r.data.tags["status"] == "complete"
+    }
     assert 2 <= len(complete_before) < 4
 
     with open(tmp_path / "second.log", "w") as log:
-        assert start_driver(path, uri, storage, log).wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
+        assert start_driver(path, uri, storage, log).wait(timeout=300) == 0, (
+            tmp_path / "second.log"
+        ).read_text()
     assert f"{4 - len(complete_before)} of 4 cells to run" in (tmp_path / "second.log").read_text()
     client, after = runs(uri, "packcrash")
     assert len(after) == 4 and len({r.data.tags["cell_key"] for r in after}) == 4

@@ -1,4 +1,5 @@
 """The planner: expansion, precedence, profiles, overrides and errors that say where."""
+
 import math
 import textwrap
 
@@ -67,7 +68,7 @@ def test_profile_merges_and_renames_the_experiment(tmp_path, tiny_sweep):
     plan = load_plan(path, profile="quick")
     assert plan.name == "tiny-quick"
     assert [p.cell.train.steps for p in plan.cells] == [3]
-    assert plan.cells[0].cell.train.lr == 1e-3          # the rest of defaults survives the merge
+    assert plan.cells[0].cell.train.lr == 1e-3  # the rest of defaults survives the merge
     with pytest.raises(SweepError, match="unknown profile 'full'; known: quick"):
         load_plan(path, profile="full")
 
@@ -79,21 +80,32 @@ def test_smoke_sweep_is_the_documented_lattice():
     assert len({p.cell.T for p in plan.cells}) >= 3 and len({p.cell.N for p in plan.cells}) >= 2
 
 
-@pytest.mark.parametrize("text, message", [
-    ("name: x\ngrid: {T: [1, 2]\n", "sweep.yaml:3: malformed YAML"),
-    ("name: x\nname: y\n", "sweep.yaml:2: name: duplicate key"),
-    ("grid: {T: [1]}\n", "the sweep needs a `name`"),
-    ("name: x\ngird: {T: [1]}\n", "sweep.yaml:2: gird: unknown key; allowed: name,"),
-    ("name: x\ngrid:\n  T: [4, 0]\n", "sweep.yaml:3: grid.T[1]: T: must be a whole number >= 1 or inf"),
-    ("name: x\ngrid:\n  model: [gpt3]\n", "grid.model[0]: unknown model preset 'gpt3'"),
-    ("name: x\ndefaults:\n  task: {family: tabular}\n", "sweep.yaml:3: defaults.task.family: unknown value 'tabular'; known: linear"),
-    ("name: x\ndefaults:\n  train: {stepz: 3}\n", "defaults.train.stepz: unknown setting; allowed: steps,"),
-    ("name: x\nresources: {gpu: 1.5}\n", "sweep.yaml:2: resources.gpu: a fraction must be at most 1"),
-    ("name: x\nmodels:\n  big: {arch: gpt2, n_embd: 10, n_head: 4}\ngrid: {model: [big]}\n",
-     "sweep.yaml:3: models.big.n_embd: width 10 must be divisible by n_head 4"),
-    ("name: x\ngrid:\n  T: []\n", "grid.T: an axis needs at least one value"),
-    ("name: bad name!\n", "the sweep needs a `name`"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name: x\ngrid: {T: [1, 2]\n", "sweep.yaml:3: malformed YAML"),
+        ("name: x\nname: y\n", "sweep.yaml:2: name: duplicate key"),
+        ("grid: {T: [1]}\n", "the sweep needs a `name`"),
+        ("name: x\ngird: {T: [1]}\n", "sweep.yaml:2: gird: unknown key; allowed: name,"),
+        ("name: x\ngrid:\n  T: [4, 0]\n", "sweep.yaml:3: grid.T[1]: T: must be a whole number >= 1 or inf"),
+        ("name: x\ngrid:\n  model: [gpt3]\n", "grid.model[0]: unknown model preset 'gpt3'"),
+        (
+            "name: x\ndefaults:\n  task: {family: tabular}\n",
+            "sweep.yaml:3: defaults.task.family: unknown value 'tabular'; known: linear",
+        ),
+        (
+            "name: x\ndefaults:\n  train: {stepz: 3}\n",
+            "defaults.train.stepz: unknown setting; allowed: steps,",
+        ),
+        ("name: x\nresources: {gpu: 1.5}\n", "sweep.yaml:2: resources.gpu: a fraction must be at most 1"),
+        (
+            "name: x\nmodels:\n  big: {arch: gpt2, n_embd: 10, n_head: 4}\ngrid: {model: [big]}\n",
+            "sweep.yaml:3: models.big.n_embd: width 10 must be divisible by n_head 4",
+        ),
+        ("name: x\ngrid:\n  T: []\n", "grid.T: an axis needs at least one value"),
+        ("name: bad name!\n", "the sweep needs a `name`"),
+    ],
+)
 def test_invalid_files_fail_with_file_line_and_key(tmp_path, text, message):
     with pytest.raises(SweepError) as err:
         load_plan(write(tmp_path, text))

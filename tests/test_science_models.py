@@ -1,20 +1,22 @@
 """Seed 001 models: stacked GPT-2, SGPT (eq. 13), the one-layer model (eq. 9), feature MLPs, Fig. 6's
 linear-on-scalar: causality, equality with one forward pass per prefix, frozen parts, training."""
+
 import math
 
 import pytest
 import torch
 
-from scaling.science.attention import ATTENTIONS, causal_mask
 from scaling.cells import Cell
 from scaling.config import ConfigError
+from scaling.science.attention import ATTENTIONS, causal_mask
 from scaling.science.models import ModelConfig, build_model
 from scaling.science.train import CellTrainer
 
 CONFIGS = {
     "gpt2_stacked": dict(arch="gpt2", layout="stacked", n_layer=2, n_head=2, n_embd=16),
-    "gpt2_stacked_eager": dict(arch="gpt2", layout="stacked", n_layer=1, n_head=2, n_embd=16,
-                               attn_implementation="eager"),
+    "gpt2_stacked_eager": dict(
+        arch="gpt2", layout="stacked", n_layer=1, n_head=2, n_embd=16, attn_implementation="eager"
+    ),
     "gpt2_interleaved_relu": dict(arch="gpt2", attention="relu", n_layer=2, n_head=2, n_embd=16),
     "gpt2_stacked_l1": dict(arch="gpt2", layout="stacked", attention="l1", n_layer=2, n_head=2, n_embd=16),
     "gpt2_interleaved_identity": dict(arch="gpt2", attention="identity", n_layer=1, n_head=2, n_embd=16),
@@ -40,8 +42,8 @@ def test_column_n_uses_only_pairs_before_n_and_query(name):
     model = build_model(ModelConfig(**CONFIGS[name]), d=3, points=7).eval()
     xs, ys = prompt()
     xs2, ys2 = xs.clone(), ys.clone()
-    ys2[:, 4:] = torch.randn(3, 3)          # labels at and after position 4
-    xs2[:, 5:] = torch.randn(3, 2, 3)       # inputs after position 4
+    ys2[:, 4:] = torch.randn(3, 3)  # labels at and after position 4
+    xs2[:, 5:] = torch.randn(3, 2, 3)  # inputs after position 4
     with torch.no_grad():
         base, changed = model(xs, ys), model(xs2, ys2)
     assert base.shape == (3, 7)
@@ -59,8 +61,11 @@ def stacked_prefix(xs, ys, n):
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_stacked_gpt2_equals_one_causal_pass_per_prefix(attn):
     torch.manual_seed(1)
-    model = build_model(ModelConfig(arch="gpt2", layout="stacked", n_layer=2, n_head=2, n_embd=16,
-                                    attn_implementation=attn), d=3, points=6).eval()
+    model = build_model(
+        ModelConfig(arch="gpt2", layout="stacked", n_layer=2, n_head=2, n_embd=16, attn_implementation=attn),
+        d=3,
+        points=6,
+    ).eval()
     xs, ys = prompt(P=6)
     with torch.no_grad():
         batched = model(xs, ys)
@@ -99,8 +104,14 @@ def test_sgpt_l1_attention_is_eq6_without_scale():
 
 
 def test_sgpt_has_no_key_query_value_and_frozen_read_in():
-    cell = Cell.from_dict({"task": {"d": 3}, "model": {"arch": "sgpt", "n_layer": 2, "n_embd": 16}, "N": 5,
-                           "train": {"steps": 3, "batch_size": 8, "lr": 1e-2, "device": "cpu"}})
+    cell = Cell.from_dict(
+        {
+            "task": {"d": 3},
+            "model": {"arch": "sgpt", "n_layer": 2, "n_embd": 16},
+            "N": 5,
+            "train": {"steps": 3, "batch_size": 8, "lr": 1e-2, "device": "cpu"},
+        }
+    )
     trainer = CellTrainer(cell)
     names = {name for name, _ in trainer.model.named_parameters()}
     assert names == {"proj.0.weight", "proj.1.weight", "mlp.0.weight", "mlp.1.weight", "read_out.weight"}
@@ -108,15 +119,27 @@ def test_sgpt_has_no_key_query_value_and_frozen_read_in():
     before = trainer.model.read_in.clone()
     trainer.train_until(3)
     assert torch.equal(trainer.model.read_in, before)
-    assert "read_in" in trainer.model.state_dict()          # saved with checkpoints, so resume restores it
+    assert "read_in" in trainer.model.state_dict()  # saved with checkpoints, so resume restores it
 
 
 @pytest.mark.parametrize("name", list(CONFIGS) + ["gpt2_interleaved", "mlp"])
 def test_every_model_trains_a_few_steps_on_cpu(name):
-    model = CONFIGS.get(name, {"gpt2_interleaved": dict(arch="gpt2", n_layer=1, n_head=1, n_embd=8),
-                               "mlp": dict(arch="mlp", width=16)}.get(name))
-    cell = Cell.from_dict({"task": {"d": 3, "noise_std": 0.1}, "model": model, "N": 6, "T": 16,
-                           "train": {"steps": 4, "batch_size": 8, "lr": 1e-2, "device": "cpu"}})
+    model = CONFIGS.get(
+        name,
+        {
+            "gpt2_interleaved": dict(arch="gpt2", n_layer=1, n_head=1, n_embd=8),
+            "mlp": dict(arch="mlp", width=16),
+        }.get(name),
+    )
+    cell = Cell.from_dict(
+        {
+            "task": {"d": 3, "noise_std": 0.1},
+            "model": model,
+            "N": 6,
+            "T": 16,
+            "train": {"steps": 4, "batch_size": 8, "lr": 1e-2, "device": "cpu"},
+        }
+    )
     trainer = CellTrainer(cell)
     start = [p.detach().clone() for p in trainer.model.parameters()]
     losses = []
@@ -136,19 +159,25 @@ def test_both_inputs_concatenate_vectorised_prompt_and_feature_row():
     assert model.net[0].weight.shape == (8, 4 * 3 + 3)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"arch": "onelayer"}, "required"),
-    ({"arch": "mlp", "inputs": "features"}, "required"),
-    ({"arch": "mlp", "feature_map": "hilbert"}, "not used"),
-    ({"arch": "mlp", "attention": "l1"}, "only gpt2, sgpt"),
-    ({"arch": "gpt2", "attention": "cosine"}, "unknown value"),
-    ({"arch": "gpt2", "layout": "diagonal"}, "unknown value"),
-    ({"arch": "onelayer", "feature_map": "gaussian"}, "unknown value"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"arch": "onelayer"}, "required"),
+        ({"arch": "mlp", "inputs": "features"}, "required"),
+        ({"arch": "mlp", "feature_map": "hilbert"}, "not used"),
+        ({"arch": "mlp", "attention": "l1"}, "only gpt2, sgpt"),
+        ({"arch": "gpt2", "attention": "cosine"}, "unknown value"),
+        ({"arch": "gpt2", "layout": "diagonal"}, "unknown value"),
+        ({"arch": "onelayer", "feature_map": "gaussian"}, "unknown value"),
+    ],
+)
 def test_invalid_model_settings_say_why(data, message):
     with pytest.raises(ConfigError, match=message):
         ModelConfig(**data)
 
 
 def test_defaults_keep_existing_cell_keys():
-    assert Cell.from_dict({"model": {"arch": "gpt2", "layout": "interleaved", "attention": ""}}).key == Cell().key
+    assert (
+        Cell.from_dict({"model": {"arch": "gpt2", "layout": "interleaved", "attention": ""}}).key
+        == Cell().key
+    )

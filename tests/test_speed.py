@@ -1,4 +1,5 @@
 """The speed work: the cost model, the faster training step's numerics, batched least squares, the suite."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,18 @@ import torch
 from transformers import GPT2Config, GPT2Model
 
 from benchmarks.__main__ import SUITES
-from scaling.science.baselines import psd_solve, ridge_weights
 from scaling.cells import Cell
-from scaling.cost import (StepShape, fit_table, load_table, model_params, step_flops, step_peak_bytes, step_seconds,
-                          sweep_estimate)
+from scaling.cost import (
+    StepShape,
+    fit_table,
+    load_table,
+    model_params,
+    step_flops,
+    step_peak_bytes,
+    step_seconds,
+    sweep_estimate,
+)
+from scaling.science.baselines import psd_solve, ridge_weights
 from scaling.science.models import ModelConfig, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,17 +39,23 @@ def test_flops_linear_in_batch_and_layers_quadratic_in_width():
     assert step_flops(shape(batch=128)) == pytest.approx(2 * step_flops(BASE))
     # the per-layer part is linear in layers: f(8) - f(4) = f(4) - f(0)
     assert step_flops(shape(layers=8)) - step_flops(shape(layers=4)) == pytest.approx(
-        step_flops(shape(layers=4)) - step_flops(shape(layers=0)))
+        step_flops(shape(layers=4)) - step_flops(shape(layers=0))
+    )
     # dense matmuls dominate at large width: 4x the FLOPs for twice the width
     assert step_flops(shape(width=4096)) / step_flops(shape(width=2048)) == pytest.approx(4, rel=0.02)
     # attention makes it superlinear in the context length
     assert step_flops(shape(N=81)) > 2 * step_flops(shape(N=40))
 
 
-@pytest.mark.parametrize("model", [{"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32},
-                                   {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 16, "layout": "stacked"},
-                                   {"arch": "sgpt", "n_layer": 3, "n_embd": 24},
-                                   {"arch": "mlp", "width": 20}])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32},
+        {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 16, "layout": "stacked"},
+        {"arch": "sgpt", "n_layer": 3, "n_embd": 24},
+        {"arch": "mlp", "width": 20},
+    ],
+)
 def test_params_formula_counts_the_built_model(model):
     config = ModelConfig(**model)
     built = build_model(config, d=5, points=7)
@@ -50,9 +65,17 @@ def test_params_formula_counts_the_built_model(model):
 
 
 def test_time_fit_recovers_a_linear_law():
-    rows = [{"arch": "gpt2", "flops": f, "seconds": 0.01 + f / 2e11, "activations": a,
-             "peak_bytes": 16 * p + 1000 + 6 * a, "params": p}
-            for f, a, p in [(1e9, 1e5, 10), (4e9, 3e5, 20), (2e10, 2e6, 30)]]
+    rows = [
+        {
+            "arch": "gpt2",
+            "flops": f,
+            "seconds": 0.01 + f / 2e11,
+            "activations": a,
+            "peak_bytes": 16 * p + 1000 + 6 * a,
+            "params": p,
+        }
+        for f, a, p in [(1e9, 1e5, 10), (4e9, 3e5, 20), (2e10, 2e6, 30)]
+    ]
     fit = fit_table(rows)["gpt2"]
     assert fit["t0"] == pytest.approx(0.01, rel=1e-6) and fit["rate"] == pytest.approx(2e11, rel=1e-6)
     assert fit["m0"] == pytest.approx(1000, rel=1e-6) and fit["bytes_per_activation"] == pytest.approx(6)
@@ -60,14 +83,22 @@ def test_time_fit_recovers_a_linear_law():
 
 def test_stored_table_estimates_grow_with_size():
     table = load_table()
-    assert step_seconds(shape(batch=128), table) > 1.8 * step_seconds(BASE, table) - table["fit"]["gpt2"]["t0"]
+    assert (
+        step_seconds(shape(batch=128), table) > 1.8 * step_seconds(BASE, table) - table["fit"]["gpt2"]["t0"]
+    )
     assert step_peak_bytes(shape(batch=128), table) > step_peak_bytes(BASE, table)
     assert step_seconds(shape(arch="sgpt"), table) < step_seconds(BASE, table)
 
 
 def test_sweep_estimate_adds_cells_up():
-    cell = Cell.from_dict({"model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32}, "N": 10,
-                           "task": {"d": 4}, "train": {"steps": 100, "batch_size": 8}})
+    cell = Cell.from_dict(
+        {
+            "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32},
+            "N": 10,
+            "task": {"d": 4},
+            "train": {"steps": 100, "batch_size": 8},
+        }
+    )
     longer = Cell.from_dict({**cell.to_dict(), "train": {"steps": 300, "batch_size": 8}})
     one, both = sweep_estimate([cell]), sweep_estimate([cell, longer])
     assert both.cells == 2 and both.flops == pytest.approx(4 * one.flops)
@@ -80,10 +111,15 @@ def test_fused_gelu_backbone_matches_gelu_new():
     outputs = []
     for act in ("gelu_new", "gelu_pytorch_tanh"):
         torch.manual_seed(0)
-        config = GPT2Config(vocab_size=1, n_positions=16, n_embd=32, n_layer=2, n_head=2, activation_function=act)
+        config = GPT2Config(
+            vocab_size=1, n_positions=16, n_embd=32, n_layer=2, n_head=2, activation_function=act
+        )
         model = GPT2Model(config).eval()
-        outputs.append(model(inputs_embeds=torch.randn(3, 16, 32, generator=torch.Generator().manual_seed(1)))
-                       .last_hidden_state)
+        outputs.append(
+            model(
+                inputs_embeds=torch.randn(3, 16, 32, generator=torch.Generator().manual_seed(1))
+            ).last_hidden_state
+        )
     assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
 
 
@@ -99,7 +135,9 @@ def test_least_squares_matches_numpy_pinv_every_prefix(case):
     w = ridge_weights(xs, ys, 0.0).numpy()
     for b in range(6):
         for n in range(15):
-            expected = np.linalg.pinv(xs[b, :n].numpy(), rcond=1e-10) @ ys[b, :n].numpy() if n else np.zeros(5)
+            expected = (
+                np.linalg.pinv(xs[b, :n].numpy(), rcond=1e-10) @ ys[b, :n].numpy() if n else np.zeros(5)
+            )
             np.testing.assert_allclose(w[b, n] @ xs[b, n].numpy(), expected @ xs[b, n].numpy(), atol=1e-6)
 
 
@@ -114,12 +152,19 @@ def test_psd_solve_falls_back_to_pinv_on_singular_matrices():
 @pytest.mark.slow
 def test_benchmark_suite_quick_runs(tmp_path):
     out = tmp_path / "results.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     written = json.loads(out.read_text())
     results = written["results"]
-    assert list(written["suite_seconds"]) == list(SUITES) and all(v > 0 for v in written["suite_seconds"].values())
+    assert list(written["suite_seconds"]) == list(SUITES) and all(
+        v > 0 for v in written["suite_seconds"].values()
+    )
     names = {r["name"] for r in results}
     assert {"gpt2_train_cpu_best", "least_squares_batched", "ridge_batched", "cost_model_time"} <= names
     assert all(r["status"] in ("PASS", "INFO", "SKIP") for r in results)

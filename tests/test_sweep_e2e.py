@@ -3,6 +3,7 @@
 Checks the MLflow contract (one run per cell, tags, params, metrics, artifacts), that a finished sweep
 trains nothing, that cells added to a sweep file are the only ones to run, and that analysis reads it.
 """
+
 import math
 
 import pandas as pd
@@ -32,7 +33,7 @@ def cell_runs(uri: str, experiment: str) -> list:
 
 def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_sweep, capsys):
     path, uri, storage = workspace
-    tiny_sweep["defaults"]["eval"]["lambda_n"] = [2]           # the ridge-vs-lambda scan of Figs. 2-3
+    tiny_sweep["defaults"]["eval"]["lambda_n"] = [2]  # the ridge-vs-lambda scan of Figs. 2-3
     path.write_text(yaml.safe_dump(tiny_sweep))
     outcome = run_sweep(str(path), tracking_uri=uri, storage=storage)
     assert outcome.ok and len(outcome.completed) == 2 and outcome.skipped == 0
@@ -80,11 +81,18 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
     assert set(table["predictor"]) == {"model", "zero", "least_squares", "ridge"}
     assert set(table["T"]) == {4.0, math.inf} and set(table["seed"]) == {0, 1}
     assert set(result.scans["lam"].notna()) == {True} and result.scans["cell_key"].nunique() == 4
-    for name in ("table.parquet", "ridge_lambda.parquet", "ridge_lambda.png", "context_scaling.png",
-                 "task_scaling.png", "report.html"):
+    for name in (
+        "table.parquet",
+        "ridge_lambda.parquet",
+        "ridge_lambda.png",
+        "context_scaling.png",
+        "task_scaling.png",
+        "report.html",
+    ):
         assert (path.parent / "out" / name).exists(), name
-    analysis_runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("tiny").experiment_id],
-                                                  "tags.kind = 'analysis'")
+    analysis_runs = MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name("tiny").experiment_id], "tags.kind = 'analysis'"
+    )
     assert len(analysis_runs) == 1
 
 
@@ -109,7 +117,7 @@ def test_invalid_sweep_exits_2_and_writes_nothing(workspace, tiny_sweep, capsys)
 def test_cell_that_fails_is_reported_and_does_not_block_others(workspace, tiny_sweep, capsys):
     path, uri, storage = workspace
     tiny_sweep["run"] = {"max_failures": 0}
-    tiny_sweep["grid"] = {"model": ["mlp"], "train.lr": [1e-3, 1e30], "T": [4]}   # lr 1e30 diverges to NaN
+    tiny_sweep["grid"] = {"model": ["mlp"], "train.lr": [1e-3, 1e30], "T": [4]}  # lr 1e30 diverges to NaN
     path.write_text(yaml.safe_dump(tiny_sweep))
     outcome = run_sweep(str(path), tracking_uri=uri, storage=storage)
     assert len(outcome.completed) == 1 and len(outcome.failed) == 1

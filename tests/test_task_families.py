@@ -1,4 +1,5 @@
 """Task families: stated moments (Monte Carlo), mixed noise, lazy large pools, shifts, the registry."""
+
 import math
 import resource
 
@@ -6,11 +7,18 @@ import pytest
 import torch
 
 from scaling.config import ConfigError
-from scaling.science.tasks import (FAMILIES, ShiftConfig, TaskConfig, TaskPool, fresh_prompts, generator,
-                           make_family)
+from scaling.science.tasks import (
+    FAMILIES,
+    ShiftConfig,
+    TaskConfig,
+    TaskPool,
+    fresh_prompts,
+    generator,
+    make_family,
+)
 
 D20 = {"d": 20}
-CASES = {                                      # family settings -> the E[y^2] each docstring states
+CASES = {  # family settings -> the E[y^2] each docstring states
     "linear": ({"d": 8, "noise_std": 0.3}, 1 + 0.09),
     "linear_mixed_noise": ({"d": 8, "noise_stds": (0.1, 0.5)}, 1 + (0.01 + 0.25) / 2),
     "sparse_linear": ({"d": 20, "sparsity": 3, "noise_std": 0.2}, 3 + 0.04),
@@ -40,7 +48,7 @@ def test_relu_teacher_is_garg_scaled_two_layer_net():
 def test_sparse_task_has_exactly_s_coordinates():
     fam = make_family(TaskConfig(family="sparse_linear", d=10, sparsity=3))
     prompts = fresh_prompts(fam, 50, 30, seed=0)
-    betas = torch.linalg.lstsq(prompts.xs, prompts.ys.unsqueeze(-1)).solution.squeeze(-1)   # noiseless
+    betas = torch.linalg.lstsq(prompts.xs, prompts.ys.unsqueeze(-1)).solution.squeeze(-1)  # noiseless
     assert ((betas.abs() > 1e-4).sum(dim=1) == 3).all()
 
 
@@ -57,11 +65,11 @@ def test_mixed_noise_draws_each_level_with_probability_one_half():
     prompts = fresh_prompts(fam, 4000, 64, seed=1)
     levels = prompts.meta["noise_std"]
     assert levels.unique().tolist() == pytest.approx([0.1, 0.5])
-    assert (levels == levels.max()).float().mean().item() == pytest.approx(0.5, abs=0.03)   # 4 sigma
+    assert (levels == levels.max()).float().mean().item() == pytest.approx(0.5, abs=0.03)  # 4 sigma
     xs, ys = prompts.xs.double(), prompts.ys.double()
     beta = torch.linalg.solve(xs.transpose(1, 2) @ xs, (xs.transpose(1, 2) @ ys.unsqueeze(-1))).squeeze(-1)
     residual = ys - torch.einsum("bpd,bd->bp", xs, beta)
-    high = residual[levels > 0.3].pow(2).mean() * 64 / 60                # dof-corrected noise variance
+    high = residual[levels > 0.3].pow(2).mean() * 64 / 60  # dof-corrected noise variance
     assert high.item() == pytest.approx(0.25, rel=0.05)
 
 
@@ -78,9 +86,9 @@ def test_a_two_million_relu_pool_is_lazy_and_regenerates_identical_tasks():
     idx = torch.tensor([0, 5, 1_999_999, 1_234_567])
     first, second = pool.tasks(idx), again.tasks(idx)
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert pool._resident is None and grown_mb < 200          # the full pool would be 17 GB
+    assert pool._resident is None and grown_mb < 200  # the full pool would be 17 GB
     assert all(torch.equal(first[k], second[k]) for k in first)
-    small = TaskPool(fam, 6, seed=7).tasks(torch.tensor([0, 5]))                 # nested: same first tasks
+    small = TaskPool(fam, 6, seed=7).tasks(torch.tensor([0, 5]))  # nested: same first tasks
     assert torch.equal(small["w1"], first["w1"][:2]) and torch.equal(small["w2"], first["w2"][:2])
     assert torch.equal(pool.batch(3, 8, 5).ys, again.batch(3, 8, 5).ys)
 
@@ -108,7 +116,7 @@ def test_task_shift_sets_the_task_distribution_and_noise():
     fam = make_family(TaskConfig(d=8, noise_std=0.1), SHIFT)
     beta = fam.draw(20000, generator(0, "w"))["beta"].double()
     assert beta.mean().item() == pytest.approx(0.3, abs=0.01)
-    assert beta.var(0).mean().item() == pytest.approx(9 / 8, rel=0.03)      # t^2 I / d
+    assert beta.var(0).mean().item() == pytest.approx(9 / 8, rel=0.03)  # t^2 I / d
     assert fresh_prompts(fam, 10, 3, seed=0).meta["noise_std"].tolist() == [1.0] * 10
 
 
@@ -121,9 +129,10 @@ def test_shifted_normaliser_is_the_test_distribution_second_moment(name):
 
 
 def test_training_batches_ignore_the_evaluation_shift():
-    from tests.conftest import tiny_cell_dict
     from scaling.cells import Cell
     from scaling.science.train import CellTrainer
+    from tests.conftest import tiny_cell_dict
+
     plain = Cell.from_dict(tiny_cell_dict())
     shifted = Cell.from_dict(tiny_cell_dict(eval={"prompts": 32, "bootstrap": 50, "shift": {"x_scale": 3.0}}))
     assert plain.key != shifted.key

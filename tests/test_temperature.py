@@ -8,7 +8,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from scaling.temperature.garg import InterleavedGPT2, load_garg_gpt2
+from scaling.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
 from scaling.temperature.patch import (
     attention_modules,
     attention_temperature,
@@ -24,8 +24,15 @@ SEQ = 12
 def tiny_gpt2(attn_implementation: str) -> GPT2LMHeadModel:
     torch.manual_seed(0)
     config = GPT2Config(
-        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
-        bos_token_id=0, eos_token_id=0, attn_implementation=attn_implementation,
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation=attn_implementation,
     )
     return GPT2LMHeadModel(config).eval()
 
@@ -33,9 +40,18 @@ def tiny_gpt2(attn_implementation: str) -> GPT2LMHeadModel:
 def tiny_llama(attn_implementation: str) -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2,
-        bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation=attn_implementation,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+        attn_implementation=attn_implementation,
     )
     return LlamaForCausalLM(config).eval()
 
@@ -166,8 +182,11 @@ def llama_qk(model, inputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
     handles = [model.model.rotary_emb.register_forward_hook(lambda m, a, out: rotary.update(cs=out))]
     for i, layer in enumerate(model.model.layers):
         for name in ("q_proj", "k_proj"):
-            handles.append(getattr(layer.self_attn, name).register_forward_hook(
-                lambda m, a, out, key=(i, name): projections.update({key: out})))
+            handles.append(
+                getattr(layer.self_attn, name).register_forward_hook(
+                    lambda m, a, out, key=(i, name): projections.update({key: out})
+                )
+            )
     with torch.no_grad():
         model(**inputs)
     for handle in handles:
@@ -220,14 +239,16 @@ def prompts(batch_size=4, points=8, d=5):
 @pytest.fixture
 def garg_checkpoint(tmp_path):
     torch.manual_seed(0)
-    model = InterleavedGPT2(**GARG_SIZES).eval()
-    state = dict(model.state_dict())
+    model = garg_model(**GARG_SIZES).eval()
+    state = to_garg_names(model.state_dict())  # the released checkpoints' names and vocabulary
     for i in range(GARG_SIZES["n_layer"]):
         state[f"_backbone.h.{i}.attn.bias"] = torch.ones(1, 1, 22, 22).tril()
         state[f"_backbone.h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
     run_dir = tmp_path / "linear_regression" / "pretrained"
     run_dir.mkdir(parents=True)
-    torch.save({"model_state_dict": state, "optimizer_state_dict": {}, "train_step": 500000}, run_dir / "state.pt")
+    torch.save(
+        {"model_state_dict": state, "optimizer_state_dict": {}, "train_step": 500000}, run_dir / "state.pt"
+    )
     return model, run_dir
 
 
@@ -253,7 +274,7 @@ def test_garg_prediction_is_causal(garg_checkpoint):
 
 
 def test_garg_tokens_interleave_and_pad():
-    model = InterleavedGPT2(**GARG_SIZES)
+    model = garg_model(**GARG_SIZES)
     xs, ys = torch.arange(6.0).reshape(1, 2, 3), torch.tensor([[7.0, 8.0]])
     tokens = model.interleaved_tokens(xs, ys)
     expected = torch.tensor([[[0, 1, 2, 0, 0], [7, 0, 0, 0, 0], [3, 4, 5, 0, 0], [8, 0, 0, 0, 0]]]).float()

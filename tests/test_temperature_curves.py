@@ -1,4 +1,4 @@
-"""Checks of the seed-004 figure curves (scaling/temperature_curves.py) at tiny sizes."""
+"""Checks of the seed-004 figure curves (scaling/temperature/curves.py) at tiny sizes."""
 
 import numpy as np
 import pytest
@@ -23,8 +23,15 @@ COLUMNS = {"figure", "panel", "curve", "x", "tau", "err", "err_raw", "err_se", "
 
 def test_figure1_rows_match_closed_forms_with_population_parameters():
     d, sigma = 8, 0.1
-    df = figure1_curves("input_covariance", d=d, sigma=sigma, l_over_d=(1, 2), n_prompts=300,
-                        params_source="population", scale=2.0)
+    df = figure1_curves(
+        "input_covariance",
+        d=d,
+        sigma=sigma,
+        l_over_d=(1, 2),
+        n_prompts=300,
+        params_source="population",
+        scale=2.0,
+    )
     assert COLUMNS <= set(df.columns)
     assert set(df.curve) == {"tau=1", "tau_opt", "bayes_ridge"}
     assert set(df.source) == {"theory", "simulation"}
@@ -37,7 +44,9 @@ def test_figure1_rows_match_closed_forms_with_population_parameters():
         th = df[(df.source == "theory") & (df.l == l)].set_index("curve")
         assert th.loc["tau_opt", "tau"] == pytest.approx(tau_opt)
         assert th.loc["tau=1", "err_raw"] == pytest.approx(theory_error(params, test, l, 1.0))
-        assert th.loc["tau_opt", "err"] == pytest.approx(theory_error(params, test, l, tau_opt) / test.label_second_moment())
+        assert th.loc["tau_opt", "err"] == pytest.approx(
+            theory_error(params, test, l, tau_opt) / test.label_second_moment()
+        )
 
 
 def test_figure1_temperature_helps_under_covariance_shift_and_ridge_is_best():
@@ -71,7 +80,9 @@ def test_figure5_linearized_variance_scales_as_one_over_tau_squared():
     for tau in (0.5, 2.0):
         assert stats.loc[("linearized_softmax", tau), "mean"] == pytest.approx(1 / 500)
         assert stats.loc[("softmax", tau), "mean"] == pytest.approx(1 / 500)
-        assert stats.loc[("linearized_softmax", tau), "var"] == pytest.approx(z.var(unbiased=False).item() / (500 * tau) ** 2)
+        assert stats.loc[("linearized_softmax", tau), "var"] == pytest.approx(
+            z.var(unbiased=False).item() / (500 * tau) ** 2
+        )
     hist = df[(df.curve == "softmax") & (df.tau == 2.0)]
     assert (hist.density * hist.bin_width).sum() == pytest.approx(1.0)
 

@@ -1,5 +1,6 @@
 """End to end: the GPT-2 scan and LLaMA sweeps' quick profiles through a real local Ray and a throwaway
 SQLite MLflow (sizes cut further by --set), and a scan of a model that a training sweep logged."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -29,20 +30,41 @@ def only_cell_run(uri: str, experiment: str):
 
 def test_gpt2_scan_quick_profile(store):
     uri, storage = store
-    overrides = ("train.steps=60", "N=4", "eval.prompts=64", "eval.bootstrap=20", "temperature.taus=[0.5,1,2]")
-    outcome = run_sweep(str(SWEEPS / "temp_gpt2_scan.yaml"), "quick", overrides, tracking_uri=uri, storage=storage)
+    overrides = (
+        "train.steps=60",
+        "N=4",
+        "eval.prompts=64",
+        "eval.bootstrap=20",
+        "temperature.taus=[0.5,1,2]",
+    )
+    outcome = run_sweep(
+        str(SWEEPS / "temp_gpt2_scan.yaml"), "quick", overrides, tracking_uri=uri, storage=storage
+    )
     assert outcome.ok and len(outcome.completed) == 1
     client, run = only_cell_run(uri, "temp-gpt2-scan-quick")
-    assert run.data.tags["status"] == "complete" and run.info.run_name.startswith("gpt2_scan gpt2 shift=x_scale=1.73205 N=4")
+    assert run.data.tags["status"] == "complete" and run.info.run_name.startswith(
+        "gpt2_scan gpt2 shift=x_scale=1.73205 N=4"
+    )
     assert run.data.params["job"] == "gpt2_scan" and run.data.params["temperature.train_model"] == "True"
     for tau in ("0.5", "1", "2"):
-        assert [m.step for m in client.get_metric_history(run.info.run_id, f"temperature/tau_{tau}")] == [1, 2, 3, 4]
+        assert [m.step for m in client.get_metric_history(run.info.run_id, f"temperature/tau_{tau}")] == [
+            1,
+            2,
+            3,
+            4,
+        ]
     assert len(client.get_metric_history(run.info.run_id, "baseline/least_squares")) == 4
     assert run.data.metrics["tau_best"] in (0.5, 1.0, 2.0) and "tau_heuristic" in run.data.metrics
     assert float(run.data.tags["tau_best"]) == run.data.metrics["tau_best"]
-    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"cell.yaml", "curves.parquet", "model.pt"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
+        "cell.yaml",
+        "curves.parquet",
+        "model.pt",
+    }
     curves = pd.read_parquet(client.download_artifacts(run.info.run_id, "curves.parquet"))
-    assert {"predictor", "n", "err", "err_lo", "err_hi", "prompts", "tau", "x", "panel"} <= set(curves.columns)
+    assert {"predictor", "n", "err", "err_lo", "err_hi", "prompts", "tau", "x", "panel"} <= set(
+        curves.columns
+    )
 
 
 def test_scan_of_a_model_a_training_sweep_logged(store, tiny_sweep, tmp_path):
@@ -50,12 +72,22 @@ def test_scan_of_a_model_a_training_sweep_logged(store, tiny_sweep, tmp_path):
     tiny_sweep["grid"] = {"model": ["gpt2"], "T": ["inf"], "seed": [0]}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_sweep))
     assert run_sweep(str(tmp_path / "tiny.yaml"), tracking_uri=uri, storage=storage).ok
-    scan = {"name": "scan", "defaults": {
-        "job": "gpt2_scan", "task": {"d": 2, "noise_std": 0.1}, "N": 4,
-        "model": {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8},
-        "eval": {"prompts": 32, "bootstrap": 20, "baselines": ["zero"]},
-        "temperature": {"from_sweep": "tiny", "from_params": {"model.name": "gpt2", "T": "inf"}, "taus": [1, 3]}},
-        "resources": {"cpu": 1}}
+    scan = {
+        "name": "scan",
+        "defaults": {
+            "job": "gpt2_scan",
+            "task": {"d": 2, "noise_std": 0.1},
+            "N": 4,
+            "model": {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8},
+            "eval": {"prompts": 32, "bootstrap": 20, "baselines": ["zero"]},
+            "temperature": {
+                "from_sweep": "tiny",
+                "from_params": {"model.name": "gpt2", "T": "inf"},
+                "taus": [1, 3],
+            },
+        },
+        "resources": {"cpu": 1},
+    }
     (tmp_path / "scan.yaml").write_text(yaml.safe_dump(scan))
     assert run_sweep(str(tmp_path / "scan.yaml"), tracking_uri=uri, storage=storage).ok
     client, run = only_cell_run(uri, "scan")
@@ -66,9 +98,17 @@ def test_scan_of_a_model_a_training_sweep_logged(store, tiny_sweep, tmp_path):
 def test_llama_quick_profile_with_the_tiny_model(store, tmp_path):
     uri, storage = store
     llm = save_tiny_llama(tmp_path / "tiny-llama")
-    overrides = (f"temperature.llm={llm}", "temperature.n_demos=[2]", "temperature.n_test=2",
-                 "temperature.mc_runs=1", "temperature.max_new_tokens=4", "temperature.taus=[0.5,2]")
-    outcome = run_sweep(str(SWEEPS / "temp_llama_a.yaml"), "quick", overrides, tracking_uri=uri, storage=storage)
+    overrides = (
+        f"temperature.llm={llm}",
+        "temperature.n_demos=[2]",
+        "temperature.n_test=2",
+        "temperature.mc_runs=1",
+        "temperature.max_new_tokens=4",
+        "temperature.taus=[0.5,2]",
+    )
+    outcome = run_sweep(
+        str(SWEEPS / "temp_llama_a.yaml"), "quick", overrides, tracking_uri=uri, storage=storage
+    )
     assert outcome.ok and len(outcome.completed) == 1
     client, run = only_cell_run(uri, "temp-llama-a-quick")
     assert run.data.params["temperature.sciq_train"].endswith("tests/fixtures/sciq_tiny_train.json")

@@ -1,6 +1,5 @@
-"""Checks of scaling/temperature_theory.py (seed 004) against closed forms, independent formulas and
+"""Checks of scaling/temperature/theory.py (seed 004) against closed forms, independent formulas and
 Monte Carlo. Tolerances for the asymptotic theorems are stated next to each test."""
-
 
 import numpy as np
 import pytest
@@ -53,7 +52,9 @@ def special_case(d: int, c: float) -> tuple[PromptDistribution, PromptDistributi
 @pytest.mark.parametrize("d,l,c", [(10, 20, 2.0), (50, 50, 3.0), (50, 200, 0.5), (7, 100, 1.5)])
 def test_special_case_thm47_gives_c_times_one_plus_d_over_l(d, l, c):
     train, test = special_case(d, c)
-    assert optimal_temperature(pretrained_parameters(train, l), test, l) == pytest.approx(c * (1 + d / l), rel=1e-12)
+    assert optimal_temperature(pretrained_parameters(train, l), test, l) == pytest.approx(
+        c * (1 + d / l), rel=1e-12
+    )
 
 
 def test_special_case_thm47_tends_to_c_for_large_l_over_d():
@@ -68,7 +69,9 @@ def test_special_case_tau_ratio_equals_c_at_every_l(l):
     d, c = 10, 3.0
     train, test = special_case(d, c)
     params = pretrained_parameters(train, l)
-    assert optimal_temperature(params, test, l) / optimal_temperature(params, train, l) == pytest.approx(c, rel=1e-12)
+    assert optimal_temperature(params, test, l) / optimal_temperature(params, train, l) == pytest.approx(
+        c, rel=1e-12
+    )
 
 
 def test_special_case_monte_carlo_argmin_d10_l20_is_near_3_not_2():
@@ -134,12 +137,14 @@ def _thm46_gap(d: int, l: int, n_prompts: int, name: str, kwargs: dict, seed: in
 def test_thm46_matches_monte_carlo_within_shrinking_tolerance(d, l, n_prompts, name, kwargs):
     """Relative gap at tau in {0.7, 1, 1.5, tau_opt} <= 4/l (dropped O(1/l) terms) + 4 Monte Carlo SE.
 
-    Measured max gaps: ~0.10-0.16 at (10, 20), ~0.03-0.05 at (40, 80) (tolerance 0.2 + noise vs 0.05 + noise)."""
+    Measured max gaps: ~0.10-0.16 at (10, 20), ~0.03-0.05 at (40, 80) (tolerance 0.2 + noise vs 0.05 +
+    noise)."""
     gap, se = _thm46_gap(d, l, n_prompts, name, kwargs, seed=d)
     assert gap <= 4.0 / l + 4.0 * se
 
 
-# ----------------------------------------------------------------------------- Thm 4.7 vs Monte Carlo argmin at d = 50
+# ----------------------------------------------------------------------------- Thm 4.7 vs Monte Carlo argmin
+# at d = 50
 
 
 def _argmin_check(l: int, name: str, kwargs: dict, n_prompts: int, seed: int) -> None:
@@ -163,8 +168,10 @@ def test_thm47_matches_simulated_argmin_at_d50_fast():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("l", [50, 100, 200])
-@pytest.mark.parametrize("name,kwargs", [("none", {}), ("input_covariance", {"scale": 2.0}),
-                                         ("task", {}), ("noise", {"sigma": 3.0})])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [("none", {}), ("input_covariance", {"scale": 2.0}), ("task", {}), ("noise", {"sigma": 3.0})],
+)
 def test_thm47_matches_simulated_argmin_at_d50(l, name, kwargs):
     _argmin_check(l=l, name=name, kwargs=kwargs, n_prompts=10_000, seed=l)
 
@@ -182,8 +189,13 @@ def test_thm46_constant_term_is_error_of_zero_weight_limit():
     """tau -> inf removes p / tau, leaving Tr(A B) + sigma^2 = E[y^2] (Thm 4.6 constant)."""
     g = gen(3)
     d = 6
-    test = PromptDistribution(torch.randn(d, generator=g, dtype=F64), random_spd(d, g),
-                              torch.randn(d, generator=g, dtype=F64), random_spd(d, g), 0.4)
+    test = PromptDistribution(
+        torch.randn(d, generator=g, dtype=F64),
+        random_spd(d, g),
+        torch.randn(d, generator=g, dtype=F64),
+        random_spd(d, g),
+        0.4,
+    )
     _, _, c = theory_coefficients(pretrained_parameters(isotropic_distribution(d, 0.1), 10), test, 10)
     xs, ys, _ = sample_prompts(test, 200_000, 2, g)
     assert c == pytest.approx(float((ys[:, -1] ** 2).mean()), rel=0.02)
@@ -203,7 +215,9 @@ def test_eq5_from_full_matrices_equals_reduced_form_with_arbitrary_star_blocks()
     params = AttentionParams(M11=M[:d, :d], m21=M[d, :d], v21=V[d, :d], v22=float(V[d, d]))
     p, q = linearized_prediction_parts(xs, ys, params)
     for tau in (0.3, 1.0, 4.0):
-        torch.testing.assert_close(attention_prediction_full(xs, ys, V, M, tau), p / tau + q, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            attention_prediction_full(xs, ys, V, M, tau), p / tau + q, rtol=1e-10, atol=1e-10
+        )
 
 
 def test_prediction_never_uses_query_label():
@@ -213,7 +227,9 @@ def test_prediction_never_uses_query_label():
     ys2 = ys.clone()
     ys2[:, -1] += 100.0
     for kind in ("softmax", "linearized_softmax", "linear"):
-        torch.testing.assert_close(attention_prediction(xs, ys, params, 1.0, kind), attention_prediction(xs, ys2, params, 1.0, kind))
+        torch.testing.assert_close(
+            attention_prediction(xs, ys, params, 1.0, kind), attention_prediction(xs, ys2, params, 1.0, kind)
+        )
 
 
 def test_attention_weights_limits():
@@ -223,7 +239,11 @@ def test_attention_weights_limits():
     torch.testing.assert_close(lin.sum(-1), torch.ones(3, dtype=F64))
     # linearized softmax is softmax's first-order Taylor expansion (eq. 32): gap O(1/tau^2)
     for tau in (10.0, 100.0):
-        gap = (attention_weights(z, tau, "softmax") - attention_weights(z, tau, "linearized_softmax")).abs().max()
+        gap = (
+            (attention_weights(z, tau, "softmax") - attention_weights(z, tau, "linearized_softmax"))
+            .abs()
+            .max()
+        )
         assert gap < 2.0 / (50 * tau**2) * float(z.abs().max()) ** 2
     torch.testing.assert_close(attention_weights(z, 2.0, "linear"), z / (50 * 2.0))
     with pytest.raises(KeyError, match="linearized_softmax"):
@@ -276,8 +296,13 @@ def test_lemma41_with_matching_covariance_reproduces_eq9():
 def test_lemma41_estimate_converges_to_population_form():
     g = gen(9)
     d, l = 5, 10
-    train = PromptDistribution(torch.ones(d, dtype=F64), random_spd(d, g),
-                               torch.randn(d, generator=g, dtype=F64), random_spd(d, g), 0.3)
+    train = PromptDistribution(
+        torch.ones(d, dtype=F64),
+        random_spd(d, g),
+        torch.randn(d, generator=g, dtype=F64),
+        random_spd(d, g),
+        0.3,
+    )
     xs, _, _ = sample_prompts(train, 20_000, l, g)
     est, pop = pretrained_parameters_from_inputs(xs, train), pretrained_parameters(train, l)
     torch.testing.assert_close(est.M11, pop.M11, rtol=0.03, atol=0.03 * float(pop.M11.abs().max()))
@@ -294,8 +319,13 @@ def test_bayes_ridge_equals_gaussian_conditioning_and_sklearn(n):
     """Eq. 9 vs E[w | y] = mu + S X^T (X S X^T + s^2 I)^-1 (y - X mu) and vs sklearn Ridge on w = mu + L u."""
     g = gen(10 + n)
     d, sigma = 8, 0.3
-    prior = PromptDistribution(torch.zeros(d, dtype=F64), torch.eye(d, dtype=F64),
-                               torch.randn(d, generator=g, dtype=F64), random_spd(d, g), sigma)
+    prior = PromptDistribution(
+        torch.zeros(d, dtype=F64),
+        torch.eye(d, dtype=F64),
+        torch.randn(d, generator=g, dtype=F64),
+        random_spd(d, g),
+        sigma,
+    )
     xs = torch.randn(2, n, d, generator=g, dtype=F64) + 1.0
     ys = torch.randn(2, n, generator=g, dtype=F64)
     got = bayes_ridge_weights(xs, ys, prior).numpy()
@@ -313,7 +343,9 @@ def test_bayes_ridge_noiseless_is_small_noise_limit():
     g = gen(12)
     d, n = 6, 4
     prior = isotropic_distribution(d, 0.0)
-    prior = PromptDistribution(prior.mu_x, prior.Sigma_x, torch.randn(d, generator=g, dtype=F64), random_spd(d, g), 0.0)
+    prior = PromptDistribution(
+        prior.mu_x, prior.Sigma_x, torch.randn(d, generator=g, dtype=F64), random_spd(d, g), 0.0
+    )
     xs = torch.randn(1, n, d, generator=g, dtype=F64)
     ys = torch.randn(1, n, generator=g, dtype=F64)
     X, y = _centred(xs[0], ys[0])

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_tables import saturating_law, synthetic_table
 
 from analysis.verdicts import (
     answer_line,
@@ -17,7 +18,6 @@ from analysis.verdicts import (
     task_verdicts,
     trend_p_value,
 )
-from synthetic_tables import saturating_law, synthetic_table
 
 INF = math.inf
 NS = [5, 10, 20, 40]
@@ -25,8 +25,9 @@ TS = [1e2, 1e3, 1e4, 1e5, INF]
 
 
 def table(law, model, seeds=range(4), noise=0.01, seed=0):
-    return synthetic_table(law, ns=NS, Ts=TS, seeds=seeds, rng=np.random.default_rng(seed),
-                           noise=noise, model=model)
+    return synthetic_table(
+        law, ns=NS, Ts=TS, seeds=seeds, rng=np.random.default_rng(seed), noise=noise, model=model
+    )
 
 
 def one(verdicts, **where):
@@ -36,8 +37,7 @@ def one(verdicts, **where):
 
 
 def test_paired_drops_and_interval_against_direct_formula():
-    wide = pd.DataFrame({5: [1.0, 0.8, 0.5], 10: [0.9, 0.7, 0.5], 40: [0.5, 0.6, np.nan]},
-                        index=[0, 1, 2])
+    wide = pd.DataFrame({5: [1.0, 0.8, 0.5], 10: [0.9, 0.7, 0.5], 40: [0.5, 0.6, np.nan]}, index=[0, 1, 2])
     drops = paired_drops(wide)
     np.testing.assert_allclose(drops, [1 - 0.5 / 1.0, 1 - 0.6 / 0.8])
     lo, hi = drop_interval(drops, 500, 0.9, np.random.default_rng(0))
@@ -86,16 +86,22 @@ def test_single_seed_and_noisy_borderline_are_inconclusive():
     assert set(single.verdict) == {"inconclusive"}
     assert single.note.str.contains("seeds").all()
     drops = [0.0, 0.1, 0.02, 0.08]  # mean drop 5%, the threshold
-    points = pd.DataFrame({"seed": np.repeat(range(4), 3), "n": [5, 10, 40] * 4,
-                           "err": [v for d in drops for v in (1.0, 1 - d / 2, 1 - d)]})
+    points = pd.DataFrame(
+        {
+            "seed": np.repeat(range(4), 3),
+            "n": [5, 10, 40] * 4,
+            "err": [v for d in drops for v in (1.0, 1 - d / 2, 1 - d)],
+        }
+    )
     borderline = judge_points(points, "context", n_boot=500)
     assert borderline["drop_lo"] < 0.05 < borderline["drop_hi"]
     assert borderline["verdict"] == "inconclusive"
 
 
 def test_significant_drop_without_trend_is_inconclusive():
-    points = pd.DataFrame({"seed": [0, 0, 0, 1, 1, 1], "n": [5, 10, 40] * 2,
-                           "err": [1.0, 0.5, 0.8, 1.0, 0.5, 0.8]})
+    points = pd.DataFrame(
+        {"seed": [0, 0, 0, 1, 1, 1], "n": [5, 10, 40] * 2, "err": [1.0, 0.5, 0.8, 1.0, 0.5, 0.8]}
+    )
     verdict = judge_points(points, "context", n_boot=200, trend_alpha=0.01)
     assert verdict["drop_lo"] > 0.05 and verdict["trend_p"] > 0.01
     assert verdict["verdict"] == "inconclusive"
@@ -128,8 +134,7 @@ def test_units_carry_the_task_settings_that_vary():
 
 def test_baselines_are_left_out_of_the_answer_by_default():
     gpt2 = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2")
-    ridge = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2", seed=3).assign(
-        predictor="ridge")
+    ridge = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2", seed=3).assign(predictor="ridge")
     both = pd.concat([gpt2, ridge])
     context = context_verdicts(both, n_boot=100)
     assert set(context.predictor) == {"model", "ridge"}
@@ -155,8 +160,19 @@ def tracking_zero_table(drop_zero_of: str | None = None) -> pd.DataFrame:
                 for predictor, err in (("zero", zero * scale), ("model", 0.999 * zero * scale)):
                     if key == drop_zero_of and predictor == "zero" and not level:
                         continue
-                    rows.append(dict(sweep="s", cell_key=key, model="mlp", T=1e5, N=N, seed=seed,
-                                     predictor=predictor + level, n=N, err=err))
+                    rows.append(
+                        dict(
+                            sweep="s",
+                            cell_key=key,
+                            model="mlp",
+                            T=1e5,
+                            N=N,
+                            seed=seed,
+                            predictor=predictor + level,
+                            n=N,
+                            err=err,
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
@@ -166,7 +182,7 @@ def test_verdicts_judge_error_relative_to_the_zero_predictor_on_the_same_prompts
     assert set(raw.verdict) == {"context-scales"} and set(raw.measure) == {"err"}
     paired = context_verdicts(table, n_boot=300)
     assert set(paired.measure) == {"err/zero"}
-    assert len(paired) == 4       # model, zero, each plain and per noise level
+    assert len(paired) == 4  # model, zero, each plain and per noise level
     assert set(paired.verdict) == {"does not context-scale"}
     assert abs(one(paired, predictor="model|noise_std=0.5")["drop"]) < 1e-3
 

@@ -1,8 +1,9 @@
-"""Seed 004's experiments as sweep cells: the jobs a cell can run besides training, and their settings.
+"""Seed 004's experiments as experiment kinds (scaling.kinds): six kinds of cell that scan attention
+temperature instead of training, and their settings (the cell's ``temperature`` group).
 
-A cell's ``job`` picks an entry of ``JOBS`` (``train``, the default, is the project's training path in
-scaling.trial). Each job here is ``job(cell, device, report, tracking_uri) -> JobResult``: a curves
-frame with the project's columns (predictor, n, err, err_lo, err_hi, prompts) plus self-describing extras, and a
+Each job here is ``job(cell, device, report, tracking_uri) -> JobResult``: a curves
+frame with the project's columns (predictor, n, err, err_lo, err_hi, prompts) plus self-describing extras, and
+a
 summary of scalars (``tau_best``, ``tau_heuristic``, ``tau_opt`` where known) that scaling.tracking logs.
 Every job reads its settings from ``cell.temperature`` (``TemperatureConfig``) and uses the cell's
 ``task.d``, ``task.noise_std`` (the pretraining sigma), ``N`` and ``seed``.
@@ -19,10 +20,12 @@ Metric steps: ``step`` (when present) is the MLflow step of a row; it is the con
 the x axis is one, and the index of x otherwise. Predictors named ``tau=<value>`` are the curves of
 one temperature; ``tau_best`` is the tau whose curve has the least mean error over its points.
 """
+
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,9 +33,24 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..config import ConfigError, check, check_choice
+from ..config import ConfigError, check, check_choice, from_dict
+from ..science.baselines import applicable_baselines
+from ..science.evaluate import evaluate
+from ..science.models import ModelConfig, build_model
+from ..science.tasks import fresh_prompts, make_family
+from ..science.train import CellTrainer
+from ..temperature.curves import (
+    PARAMS_SOURCES,
+    error_vs_context_curves,
+    figure2_curves,
+    figure4_curves,
+    figure5_histograms,
+)
+from ..temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
+from ..tracking import curve_metric_key, metric_name
+from . import CellCost, Kind
 
-Z90 = 1.6448536269514722            # the 90% normal interval, the project's coverage for Monte Carlo rows
+Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
 LLM_PANELS = ("demos", "noisy_ratio")
 PATH_FIELDS = ("checkpoint", "llm", "sciq_train", "sciq_test")
 
@@ -41,61 +59,85 @@ PATH_FIELDS = ("checkpoint", "llm", "sciq_train", "sciq_test")
 class TemperatureConfig:
     """Settings of the temperature jobs (seed 004, Secs. 4-5, App. K); each job reads the ones it needs."""
 
-    taus: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)   # gpt2_scan, llm_scan, attention_histograms
-    shift: str = "none"                  # a name of temperature_theory.SHIFTS
-    shift_kwargs: dict[str, float] = field(default_factory=dict)   # e.g. {scale: 2}
+    taus: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)  # gpt2_scan, llm_scan, attention_histograms
+    shift: str = "none"  # a name of temperature_theory.SHIFTS
+    shift_kwargs: dict[str, float] = field(default_factory=dict)  # e.g. {scale: 2}
     # theory jobs
     l_over_d: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
-    m: int = 5000                        # pretraining prompts behind Lemma 4.1's estimate
-    n_prompts: int = 2000                # Monte Carlo test prompts per point
-    params_source: str = "sampled"       # sampled (m prompts) | population
+    m: int = 5000  # pretraining prompts behind Lemma 4.1's estimate
+    n_prompts: int = 2000  # Monte Carlo test prompts per point
+    params_source: str = "sampled"  # sampled (m prompts) | population
     sigma_tests: tuple[float, ...] = (0.1, 0.3, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0)
-    ls: tuple[int, ...] = (5, 10, 20, 40, 80, 160)                 # Fig. 4's prompt lengths
-    hist_l: int = 1000                   # Fig. 5: length of the score vector
+    ls: tuple[int, ...] = (5, 10, 20, 40, 80, 160)  # Fig. 4's prompt lengths
+    hist_l: int = 1000  # Fig. 5: length of the score vector
     bins: int = 40
     # gpt2_scan: the model, from a Garg et al. checkpoint, a complete run of a sweep, or trained here
-    checkpoint: str = ""                 # Garg et al. state.pt (or its directory)
-    n_positions: int = 202               # the checkpoint's GPT-2 positions (Garg et al.: 202)
-    from_sweep: str = ""                 # an MLflow experiment whose complete cell run gives model.pt
-    from_params: dict[str, str] = field(default_factory=dict)      # params that pick that run
-    train_model: bool = False            # train the cell's model (task, train, T, N) inside the job
+    checkpoint: str = ""  # Garg et al. state.pt (or its directory)
+    n_positions: int = 202  # the checkpoint's GPT-2 positions (Garg et al.: 202)
+    from_sweep: str = ""  # an MLflow experiment whose complete cell run gives model.pt
+    from_params: dict[str, str] = field(default_factory=dict)  # params that pick that run
+    train_model: bool = False  # train the cell's model (task, train, T, N) inside the job
     # llm_scan
-    llm: str = ""                        # a local Hugging Face model directory (e.g. Llama-2-7b-hf)
-    sciq_train: str = ""                 # local SciQ train split (JSON list or JSON Lines)
-    sciq_test: str = ""                  # local SciQ test split
-    n_test: int = 0                      # test questions used; 0 = all
-    retriever: str = "tfidf"             # tfidf | minilm
-    panel: str = "demos"                 # demos: x = number of demonstrations; noisy_ratio: x = ratio
+    llm: str = ""  # a local Hugging Face model directory (e.g. Llama-2-7b-hf)
+    sciq_train: str = ""  # local SciQ train split (JSON list or JSON Lines)
+    sciq_test: str = ""  # local SciQ test split
+    n_test: int = 0  # test questions used; 0 = all
+    retriever: str = "tfidf"  # tfidf | minilm
+    panel: str = "demos"  # demos: x = number of demonstrations; noisy_ratio: x = ratio
     n_demos: tuple[int, ...] = (6,)
     noisy_ratios: tuple[float, ...] = (0.6,)
     mc_runs: int = 12
     max_new_tokens: int = 30
-    batch_size: int = field(default=8, metadata={"key": False})     # prompts per forward pass
+    batch_size: int = field(default=8, metadata={"key": False})  # prompts per forward pass
 
     def __post_init__(self):
-        from ..temperature.theory import SHIFTS
-        from ..temperature.curves import PARAMS_SOURCES
-
-        check(bool(self.taus) and all(t > 0 and math.isfinite(t) for t in self.taus), "taus",
-              f"needs finite values > 0, got {list(self.taus)}")
+        check(
+            bool(self.taus) and all(t > 0 and math.isfinite(t) for t in self.taus),
+            "taus",
+            f"needs finite values > 0, got {list(self.taus)}",
+        )
         check_choice(self.shift, "shift", SHIFTS)
         check_choice(self.params_source, "params_source", PARAMS_SOURCES)
         check_choice(self.panel, "panel", LLM_PANELS)
         check_choice(self.retriever, "retriever", ("tfidf", "minilm"))
-        for name in ("m", "n_prompts", "hist_l", "bins", "mc_runs", "max_new_tokens", "batch_size", "n_positions"):
+        for name in (
+            "m",
+            "n_prompts",
+            "hist_l",
+            "bins",
+            "mc_runs",
+            "max_new_tokens",
+            "batch_size",
+            "n_positions",
+        ):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.n_test >= 0, "n_test", f"must be >= 0, got {self.n_test}")
         check(all(k >= 1 for k in self.n_demos), "n_demos", f"must be >= 1, got {list(self.n_demos)}")
-        check(all(0 <= r <= 1 for r in self.noisy_ratios), "noisy_ratios", f"must lie in [0, 1], got {list(self.noisy_ratios)}")
-        check(not (self.checkpoint and self.from_sweep), "from_sweep", "give a checkpoint or from_sweep, not both")
+        check(
+            all(0 <= r <= 1 for r in self.noisy_ratios),
+            "noisy_ratios",
+            f"must lie in [0, 1], got {list(self.noisy_ratios)}",
+        )
+        check(
+            not (self.checkpoint and self.from_sweep),
+            "from_sweep",
+            "give a checkpoint or from_sweep, not both",
+        )
         if self.checkpoint:
             path = Path(self.checkpoint)
-            check(path.is_file() or (path / "state.pt").is_file(), "checkpoint",
-                  f"no Garg et al. checkpoint at {path} (a state.pt file or a directory holding one)")
+            check(
+                path.is_file() or (path / "state.pt").is_file(),
+                "checkpoint",
+                f"no Garg et al. checkpoint at {path} (a state.pt file or a directory holding one)",
+            )
         if self.llm:
-            check((Path(self.llm) / "config.json").is_file(), "llm",
-                  f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
-                  f" downloaded: copy them there first (for the tiny test model: python -m scaling.temperature.tiny_llm {self.llm})")
+            check(
+                (Path(self.llm) / "config.json").is_file(),
+                "llm",
+                f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
+                " downloaded: copy them there first (for the tiny test model:"
+                f" python -m scaling.temperature.tiny_llm {self.llm})",
+            )
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)
             check(not value or Path(value).is_file(), name, f"no SciQ file at {value}")
@@ -105,49 +147,68 @@ class TemperatureConfig:
         return f"{self.shift}({kwargs})" if kwargs else self.shift
 
 
-def check_job(cell) -> None:
-    """Job-specific requirements of a cell, as ConfigErrors naming the setting (called by Cell)."""
-    check_choice(cell.job, "job", JOBS)
+def check_llm_scan(cell) -> None:
     t = cell.temperature
-    if cell.job == "llm_scan":
-        for name in ("llm", "sciq_train", "sciq_test"):
-            check(bool(getattr(t, name)), f"temperature.{name}", "the llm_scan job needs a local path here")
-        check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
-    if cell.job == "gpt2_scan":
-        check(t.shift == "none", "temperature.shift", "gpt2_scan shifts its test prompts by eval.shift"
-              " (x_mean, x_scale, task_mean, task_scale, noise_std), not temperature.shift")
-        check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
-        sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
-        check(sum(sources) == 1, "temperature.checkpoint",
-              "gpt2_scan needs exactly one model source: checkpoint (a Garg et al. state.pt, e.g. --set"
-              " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true")
-    if cell.job in ("theory_context", "theory_noise") and t.shift == "input_mean":
-        raise ConfigError("temperature.shift", "use the theory_mean_shift job (Fig. 4) for an input-mean shift")
+    for name in ("llm", "sciq_train", "sciq_test"):
+        check(bool(getattr(t, name)), f"temperature.{name}", "the llm_scan job needs a local path here")
+    check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
 
 
-def job_label(cell) -> str:
-    """A readable run name for a temperature cell."""
+def check_gpt2_scan(cell) -> None:
     t = cell.temperature
-    if cell.job == "llm_scan":
-        x = f"demos={','.join(map(str, t.n_demos))} ratio={','.join(f'{r:g}' for r in t.noisy_ratios)}"
-        return f"llm_scan {Path(t.llm).name} {x} seed={cell.seed}"
-    if cell.job == "gpt2_scan":
-        return f"gpt2_scan {cell.model.label} shift={shift_label(cell.eval.shift)} N={cell.N} seed={cell.seed}"
-    if cell.job == "attention_histograms":
-        return f"attention_histograms l={t.hist_l} seed={cell.seed}"
-    return f"{cell.job} {t.shift_label()} d={cell.task.d} seed={cell.seed}"
+    check(
+        t.shift == "none",
+        "temperature.shift",
+        "gpt2_scan shifts its test prompts by eval.shift"
+        " (x_mean, x_scale, task_mean, task_scale, noise_std), not temperature.shift",
+    )
+    check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
+    sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
+    check(
+        sum(sources) == 1,
+        "temperature.checkpoint",
+        "gpt2_scan needs exactly one model source: checkpoint (a Garg et al. state.pt, e.g. --set"
+        " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true",
+    )
+
+
+def check_theory(cell) -> None:
+    if cell.temperature.shift == "input_mean":
+        raise ConfigError(
+            "temperature.shift", "use the theory_mean_shift job (Fig. 4) for an input-mean shift"
+        )
+
+
+def theory_label(cell) -> str:
+    return f"{cell.job} {cell.temperature.shift_label()} d={cell.task.d} seed={cell.seed}"
+
+
+def llm_label(cell) -> str:
+    t = cell.temperature
+    x = f"demos={','.join(map(str, t.n_demos))} ratio={','.join(f'{r:g}' for r in t.noisy_ratios)}"
+    return f"llm_scan {Path(t.llm).name} {x} seed={cell.seed}"
+
+
+def gpt2_label(cell) -> str:
+    return f"gpt2_scan {cell.model.label} shift={shift_label(cell.eval.shift)} N={cell.N} seed={cell.seed}"
+
+
+def histograms_label(cell) -> str:
+    return f"attention_histograms l={cell.temperature.hist_l} seed={cell.seed}"
 
 
 @dataclass
 class JobResult:
     curves: pd.DataFrame
-    summary: dict[str, float] = field(default_factory=dict)      # logged as metrics and tags
-    weights: dict | None = None                                   # a state dict to log as model.pt
+    summary: dict[str, float] = field(default_factory=dict)  # logged as metrics and tags
+    weights: dict | None = None  # a state dict to log as model.pt
 
 
 def best_tau(curves: pd.DataFrame) -> float:
     """The tau whose ``tau=<value>`` curve has the least mean error over its points (ties: the smallest)."""
-    scans = curves[curves["predictor"].str.startswith("tau=") & ~curves["predictor"].str.contains("|", regex=False)]
+    scans = curves[
+        curves["predictor"].str.startswith("tau=") & ~curves["predictor"].str.contains("|", regex=False)
+    ]
     means = scans.groupby("tau")["err"].mean()
     return float(means.idxmin())
 
@@ -155,25 +216,28 @@ def best_tau(curves: pd.DataFrame) -> float:
 def _interval(frame: pd.DataFrame, prompts: int) -> pd.DataFrame:
     """err_lo / err_hi = err -+ 1.645 standard errors (normalised), and the prompt count."""
     se = frame["err_se"].fillna(0.0) / (frame["err_raw"] / frame["err"]).where(frame["err"] != 0, 1.0)
-    return frame.assign(err_lo=frame["err"] - Z90 * se, err_hi=frame["err"] + Z90 * se,
-                        prompts=np.where(frame["source"] == "simulation", prompts, 0))
+    return frame.assign(
+        err_lo=frame["err"] - Z90 * se,
+        err_hi=frame["err"] + Z90 * se,
+        prompts=np.where(frame["source"] == "simulation", prompts, 0),
+    )
 
 
 # ----------------------------------------------------------------------------- theory jobs (Figs. 1, 2, 4, 5)
+
 
 def theory_context(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Figs. 1 and 2a. Columns: predictor ("<source>/<curve>", e.g. "simulation/tau_opt"), n (= l - 1),
     step (= n), err, err_lo, err_hi, prompts, figure, panel (the shift), curve (tau=1 | tau_opt |
     bayes_ridge), source (theory | simulation), x (= l / d), tau, err_raw, err_se, l, d.
     Summary: tau_opt at the largest l / d."""
-    from ..temperature.curves import error_vs_context_curves
-    from ..temperature.theory import isotropic_distribution, shifted_distribution
-
     t = cell.temperature
     train = isotropic_distribution(cell.task.d, cell.task.noise_std)
     test = shifted_distribution(train, t.shift, **t.shift_kwargs)
     frame = error_vs_context_curves(train, test, t.l_over_d, t.m, t.n_prompts, cell.seed, t.params_source)
-    frame = _interval(frame, t.n_prompts).assign(figure="2" if t.shift == "noise" else "1", panel=t.shift_label())
+    frame = _interval(frame, t.n_prompts).assign(
+        figure="2" if t.shift == "noise" else "1", panel=t.shift_label()
+    )
     frame = frame.assign(predictor=frame["source"] + "/" + frame["curve"], n=frame["l"] - 1)
     frame["step"] = frame["n"]
     opt = frame[(frame["curve"] == "tau_opt") & (frame["source"] == "theory")]
@@ -184,24 +248,33 @@ def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Figs. 2b and 2c at l / d = 1. Columns as theory_context, with x = sigma_test, step = index of x,
     panel b (error vs sigma_test) or c (curve tau_opt: its tau vs sigma_test, err = Thm 4.6 at that tau
     for theory, NaN for the Monte Carlo minimiser, whose standard error is tau_se)."""
-    from ..temperature.curves import figure2_curves
-
     t = cell.temperature
-    frame = figure2_curves(cell.task.d, cell.task.noise_std, l_over_d=(), sigma_tests=t.sigma_tests, m=t.m,
-                           n_prompts=t.n_prompts, seed=cell.seed, params_source=t.params_source)
+    frame = figure2_curves(
+        cell.task.d,
+        cell.task.noise_std,
+        l_over_d=(),
+        sigma_tests=t.sigma_tests,
+        m=t.m,
+        n_prompts=t.n_prompts,
+        seed=cell.seed,
+        params_source=t.params_source,
+    )
     frame = _interval(frame, t.n_prompts)
-    frame = frame.assign(predictor=frame["panel"] + "/" + frame["source"] + "/" + frame["curve"],
-                         n=(frame["l"] - 1).astype(int), step=frame["x"].map({x: i for i, x in enumerate(sorted(set(frame["x"])))}))
+    frame = frame.assign(
+        predictor=frame["panel"] + "/" + frame["source"] + "/" + frame["curve"],
+        n=(frame["l"] - 1).astype(int),
+        step=frame["x"].map({x: i for i, x in enumerate(sorted(set(frame["x"])))}),
+    )
     return JobResult(frame)
 
 
 def theory_mean_shift(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Fig. 4: error vs l under an input-mean shift (shift_kwargs norm, default 2). Columns as
     theory_context with curve linear | linearized | bayes_ridge, x = l, n = step = l - 1."""
-    from ..temperature.curves import figure4_curves
-
     t = cell.temperature
-    frame = figure4_curves(cell.task.d, cell.task.noise_std, t.shift_kwargs.get("norm", 2.0), t.ls, t.n_prompts, cell.seed)
+    frame = figure4_curves(
+        cell.task.d, cell.task.noise_std, t.shift_kwargs.get("norm", 2.0), t.ls, t.n_prompts, cell.seed
+    )
     frame = _interval(frame, t.n_prompts)
     frame = frame.assign(predictor=frame["source"] + "/" + frame["curve"], n=frame["l"] - 1)
     frame["step"] = frame["n"]
@@ -213,18 +286,26 @@ def attention_histograms(cell, device, report=None, tracking_uri=None) -> JobRes
     tau of ``taus``. Columns: predictor ("<kind>/tau=<tau>" or "input"), n = step = bin index, x = bin
     centre, err = density (a histogram, not an error; err_lo = err_hi = err, prompts = 0), density,
     bin_width, mean, var, curve, tau, figure, panel."""
-    from ..temperature.curves import figure5_histograms
-
     t = cell.temperature
     frame = figure5_histograms(t.taus, t.hist_l, t.bins, cell.seed)
     frame["n"] = frame.groupby(["curve", "tau"], dropna=False).cumcount()
-    names = np.where(frame["curve"] == "input", "input", frame["curve"] + "/tau=" + frame["tau"].map("{:g}".format))
-    frame = frame.assign(predictor=names, step=frame["n"], err=frame["density"], err_lo=frame["density"],
-                         err_hi=frame["density"], prompts=0, panel="histogram")
+    names = np.where(
+        frame["curve"] == "input", "input", frame["curve"] + "/tau=" + frame["tau"].map("{:g}".format)
+    )
+    frame = frame.assign(
+        predictor=names,
+        step=frame["n"],
+        err=frame["density"],
+        err_lo=frame["density"],
+        err_hi=frame["density"],
+        prompts=0,
+        panel="histogram",
+    )
     return JobResult(frame)
 
 
 # ----------------------------------------------------------------------------- GPT-2 scan (Fig. 6)
+
 
 def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, dict | None]:
     """The model to scan and, when it was trained here, its weights to log."""
@@ -233,23 +314,28 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
     if t.checkpoint:
         from ..temperature.garg import load_garg_gpt2
 
-        model = load_garg_gpt2(t.checkpoint, n_dims=d, n_positions=t.n_positions, n_embd=cell.model.n_embd,
-                               n_layer=cell.model.n_layer, n_head=cell.model.n_head, device=device)
+        model = load_garg_gpt2(
+            t.checkpoint,
+            n_dims=d,
+            n_positions=t.n_positions,
+            n_embd=cell.model.n_embd,
+            n_layer=cell.model.n_layer,
+            n_head=cell.model.n_head,
+            device=device,
+        )
         return model, None
     if t.from_sweep:
-        from ..config import from_dict
-        from ..science.models import ModelConfig, build_model
-        from ..tracking import load_complete_model
+        from ..tracking import load_complete_model  # MLflow: only a scan of a sweep's model
 
         source, state = load_complete_model(t.from_sweep, t.from_params, tracking_uri)
         if source["task"]["d"] != d or int(source["N"]) < cell.N:
-            raise ValueError(f"the model of {t.from_sweep} has d={source['task']['d']}, N={source['N']};"
-                             f" this scan needs d={d} and N <= {source['N']}")
+            raise ValueError(
+                f"the model of {t.from_sweep} has d={source['task']['d']}, N={source['N']};"
+                f" this scan needs d={d} and N <= {source['N']}"
+            )
         model = build_model(from_dict(ModelConfig, source["model"]), d, int(source["N"]) + 1)
         model.load_state_dict(state)
         return model.to(device).eval(), None
-    from ..science.train import CellTrainer      # train_model: the cell's own model, as the train job would
-
     trainer = CellTrainer(cell, device)
     every = max(1, cell.train.steps // 10)
     while not trainer.done_training:
@@ -260,10 +346,11 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
 
 
 def shift_label(shift) -> str:
-    """The fields of an eval.shift (scaling.science.tasks.ShiftConfig) that differ from no shift, e.g. 'x_scale=1.73'."""
-    from dataclasses import fields
-
-    moved = [f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default]
+    """The fields of an eval.shift (scaling.science.tasks.ShiftConfig) that differ from no shift, e.g.
+    'x_scale=1.73'."""
+    moved = [
+        f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default
+    ]
     return ",".join(moved) or "none"
 
 
@@ -276,10 +363,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    from ..science.baselines import applicable_baselines
-    from ..science.tasks import fresh_prompts, make_family
-    from ..temperature.patch import attention_temperature, score_moments
-    from ..science.train import evaluate
+    from ..temperature.patch import attention_temperature, score_moments  # imports transformers
 
     t = cell.temperature
     model, weights = _gpt2_model(cell, device, report, tracking_uri)
@@ -291,14 +375,22 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
         def predict(batch) -> torch.Tensor:
             with attention_temperature(model, tau):
                 return model(batch.xs, batch.ys).float()
+
         return predict
 
     taus = {f"tau={tau:g}": float(tau) for tau in t.taus}
     predictors = {name: at_temperature(tau) for name, tau in taus.items()}
     predictors.update(applicable_baselines(cell.eval.baselines, cell.task)[0])
-    curves = evaluate(predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family=family)
-    curves = curves.assign(tau=curves["predictor"].str.split("|").str[0].map(taus), x=curves["n"],
-                           step=curves["n"], curve=curves["predictor"], panel=shift_label(cell.eval.shift))
+    curves = evaluate(
+        predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family=family
+    )
+    curves = curves.assign(
+        tau=curves["predictor"].str.split("|").str[0].map(taus),
+        x=curves["n"],
+        step=curves["n"],
+        curve=curves["predictor"],
+        panel=shift_label(cell.eval.shift),
+    )
     first = prompts.slice(0, min(len(prompts), cell.eval.batch_size))
     moments = score_moments(model, [{"xs": first.xs, "ys": first.ys}])
     summary = {"tau_best": best_tau(curves), "tau_heuristic": moments.heuristic_tau}
@@ -306,6 +398,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
 
 
 # ----------------------------------------------------------------------------- LLM scan (Fig. 3)
+
 
 def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     """Fig. 3: exact match of a causal LM on SciQ with noisy demonstrations at each tau; panel "demos"
@@ -315,16 +408,28 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     mc_runs Monte Carlo runs, as the paper's error bars), prompts (questions x runs), em, em_std, tau,
     noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
     Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
-    from ..temperature.llm_icl import icl_prompts, load_causal_lm, load_sciq, make_retriever, monte_carlo_exact_match, \
-        prompt_score_moments, query_text
+    from ..temperature.llm_icl import (
+        icl_prompts,
+        load_causal_lm,
+        load_sciq,
+        make_retriever,
+        monte_carlo_exact_match,
+        prompt_score_moments,
+        query_text,
+    )
 
     t = cell.temperature
     model, tokenizer = load_causal_lm(t.llm, device=str(device))
     train, test = load_sciq(t.sciq_train), load_sciq(t.sciq_test)
     test = test[: t.n_test] if t.n_test else test
-    retriever = make_retriever(t.retriever, train, **({"device": str(device)} if t.retriever == "minilm" else {}))
-    points = ([(k, t.noisy_ratios[0]) for k in t.n_demos] if t.panel == "demos"
-              else [(t.n_demos[0], r) for r in t.noisy_ratios])
+    retriever = make_retriever(
+        t.retriever, train, **({"device": str(device)} if t.retriever == "minilm" else {})
+    )
+    points = (
+        [(k, t.noisy_ratios[0]) for k in t.n_demos]
+        if t.panel == "demos"
+        else [(t.n_demos[0], r) for r in t.noisy_ratios]
+    )
     rows, all_prompts, done = [], [], 0
     for index, (k, ratio) in enumerate(points):
         demos = retriever.top_k([query_text(item) for item in test], k)
@@ -332,14 +437,40 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
         all_prompts += prompts
         heuristic = prompt_score_moments(model, tokenizer, prompts, t.batch_size).heuristic_tau
         for tau in t.taus:
-            result = monte_carlo_exact_match(model, tokenizer, train, test, tau, k, ratio, t.mc_runs, cell.seed,
-                                             retriever, t.batch_size, t.max_new_tokens)
+            result = monte_carlo_exact_match(
+                model,
+                tokenizer,
+                train,
+                test,
+                tau,
+                k,
+                ratio,
+                t.mc_runs,
+                cell.seed,
+                retriever,
+                t.batch_size,
+                t.max_new_tokens,
+            )
             err = 1.0 - result.mean
-            rows.append({"predictor": f"tau={tau:g}", "n": k, "step": k if t.panel == "demos" else index,
-                         "x": float(k if t.panel == "demos" else ratio), "err": err, "err_lo": err - result.std,
-                         "err_hi": err + result.std, "prompts": len(test) * t.mc_runs, "em": result.mean,
-                         "em_std": result.std, "tau": float(tau), "noisy_ratio": ratio, "tau_heuristic": heuristic,
-                         "panel": t.panel, "curve": f"tau={tau:g}"})
+            rows.append(
+                {
+                    "predictor": f"tau={tau:g}",
+                    "n": k,
+                    "step": k if t.panel == "demos" else index,
+                    "x": float(k if t.panel == "demos" else ratio),
+                    "err": err,
+                    "err_lo": err - result.std,
+                    "err_hi": err + result.std,
+                    "prompts": len(test) * t.mc_runs,
+                    "em": result.mean,
+                    "em_std": result.std,
+                    "tau": float(tau),
+                    "noisy_ratio": ratio,
+                    "tau_heuristic": heuristic,
+                    "panel": t.panel,
+                    "curve": f"tau={tau:g}",
+                }
+            )
             done += 1
             if report:
                 report({"step": done, "progress": done / (len(points) * len(t.taus))})
@@ -348,37 +479,80 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     return JobResult(curves, {"tau_best": best_tau(curves), "tau_heuristic": pooled})
 
 
-JOBS: dict[str, Callable[..., JobResult] | None] = {
-    "train": None,                       # scaling.trial's training path
-    "theory_context": theory_context,
-    "theory_noise": theory_noise,
-    "theory_mean_shift": theory_mean_shift,
-    "attention_histograms": attention_histograms,
-    "gpt2_scan": gpt2_scan,
-    "llm_scan": llm_scan,
-}
+def metric_key(predictor: str) -> str:
+    """The MLflow metric of a temperature curve: ``tau=<tau>`` and ``<a>/<b>`` curves -> temperature/<name>,
+    other predictors (baselines) as a training cell's (``tau=1.5`` -> temperature/tau_1.5)."""
+    base, _, split = predictor.partition("|")
+    if base.startswith("tau=") or "/" in base:
+        return metric_name(f"temperature/{base}/{split}" if split else f"temperature/{base}")
+    return curve_metric_key(predictor)
+
+
+def runner(job: Callable[..., JobResult]) -> Callable[..., dict[str, Any]]:
+    """A kind's run: the job, then its curves, summary and weights (a model it trained) logged."""
+
+    def run(cell, trial) -> dict[str, Any]:
+        result = job(cell, trial.device, trial.progress, trial.tracking_uri)
+        with tempfile.TemporaryDirectory() as tmp:
+            weights = None
+            if result.weights is not None:
+                weights = Path(tmp) / "model.pt"
+                torch.save(result.weights, weights)
+            trial.log.finish(cell, result.curves, weights, result.summary, metric_key=metric_key)
+        return {"step": 0, "progress": 1.0, "finished": 1, **result.summary}
+
+    return run
+
+
+def no_training(cell) -> CellCost:
+    return CellCost(what="no training (closed forms and Monte Carlo)")
+
+
+def gpt2_scan_cost(cell) -> CellCost:
+    """Training cost when the scan trains its model here; otherwise a scan of a given model."""
+    if cell.temperature.train_model:
+        from .train import cost
+
+        return cost(cell)
+    return CellCost(what="no training (a temperature scan of a given GPT-2)")
+
+
+def llm_scan_cost(cell) -> CellCost:
+    return CellCost(what="no training (greedy decoding of a local LLM, not estimated)")
+
+
+@dataclass(frozen=True)
+class JobKind(Kind):
+    """A seed-004 kind: ``job(cell, device, report, tracking_uri) -> JobResult`` is its science (run_job
+    calls it without a trial, as the tests and notebooks do); ``run`` logs what it returns."""
+
+    job: Callable[..., JobResult] | None = None
+
+
+def _kind(name, job, label, check=lambda cell: None, cost=no_training) -> JobKind:
+    return JobKind(
+        name=name,
+        run=runner(job),
+        label=label,
+        analysis="analysis.temperature:analyse",
+        settings=TemperatureConfig,
+        group="temperature",
+        check=check,
+        cost=cost,
+        metric_key=metric_key,
+        path_fields=PATH_FIELDS,
+        job=job,
+    )
 
 
 def run_job(cell, device: torch.device, report=None, tracking_uri: str | None = None) -> JobResult:
-    """Run the cell's (non-training) job; ``tracking_uri`` is the store a ``from_sweep`` model comes from."""
-    job = JOBS[cell.job]
-    if job is None:
-        raise ValueError(f"job {cell.job!r} is the training path of scaling.trial, not a temperature job")
-    return job(cell, device, report, tracking_uri)
+    """The cell's job alone (no trial, no logging); ``tracking_uri``: where a from_sweep model comes from."""
+    return cell.kind.job(cell, device, report, tracking_uri)
 
 
-def absolute_paths(tree: dict[str, Any], bases: list[Path]) -> dict[str, Any]:
-    """The cell tree with relative paths of ``temperature`` made absolute: the first base under which
-    the path exists, else the first base (validation then names the missing path)."""
-    group = tree.get("temperature")
-    if not isinstance(group, dict):
-        return tree
-    out = dict(group)
-    for name in PATH_FIELDS:
-        value = out.get(name)
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            candidates = [(base / value).resolve() for base in bases]
-            out[name] = str(next((c for c in candidates if c.exists()), candidates[0]))
-        elif isinstance(value, str) and value:
-            out[name] = str(Path(value).expanduser())
-    return {**tree, "temperature": out}
+THEORY_CONTEXT = _kind("theory_context", theory_context, theory_label, check_theory)
+THEORY_NOISE = _kind("theory_noise", theory_noise, theory_label, check_theory)
+THEORY_MEAN_SHIFT = _kind("theory_mean_shift", theory_mean_shift, theory_label)
+ATTENTION_HISTOGRAMS = _kind("attention_histograms", attention_histograms, histograms_label)
+GPT2_SCAN = _kind("gpt2_scan", gpt2_scan, gpt2_label, check_gpt2_scan, gpt2_scan_cost)
+LLM_SCAN = _kind("llm_scan", llm_scan, llm_label, check_llm_scan, llm_scan_cost)

@@ -10,6 +10,7 @@ laid out as torch.optim.Adam lays it out (per parameter: a float32 ``step`` on t
 torch.optim.Adam(fused=True) and a state_dict of either loads into the other (tests/test_adam.py).
 No weight decay, amsgrad or maximize: the training recipe is plain Adam with a constant learning rate.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -18,23 +19,40 @@ from typing import Any, Iterable
 import torch
 
 # torch.optim.Adam(fused=True)'s param group, less "params" (a state_dict carries these keys)
-GROUP_DEFAULTS = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "maximize": False,
-                  "foreach": None, "capturable": False, "differentiable": False, "fused": True,
-                  "decoupled_weight_decay": False}
+GROUP_DEFAULTS = {
+    "betas": (0.9, 0.999),
+    "eps": 1e-8,
+    "weight_decay": 0,
+    "amsgrad": False,
+    "maximize": False,
+    "foreach": None,
+    "capturable": False,
+    "differentiable": False,
+    "fused": True,
+    "decoupled_weight_decay": False,
+}
 
 
 class FusedAdam:
     """``torch.optim.Adam(params, lr, betas, eps, fused=True)``: the attributes and methods CellTrainer and
     scaling.packing use (param_groups, state, zero_grad, step, state_dict, load_state_dict)."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8):
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
         params = list(params)
         for p in params:
             if not (p.is_floating_point() and p.device.type in ("cpu", "cuda")):
-                raise ValueError(f"FusedAdam takes floating-point CPU or CUDA parameters, got {p.dtype} on {p.device}")
-        self.param_groups: list[dict[str, Any]] = [{**GROUP_DEFAULTS, "lr": float(lr), "betas": tuple(betas),
-                                                    "eps": float(eps), "params": params}]
+                raise ValueError(
+                    f"FusedAdam takes floating-point CPU or CUDA parameters, got {p.dtype} on {p.device}"
+                )
+        self.param_groups: list[dict[str, Any]] = [
+            {**GROUP_DEFAULTS, "lr": float(lr), "betas": tuple(betas), "eps": float(eps), "params": params}
+        ]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
 
     @property
@@ -67,29 +85,50 @@ class FusedAdam:
                 slot.append(tensor)
         for params, grads, exp_avgs, exp_avg_sqs, steps in by_device.values():
             torch._foreach_add_(steps, 1)
-            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
-                               beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"], maximize=False,
-                               grad_scale=None, found_inf=None)
+            torch._fused_adam_(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=0.0,
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """torch.optim's layout: parameters by index, the state's tensors themselves (not copies)."""
         index = {id(p): i for i, p in enumerate(self.params)}
         group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
-        return {"state": {index[id(p)]: dict(s) for p, s in self.state.items() if s},
-                "param_groups": [{**group, "params": list(range(len(self.params)))}]}
+        return {
+            "state": {index[id(p)]: dict(s) for p, s in self.state.items() if s},
+            "param_groups": [{**group, "params": list(range(len(self.params)))}],
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A state_dict of this class or of torch.optim.Adam over the same parameters (fused or not); its
         tensors are copied."""
         groups = state_dict["param_groups"]
         if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
-            raise ValueError(f"optimizer state for {[len(g['params']) for g in groups]} parameters in "
-                             f"{len(groups)} groups does not fit 1 group of {len(self.params)} parameters")
+            raise ValueError(
+                f"optimizer state for {[len(g['params']) for g in groups]} parameters in "
+                f"{len(groups)} groups does not fit 1 group of {len(self.params)} parameters"
+            )
         position = {saved: p for saved, p in zip(groups[0]["params"], self.params)}
         self.param_groups[0].update({k: groups[0][k] for k in ("lr", "betas", "eps") if k in groups[0]})
         self.state = defaultdict(dict)
         for saved, values in state_dict["state"].items():
             p = position[saved]
-            self.state[p] = {key: value.to(dtype=torch.float32 if key == "step" else p.dtype, device=p.device,
-                                           copy=True)        # never shared with the dict given
-                             for key, value in values.items()}
+            self.state[p] = {
+                key: value.to(
+                    dtype=torch.float32 if key == "step" else p.dtype, device=p.device, copy=True
+                )  # never shared with the dict given
+                for key, value in values.items()
+            }

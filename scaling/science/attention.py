@@ -18,6 +18,7 @@ causal mask silently disappears, FIGURES.md); the models also always pass their 
 itself. Query n thus sees exactly the prompt A_n of eq. 2 in causal order, while no token ever sees y_n
 through the query of position n: the same numbers as P separate causal forward passes.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -91,10 +92,10 @@ def hf_attention(name: str) -> str:
 
     def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         scaling = query.size(-1) ** -0.5 if scaling is None else scaling
-        scores = (query @ key.transpose(-1, -2)) * scaling                   # (B, h, L, L)
+        scores = (query @ key.transpose(-1, -2)) * scaling  # (B, h, L, L)
         weights = phi(scores, _allowed_from(attention_mask, scores)).to(value.dtype)
         weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
-        return (weights @ value).transpose(1, 2), weights                    # (B, L, h, hd)
+        return (weights @ value).transpose(1, 2), weights  # (B, L, h, hd)
 
     AttentionInterface.register(impl, forward)
     AttentionMaskInterface.register(impl, eager_mask)

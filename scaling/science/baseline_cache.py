@@ -10,6 +10,7 @@ file in the same folder, then ``os.replace``), so concurrent trials never read a
 The folder is ``$SCALING_BASELINE_CACHE`` (default ``~/.cache/icl-scaling/baselines``); the process count
 is ``$SCALING_BASELINE_JOBS`` (default: all cores) unless a baseline's ``n_jobs`` option says otherwise.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -80,7 +81,7 @@ class CachedPredictor:
             self.hits += 1
             return torch.from_numpy(np.load(path)).to(device=prompts.ys.device, dtype=prompts.ys.dtype)
         self.misses += 1
-        pred = self.compute(prompts)                                           # (B, N+1)
+        pred = self.compute(prompts)  # (B, N+1)
         write_atomically(path, pred.detach().cpu().double().numpy())
         return pred.to(device=prompts.ys.device, dtype=prompts.ys.dtype)
 
@@ -91,5 +92,7 @@ def map_prompts(function: Callable[..., np.ndarray], prompts: Prompts, n_jobs: i
 
     xs = prompts.xs.detach().cpu().double().numpy()
     ys = prompts.ys.detach().cpu().double().numpy()
-    rows = Parallel(n_jobs=n_jobs, backend="loky")(delayed(function)(xs[b], ys[b], **kwargs) for b in range(len(xs)))
+    rows = Parallel(n_jobs=n_jobs, backend="loky")(
+        delayed(function)(xs[b], ys[b], **kwargs) for b in range(len(xs))
+    )
     return torch.from_numpy(np.stack(rows)).to(device=prompts.ys.device, dtype=prompts.ys.dtype)

@@ -24,6 +24,7 @@ row n depends only on the pairs j < n and on x_n (causal masking), never on y_n 
 - ``l1_attention``: one layer of SGPT attention, phi(A A^T) A with phi the row-wise l1 normalisation and
   causal attention including the query row itself (eq. 6; the psi of the one-layer model of Fig. 5).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -48,8 +49,8 @@ def _before(P: int, device: torch.device) -> torch.Tensor:
 
 def _gd_rows(xs: torch.Tensor, ys: torch.Tensor, normalise: bool) -> torch.Tensor:
     P = xs.shape[1]
-    gram = xs @ xs.transpose(1, 2)                                           # (B, P, P): x_n^T x_j
-    context = (gram * _before(P, xs.device)) @ stacked_rows(xs, ys)          # (B, P, d+1)
+    gram = xs @ xs.transpose(1, 2)  # (B, P, P): x_n^T x_j
+    context = (gram * _before(P, xs.device)) @ stacked_rows(xs, ys)  # (B, P, d+1)
     rows = context + gram.diagonal(dim1=1, dim2=2).unsqueeze(-1) * query_rows(xs)
     if normalise:
         rows = rows / torch.arange(1, P + 1, dtype=xs.dtype, device=xs.device)[None, :, None]
@@ -66,15 +67,15 @@ def linear_sum_rows(xs, ys):
 
 def smoother_rows(log_weights: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     """Kernel smoother of every prefix from log kernel values (B, P, P): row n averages pairs j < n."""
-    allowed = _before(xs.shape[1], xs.device)                                # (P, P)
+    allowed = _before(xs.shape[1], xs.device)  # (P, P)
     logits = log_weights.masked_fill(~allowed, torch.finfo(log_weights.dtype).min)
-    weights = torch.softmax(logits, dim=-1) * allowed                        # row 0 -> all zero
-    return weights @ stacked_rows(xs, ys)                                    # (B, P, d+1)
+    weights = torch.softmax(logits, dim=-1) * allowed  # row 0 -> all zero
+    return weights @ stacked_rows(xs, ys)  # (B, P, d+1)
 
 
 def hilbert_rows(xs, ys):
     d = xs.shape[-1]
-    dist = torch.cdist(xs, xs, compute_mode="donot_use_mm_for_euclid_dist")   # (B, P, P), exact zeros
+    dist = torch.cdist(xs, xs, compute_mode="donot_use_mm_for_euclid_dist")  # (B, P, P), exact zeros
     log_dist = dist.clamp_min(torch.finfo(dist.dtype).tiny).log()
     return smoother_rows(-d * log_dist, xs, ys)
 
@@ -85,11 +86,11 @@ def exponential_rows(xs, ys):
 
 def l1_attention_rows(xs, ys):
     P = xs.shape[1]
-    gram = xs @ xs.transpose(1, 2)                                           # (B, P, P)
+    gram = xs @ xs.transpose(1, 2)  # (B, P, P)
     upto = torch.ones(P, P, dtype=torch.bool, device=xs.device).tril()
     scores = gram * upto
     weights = scores / scores.abs().sum(-1, keepdim=True).clamp_min(torch.finfo(xs.dtype).tiny)
-    context = (weights * _before(P, xs.device)) @ stacked_rows(xs, ys)       # pairs j < n
+    context = (weights * _before(P, xs.device)) @ stacked_rows(xs, ys)  # pairs j < n
     return context + weights.diagonal(dim1=1, dim2=2).unsqueeze(-1) * query_rows(xs)
 
 

@@ -15,6 +15,7 @@ scaling.temperature.patch divides by tau, and reports its pre-softmax scores to 
 ``SCORE_RECORDER`` (scaling.temperature.patch.recording_score_moments). tests/test_gpt2.py checks outputs,
 gradients, temperature and recorded moments against transformers' GPT2Model.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-SCORE_RECORDER = "_score_moment_recorder"      # attribute of an attention module: a ScoreMomentRecorder
+SCORE_RECORDER = "_score_moment_recorder"  # attribute of an attention module: a ScoreMomentRecorder
 
 
 class GPT2Linear(nn.Module):
@@ -54,7 +55,8 @@ def explicit_attention(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scal
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal softmax attention through SDPA (explicit_attention for bf16 on a CPU), scale ``scaling``."""
+    """Multi-head causal softmax attention through SDPA (explicit_attention for bf16 on a CPU), scale
+    ``scaling``."""
 
     def __init__(self, width: int, heads: int, layer_idx: int):
         super().__init__()
@@ -68,10 +70,12 @@ class CausalSelfAttention(nn.Module):
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         """The heads' attention outputs before the output projection: (B, T, k) -> (B, T, k)."""
         B, T, k = x.shape
-        q, key, v = (t.view(B, T, self.heads, self.head_dim).transpose(1, 2) for t in self.c_attn(x).split(k, dim=2))
+        q, key, v = (
+            t.view(B, T, self.heads, self.head_dim).transpose(1, 2) for t in self.c_attn(x).split(k, dim=2)
+        )
         recorder = getattr(self, SCORE_RECORDER, None)
         if recorder is not None:
-            scores = torch.matmul(q.float(), key.float().transpose(-1, -2)) * self.scaling     # (B, H, T, T)
+            scores = torch.matmul(q.float(), key.float().transpose(-1, -2)) * self.scaling  # (B, H, T, T)
             allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             mask = torch.zeros(T, T, device=x.device).masked_fill(~allowed, float("-inf"))
             recorder.add(self.layer_idx, scores, mask[None, None])
@@ -104,7 +108,8 @@ class Block(nn.Module):
         self.mlp = MLP(width)
 
     def forward(self, x: torch.Tensor, keep: slice | None = None) -> torch.Tensor:
-        """The block on tokens x (B, T, k); ``keep`` (a slice of the tokens) drops the others after attention."""
+        """The block on tokens x (B, T, k); ``keep`` (a slice of the tokens) drops the others after
+        attention."""
         mixed = self.attn.mix(self.ln_1(x))
         if keep is not None:
             mixed, x = mixed[:, keep].contiguous(), x[:, keep]
@@ -115,10 +120,13 @@ class Block(nn.Module):
 class GPT2Backbone(nn.Module):
     """GPT-2's transformer on input embeddings: (B, T, k) -> final-norm hidden states."""
 
-    def __init__(self, width: int, layers: int, heads: int, positions: int, eps: float = 1e-5,
-                 init_std: float = 0.02):
+    def __init__(
+        self, width: int, layers: int, heads: int, positions: int, eps: float = 1e-5, init_std: float = 0.02
+    ):
         super().__init__()
-        self.wte = nn.Embedding(1, width)   # GPT2Model(vocab_size=1)'s: no input reads it; kept for its state_dict
+        self.wte = nn.Embedding(
+            1, width
+        )  # GPT2Model(vocab_size=1)'s: no input reads it; kept for its state_dict
         self.wpe = nn.Embedding(positions, width)
         self.h = nn.ModuleList(Block(width, heads, i, eps) for i in range(layers))
         self.ln_f = nn.LayerNorm(width, eps=eps)

@@ -17,6 +17,7 @@ E[y^2] (analytic, or a deterministic Monte Carlo) so that errors are normalised 
 1. ``ShiftConfig`` is an evaluation-time distribution shift (seed 004); a family built without one is the
 training distribution, so training never sees a shift.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,23 +48,33 @@ class TaskConfig:
     """A task family and its parameters. Each family reads the fields it needs."""
 
     family: str = "linear"
-    d: int = 8                   # input dimension
-    noise_std: float = 0.0       # sigma of the label noise (every family but linear_mixed_noise)
-    noise_stds: tuple[float, ...] = ()   # linear_mixed_noise: the levels, each with equal probability
-    sparsity: int = 3            # sparse_linear: coordinates of beta kept
-    hidden: int = 100            # relu_net: width r of the teacher
-    depth: int = 4               # decision_tree: depth of the trees
+    d: int = 8  # input dimension
+    noise_std: float = 0.0  # sigma of the label noise (every family but linear_mixed_noise)
+    noise_stds: tuple[float, ...] = ()  # linear_mixed_noise: the levels, each with equal probability
+    sparsity: int = 3  # sparse_linear: coordinates of beta kept
+    hidden: int = 100  # relu_net: width r of the teacher
+    depth: int = 4  # decision_tree: depth of the trees
 
     def __post_init__(self):
         check_choice(self.family, "family", FAMILIES)
         check(self.d >= 1, "d", f"must be >= 1, got {self.d}")
         check(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
-        check(all(s >= 0 for s in self.noise_stds), "noise_stds", f"must all be >= 0, got {list(self.noise_stds)}")
-        check(self.family != "linear_mixed_noise" or len(self.noise_stds) >= 1, "noise_stds",
-              "linear_mixed_noise needs at least one level, e.g. [0.1, 0.5]")
+        check(
+            all(s >= 0 for s in self.noise_stds),
+            "noise_stds",
+            f"must all be >= 0, got {list(self.noise_stds)}",
+        )
+        check(
+            self.family != "linear_mixed_noise" or len(self.noise_stds) >= 1,
+            "noise_stds",
+            "linear_mixed_noise needs at least one level, e.g. [0.1, 0.5]",
+        )
         check(self.sparsity >= 1, "sparsity", f"must be >= 1, got {self.sparsity}")
-        check(self.family != "sparse_linear" or self.sparsity <= self.d, "sparsity",
-              f"must be <= d = {self.d}, got {self.sparsity}")
+        check(
+            self.family != "sparse_linear" or self.sparsity <= self.d,
+            "sparsity",
+            f"must be <= d = {self.d}, got {self.sparsity}",
+        )
         check(self.hidden >= 1, "hidden", f"must be >= 1, got {self.hidden}")
         check(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
 
@@ -89,7 +100,9 @@ class ShiftConfig:
     def __post_init__(self):
         check(self.x_scale > 0, "x_scale", f"must be > 0, got {self.x_scale}")
         check(self.task_scale >= 0, "task_scale", f"must be >= 0, got {self.task_scale}")
-        check(self.noise_std is None or self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
+        check(
+            self.noise_std is None or self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}"
+        )
 
     @property
     def moves_inputs(self) -> bool:
@@ -107,23 +120,26 @@ NO_SHIFT = ShiftConfig()
 class Prompts:
     """A batch of prompts: N in-context pairs and a query per prompt, with per-prompt metadata."""
 
-    xs: torch.Tensor                       # (B, N+1, d)
-    ys: torch.Tensor                       # (B, N+1)
-    meta: dict[str, torch.Tensor]          # name -> (B,) per-prompt values (e.g. the noise level)
+    xs: torch.Tensor  # (B, N+1, d)
+    ys: torch.Tensor  # (B, N+1)
+    meta: dict[str, torch.Tensor]  # name -> (B,) per-prompt values (e.g. the noise level)
 
     def __len__(self) -> int:
         return self.xs.shape[0]
 
     def slice(self, start: int, stop: int) -> "Prompts":
-        return Prompts(self.xs[start:stop], self.ys[start:stop],
-                       {k: v[start:stop] for k, v in self.meta.items()})
+        return Prompts(
+            self.xs[start:stop], self.ys[start:stop], {k: v[start:stop] for k, v in self.meta.items()}
+        )
 
     def select(self, mask: torch.Tensor) -> "Prompts":
         """The prompts where ``mask`` (B,) is true."""
         return Prompts(self.xs[mask], self.ys[mask], {k: v[mask] for k, v in self.meta.items()})
 
     def to(self, device: torch.device | str) -> "Prompts":
-        return Prompts(self.xs.to(device), self.ys.to(device), {k: v.to(device) for k, v in self.meta.items()})
+        return Prompts(
+            self.xs.to(device), self.ys.to(device), {k: v.to(device) for k, v in self.meta.items()}
+        )
 
 
 class TaskFamily:
@@ -135,7 +151,7 @@ class TaskFamily:
     """
 
     GAUSSIAN: tuple[str, ...] = ()
-    default_split: tuple[str, ...] = ()     # meta names evaluation splits by when EvalConfig.split_by is empty
+    default_split: tuple[str, ...] = ()  # meta names evaluation splits by when EvalConfig.split_by is empty
 
     def __init__(self, config: TaskConfig, shift: ShiftConfig | None = None):
         self.config = config
@@ -186,10 +202,11 @@ class TaskFamily:
         sigma = self.noise_levels(count, gen)
         return sigma, torch.randn((count, points), generator=gen, device=gen.device)
 
-    def labelled(self, params: dict[str, torch.Tensor], xs: torch.Tensor, sigma: torch.Tensor,
-                 noise: torch.Tensor) -> Prompts:
+    def labelled(
+        self, params: dict[str, torch.Tensor], xs: torch.Tensor, sigma: torch.Tensor, noise: torch.Tensor
+    ) -> Prompts:
         """The deterministic part: y = f(x) + sigma * noise (any number of prompts, one family)."""
-        ys = self.signal(params, xs)                                          # (B, P)
+        ys = self.signal(params, xs)  # (B, P)
         return Prompts(xs, ys + sigma.unsqueeze(1) * noise, {"noise_std": sigma})
 
     def params_per_task(self) -> int:
@@ -213,12 +230,12 @@ class TaskFamily:
     def y_second_moment(self) -> float:
         """E[y^2] of the (test) distribution: the zero predictor's error, used to normalise errors."""
         levels = self.levels()
-        return self.signal_second_moment() + sum(s ** 2 for s in levels) / len(levels)
+        return self.signal_second_moment() + sum(s**2 for s in levels) / len(levels)
 
     def group_second_moment(self, name: str, value: float) -> float:
         """E[y^2] over the prompts whose meta ``name`` equals ``value`` (normalises split rows)."""
         if name == "noise_std":
-            return self.signal_second_moment() + value ** 2
+            return self.signal_second_moment() + value**2
         return self.y_second_moment()
 
     def input_moments(self) -> tuple[float, float]:
@@ -241,7 +258,7 @@ class LinearRegression(TaskFamily):
         return {"beta": torch.randn(count, d, generator=gen, device=gen.device) / math.sqrt(d)}
 
     def signal(self, params, xs):
-        return torch.bmm(xs, params["beta"].unsqueeze(-1)).squeeze(-1)       # (B, P)
+        return torch.bmm(xs, params["beta"].unsqueeze(-1)).squeeze(-1)  # (B, P)
 
     def signal_second_moment(self):
         d, mu, t = self.config.d, self.shift.task_mean, self.shift.task_scale
@@ -279,8 +296,8 @@ class SparseLinear(TaskFamily):
         return {"values": torch.randn(count, s, generator=gen, device=gen.device), "support": support}
 
     def signal(self, params, xs):
-        support = params["support"].unsqueeze(1).expand(-1, xs.shape[1], -1)   # (B, P, s)
-        return (xs.gather(2, support) * params["values"].unsqueeze(1)).sum(-1)   # (B, P)
+        support = params["support"].unsqueeze(1).expand(-1, xs.shape[1], -1)  # (B, P, s)
+        return (xs.gather(2, support) * params["values"].unsqueeze(1)).sum(-1)  # (B, P)
 
     def signal_second_moment(self):
         s, mu, t = self.config.sparsity, self.shift.task_mean, self.shift.task_scale
@@ -299,11 +316,13 @@ class ReluNet(TaskFamily):
 
     def draw_tasks(self, count, gen):
         d, r = self.config.d, self.config.hidden
-        return {"w1": torch.randn(count, d, r, generator=gen, device=gen.device),
-                "w2": torch.randn(count, r, generator=gen, device=gen.device)}
+        return {
+            "w1": torch.randn(count, d, r, generator=gen, device=gen.device),
+            "w2": torch.randn(count, r, generator=gen, device=gen.device),
+        }
 
     def signal(self, params, xs):
-        hidden = torch.relu(torch.bmm(xs, params["w1"]))                       # (B, P, r)
+        hidden = torch.relu(torch.bmm(xs, params["w1"]))  # (B, P, r)
         return torch.einsum("bpr,br->bp", hidden, params["w2"]) * math.sqrt(2 / self.config.hidden)
 
     def signal_second_moment(self):
@@ -323,20 +342,20 @@ class DecisionTree(TaskFamily):
 
     def draw_tasks(self, count, gen):
         d, depth = self.config.d, self.config.depth
-        coords = torch.randint(d, (count, 2 ** depth - 1), generator=gen, device=gen.device)
-        return {"coords": coords, "leaves": torch.randn(count, 2 ** depth, generator=gen, device=gen.device)}
+        coords = torch.randint(d, (count, 2**depth - 1), generator=gen, device=gen.device)
+        return {"coords": coords, "leaves": torch.randn(count, 2**depth, generator=gen, device=gen.device)}
 
     def signal(self, params, xs):
         B, P, _ = xs.shape
-        node = torch.zeros(B, P, dtype=torch.long, device=xs.device)                  # (B, P)
+        node = torch.zeros(B, P, dtype=torch.long, device=xs.device)  # (B, P)
         for _ in range(self.config.depth):
-            coord = params["coords"].gather(1, node)                                  # (B, P)
+            coord = params["coords"].gather(1, node)  # (B, P)
             right = xs.gather(2, coord.unsqueeze(-1)).squeeze(-1) > 0
             node = 2 * node + 1 + right.long()
-        return params["leaves"].gather(1, node - (2 ** self.config.depth - 1))       # (B, P)
+        return params["leaves"].gather(1, node - (2**self.config.depth - 1))  # (B, P)
 
     def signal_second_moment(self):
-        return self.shift.task_mean ** 2 + self.shift.task_scale ** 2
+        return self.shift.task_mean**2 + self.shift.task_scale**2
 
 
 FAMILIES: dict[str, Callable[..., TaskFamily]] = {
@@ -364,8 +383,14 @@ class TaskPool:
     T = inf draws a fresh task per prompt.
     """
 
-    def __init__(self, family: TaskFamily, T: float, seed: int, device: torch.device | str = "cpu",
-                 max_resident: int = 1 << 27):
+    def __init__(
+        self,
+        family: TaskFamily,
+        T: float,
+        seed: int,
+        device: torch.device | str = "cpu",
+        max_resident: int = 1 << 27,
+    ):
         check(T >= 1, "T", f"must be >= 1 or inf, got {T}")
         self.family, self.T, self.seed, self.device = family, T, seed, torch.device(device)
         self.finite = not math.isinf(T)
@@ -402,8 +427,9 @@ class TaskPool:
             return {k: v[idx] for k, v in self._resident.items()}
         return self._gather(idx)
 
-    def batch(self, step: int, batch_size: int, points: int, dims: int | None = None,
-              max_points: int | None = None) -> Prompts:
+    def batch(
+        self, step: int, batch_size: int, points: int, dims: int | None = None, max_points: int | None = None
+    ) -> Prompts:
         """The training batch of ``step``: batch_size prompts of ``points`` (x, y) pairs each.
 
         Batches are drawn ``block_steps`` steps at a time, each block from its own generator
@@ -429,7 +455,7 @@ class TaskPool:
         params = {k: v[j] for k, v in block["params"].items()}
         return self.family.labelled(params, xs, block["sigma"][j], block["noise"][j, :, :points])
 
-    BLOCK_NUMBERS = 1 << 20          # at most ~2^20 input numbers per block (4 MiB of float32)
+    BLOCK_NUMBERS = 1 << 20  # at most ~2^20 input numbers per block (4 MiB of float32)
     MAX_BLOCK_STEPS = 32
 
     def block_steps(self, batch_size: int, points: int) -> int:
@@ -451,25 +477,37 @@ class TaskPool:
             params = self.tasks(torch.randint(int(self.T), (count,), generator=gen, device=self.device))
         else:
             params = self.family.draw(count, gen)
-        xs = self.family.inputs(count, points, gen)                           # (S*B, P, d)
+        xs = self.family.inputs(count, points, gen)  # (S*B, P, d)
         sigma, noise = self.family.label_noise(count, points, gen)
         ys = self.family.labelled(params, xs, sigma, noise).ys
-        block = {"xs": xs.view(steps, batch_size, points, -1), "ys": ys.view(steps, batch_size, points),
-                 "sigma": sigma.view(steps, batch_size), "noise": noise.view(steps, batch_size, points),
-                 "params": {k: v.view(steps, batch_size, *v.shape[1:]) for k, v in params.items()}}
+        block = {
+            "xs": xs.view(steps, batch_size, points, -1),
+            "ys": ys.view(steps, batch_size, points),
+            "sigma": sigma.view(steps, batch_size),
+            "noise": noise.view(steps, batch_size, points),
+            "params": {k: v.view(steps, batch_size, *v.shape[1:]) for k, v in params.items()},
+        }
         self._cached_block = (key, block)
         return block
 
 
-def stacked_batches(pools: Sequence[TaskPool], step: int, batch_size: int, points: int,
-                    dims: int | None = None, max_points: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.packing's members)."""
+def stacked_batches(
+    pools: Sequence[TaskPool],
+    step: int,
+    batch_size: int,
+    points: int,
+    dims: int | None = None,
+    max_points: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each pool's ``batch`` of ``step``, stacked: xs (K, B, P, d), ys (K, B, P) (scaling.packing's
+    members)."""
     batches = [pool.batch(step, batch_size, points, dims, max_points) for pool in pools]
     return torch.stack([b.xs for b in batches]), torch.stack([b.ys for b in batches])
 
 
-def stacked_block(pools: Sequence[TaskPool], step: int, batch_size: int,
-                  points: int) -> tuple[range, torch.Tensor, torch.Tensor] | None:
+def stacked_block(
+    pools: Sequence[TaskPool], step: int, batch_size: int, points: int
+) -> tuple[range, torch.Tensor, torch.Tensor] | None:
     """The block holding ``step`` of every pool, stacked: (its steps, xs (K, S, B, P, d), ys (K, S, B, P));
     xs[:, j], ys[:, j] are stacked_batches(pools, steps[j], batch_size, points). None when the pools
     block their batches differently (then ask stacked_batches step by step)."""
@@ -479,12 +517,21 @@ def stacked_block(pools: Sequence[TaskPool], step: int, batch_size: int,
     steps = sizes.pop()
     index = step // steps
     blocks = [pool._block(index, steps, batch_size, points) for pool in pools]
-    return (range(index * steps, (index + 1) * steps), torch.stack([b["xs"] for b in blocks]),
-            torch.stack([b["ys"] for b in blocks]))
+    return (
+        range(index * steps, (index + 1) * steps),
+        torch.stack([b["xs"] for b in blocks]),
+        torch.stack([b["ys"] for b in blocks]),
+    )
 
 
-def fresh_prompts(family: TaskFamily, count: int, points: int, seed: int, purpose: str = "eval",
-                  device: torch.device | str = "cpu") -> Prompts:
+def fresh_prompts(
+    family: TaskFamily,
+    count: int,
+    points: int,
+    seed: int,
+    purpose: str = "eval",
+    device: torch.device | str = "cpu",
+) -> Prompts:
     """``count`` prompts with fresh (unseen) tasks: the evaluation set of a cell."""
     gen = generator(seed, purpose, 0, device)
     params = family.draw(count, gen)

@@ -16,13 +16,13 @@ with the most similar nearest the query. Answers are compared after SQuAD-style 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 import json
 import math
-from pathlib import Path
 import re
 import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -74,7 +74,9 @@ def load_sciq_from_hub(split: str, name: str = "allenai/sciq") -> list[SciQItem]
     try:
         import datasets
     except ImportError as error:
-        raise ImportError("load_sciq_from_hub needs the optional package `datasets`; or use load_sciq(path)") from error
+        raise ImportError(
+            "load_sciq_from_hub needs the optional package `datasets`; or use load_sciq(path)"
+        ) from error
     return [sciq_item(r) for r in datasets.load_dataset(name, split=split)]
 
 
@@ -123,7 +125,11 @@ class MiniLMRetriever:
     """
 
     def __init__(
-        self, pool: Sequence[str], model_dir: str | Path | None = None, device: str = "cpu", batch_size: int = 64
+        self,
+        pool: Sequence[str],
+        model_dir: str | Path | None = None,
+        device: str = "cpu",
+        batch_size: int = 64,
     ):
         from transformers import AutoModel
 
@@ -139,7 +145,10 @@ class MiniLMRetriever:
             for start in range(0, len(texts), self.batch_size):
                 batch = self.tokenizer(
                     list(texts[start : start + self.batch_size]),
-                    padding=True, truncation=True, max_length=256, return_tensors="pt",
+                    padding=True,
+                    truncation=True,
+                    max_length=256,
+                    return_tensors="pt",
                 ).to(self.device)
                 hidden = self.encoder(**batch).last_hidden_state  # (b, L, D)
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (b, L, 1)
@@ -179,7 +188,9 @@ def noisy_count(ratio: float, k: int) -> int:
     return int(math.floor(ratio * k + 0.5))
 
 
-def noisy_labels(items: Sequence[SciQItem], ratio: float, rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+def noisy_labels(
+    items: Sequence[SciQItem], ratio: float, rng: np.random.Generator
+) -> tuple[list[str], np.ndarray]:
     """Labels for demonstrations: round(ratio * k) chosen at random get one of their own distractors.
 
     Returns the labels and a boolean mask (k,) of the relabelled ones.
@@ -232,7 +243,9 @@ def answer_from_generation(text: str) -> str:
 
 def _require_pad_token(tokenizer: PreTrainedTokenizerBase) -> int:
     if tokenizer.pad_token_id is None:
-        raise ValueError("the tokenizer needs a pad token for batched generation (e.g. tokenizer.pad_token = eos)")
+        raise ValueError(
+            "the tokenizer needs a pad token for batched generation (e.g. tokenizer.pad_token = eos)"
+        )
     return tokenizer.pad_token_id
 
 
@@ -243,7 +256,9 @@ def tokenized_batches(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
     tokenizer.padding_side = "left"
     try:
         for start in range(0, len(prompts), batch_size):
-            yield tokenizer(list(prompts[start : start + batch_size]), padding=True, return_tensors="pt").to(device)
+            yield tokenizer(list(prompts[start : start + batch_size]), padding=True, return_tensors="pt").to(
+                device
+            )
     finally:
         tokenizer.padding_side = side
 
@@ -267,12 +282,17 @@ def generate_answers(
                 eos_token_id=tokenizer.eos_token_id,
             )  # (B, L + new)
             new_tokens = output[:, batch["input_ids"].shape[1] :]
-            answers.extend(answer_from_generation(t) for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+            answers.extend(
+                answer_from_generation(t)
+                for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            )
     return answers
 
 
 def exact_match_score(answers: Sequence[str], items: Sequence[SciQItem]) -> float:
-    return float(np.mean([exact_match(a, item.correct_answer) for a, item in zip(answers, items, strict=True)]))
+    return float(
+        np.mean([exact_match(a, item.correct_answer) for a, item in zip(answers, items, strict=True)])
+    )
 
 
 @dataclass(frozen=True)
@@ -308,7 +328,11 @@ def monte_carlo_exact_match(
         for run in range(n_runs):
             rng = np.random.default_rng([seed, run])
             prompts = icl_prompts(train, test, demo_indices, noisy_ratio, rng)
-            scores.append(exact_match_score(generate_answers(model, tokenizer, prompts, max_new_tokens, batch_size), test))
+            scores.append(
+                exact_match_score(
+                    generate_answers(model, tokenizer, prompts, max_new_tokens, batch_size), test
+                )
+            )
     std = float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
     return MonteCarloResult(mean=float(np.mean(scores)), std=std, scores=tuple(scores))
 
@@ -316,7 +340,8 @@ def monte_carlo_exact_match(
 def prompt_score_moments(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], batch_size: int = 4
 ) -> ScoreMoments:
-    """App. J score moments of the model (at tau = 1) over the prompts; .heuristic_tau is Fig. 3's dashed line."""
+    """App. J score moments of the model (at tau = 1) over the prompts; .heuristic_tau is Fig. 3's dashed
+    line."""
     return score_moments(model, tokenized_batches(tokenizer, prompts, batch_size, model.device))
 
 
@@ -327,14 +352,18 @@ def resolved_device(device: str) -> torch.device:
 
 
 def load_causal_lm(
-    path: str | Path, device: str = "auto", dtype: torch.dtype | None = None, attn_implementation: str = "sdpa"
+    path: str | Path,
+    device: str = "auto",
+    dtype: torch.dtype | None = None,
+    attn_implementation: str = "sdpa",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A causal LM and its tokenizer from a local directory, offline; bf16 on CUDA and fp32 on CPU by default."""
+    """A causal LM and its tokenizer from a local directory, offline; bf16 on CUDA and fp32 on CPU by
+    default."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"no Hugging Face model directory at {path} (config.json missing); weights are not downloaded here: "
-            "copy e.g. Llama-2-7b-hf into that directory first"
+            f"no Hugging Face model directory at {path} (config.json missing); weights are not downloaded"
+            " here: copy e.g. Llama-2-7b-hf into that directory first"
         )
     device = resolved_device(device)
     if dtype is None:

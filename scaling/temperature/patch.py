@@ -1,4 +1,5 @@
-"""Attention temperature for GPT-2 (scaling.science.gpt2 or Hugging Face) and LLaMA models, and the moment heuristic for
+"""Attention temperature for GPT-2 (scaling.science.gpt2 or Hugging Face) and LLaMA models, and the moment
+heuristic for
 choosing it.
 
 Seed 004 (Demir & Dogan), eq. (1): Attention(Z) = V Z softmax((K Z)^T (Q Z) / tau). The LLM and GPT-2
@@ -17,14 +18,14 @@ additive mask registered under the same name so the causal and padding mask stay
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-import math
 
 import torch
-from torch import nn
 import transformers
+from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -33,7 +34,7 @@ from scaling.science.gpt2 import SCORE_RECORDER
 
 MIN_TRANSFORMERS = (5, 4)
 RECORDING_ATTENTION = "score_moments_recording"
-_RECORDER_ATTR = SCORE_RECORDER        # scaling.science.gpt2's attention reports to it itself
+_RECORDER_ATTR = SCORE_RECORDER  # scaling.science.gpt2's attention reports to it itself
 
 
 def _check_transformers_version() -> None:
@@ -148,14 +149,17 @@ class ScoreMomentRecorder:
 
 
 def _recording_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Record pre-softmax scores, then attend exactly as SDPA does. query (B, H, Q, dh), key (B, Hkv, K, dh)."""
+    """Record pre-softmax scores, then attend exactly as SDPA does. query (B, H, Q, dh), key (B, Hkv, K,
+    dh)."""
     if attention_mask is None:
         raise RuntimeError("score recording received no attention mask; the causal mask would be lost")
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     key_per_head = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)  # (B, H, K, dh)
     scores = torch.matmul(query.float(), key_per_head.float().transpose(-1, -2)) * scale  # (B, H, Q, K)
     getattr(module, _RECORDER_ATTR).add(module.layer_idx, scores, attention_mask)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
 
 
 def _register_recording_attention() -> None:
@@ -202,7 +206,8 @@ def recording_score_moments(model: nn.Module) -> Iterator[ScoreMomentRecorder]:
 
 
 def score_moments(model: nn.Module, batches: Iterable[Mapping[str, torch.Tensor]]) -> ScoreMoments:
-    """App. J moments over `batches`, each a dict of forward keyword arguments (e.g. input_ids, attention_mask)."""
+    """App. J moments over `batches`, each a dict of forward keyword arguments (e.g. input_ids,
+    attention_mask)."""
     with recording_score_moments(model) as recorder, torch.no_grad():
         for batch in batches:
             model(**batch)

@@ -94,7 +94,9 @@ def input_covariance_shift(train: PromptDistribution, scale: float = 2.0) -> Pro
     return replace(train, Sigma_x=scale * train.Sigma_x)
 
 
-def task_shift(train: PromptDistribution, mean: float | None = None, cov_scale: float = 3.0) -> PromptDistribution:
+def task_shift(
+    train: PromptDistribution, mean: float | None = None, cov_scale: float = 3.0
+) -> PromptDistribution:
     """mu_w^test = mean * 1 (default 1/sqrt(d)), Sigma_w^test = cov_scale * Sigma_w^train (Fig. 1c)."""
     value = 1.0 / math.sqrt(train.d) if mean is None else mean
     return replace(train, mu_w=torch.full_like(train.mu_w, value), Sigma_w=cov_scale * train.Sigma_w)
@@ -126,7 +128,9 @@ def shifted_distribution(train: PromptDistribution, name: str, **kwargs) -> Prom
     return SHIFTS[name](train, **kwargs)
 
 
-def _gaussian(mean: torch.Tensor, cov: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+def _gaussian(
+    mean: torch.Tensor, cov: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator
+) -> torch.Tensor:
     """Samples of N(mean, cov) with the given leading shape; (*shape, d)."""
     chol = torch.linalg.cholesky(cov)
     z = torch.randn(*shape, mean.shape[0], generator=generator, dtype=mean.dtype, device=mean.device)
@@ -136,10 +140,13 @@ def _gaussian(mean: torch.Tensor, cov: torch.Tensor, shape: tuple[int, ...], gen
 def sample_prompts(
     dist: PromptDistribution, n_prompts: int, l: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Prompts of l columns (context length l - 1): xs (B, l, d), ys (B, l) with true query label, ws (B, d)."""
+    """Prompts of l columns (context length l - 1): xs (B, l, d), ys (B, l) with true query label, ws (B,
+    d)."""
     xs = _gaussian(dist.mu_x, dist.Sigma_x, (n_prompts, l), generator)  # (B, l, d)
     ws = _gaussian(dist.mu_w, dist.Sigma_w, (n_prompts,), generator)  # (B, d)
-    eps = dist.sigma * torch.randn(n_prompts, l, generator=generator, dtype=xs.dtype, device=xs.device)  # (B, l)
+    eps = dist.sigma * torch.randn(
+        n_prompts, l, generator=generator, dtype=xs.dtype, device=xs.device
+    )  # (B, l)
     ys = torch.einsum("bld,bd->bl", xs, ws) + eps  # (B, l)
     return xs, ys, ws
 
@@ -210,7 +217,11 @@ def query_scores(xs: torch.Tensor, ys: torch.Tensor, M: torch.Tensor) -> torch.T
 
 
 def attention_prediction_full(
-    xs: torch.Tensor, ys: torch.Tensor, V: torch.Tensor, M: torch.Tensor, tau: float = 1.0,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    V: torch.Tensor,
+    M: torch.Tensor,
+    tau: float = 1.0,
     kind: str = "linearized_softmax",
 ) -> torch.Tensor:
     """Query prediction from full V, M (d+1, d+1): S_{d+1,l} (eq. 4), E_{d+1,l} (eq. 5) or eq. 6; (B,)."""
@@ -221,7 +232,11 @@ def attention_prediction_full(
 
 
 def attention_prediction(
-    xs: torch.Tensor, ys: torch.Tensor, params: AttentionParams, tau: float = 1.0, kind: str = "linearized_softmax"
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    params: AttentionParams,
+    tau: float = 1.0,
+    kind: str = "linearized_softmax",
 ) -> torch.Tensor:
     """`attention_prediction_full` with the V, M of `params` (blocks * of eq. 7 zero); (B,)."""
     V, M = params.full_matrices()
@@ -235,8 +250,10 @@ def attention_predictor(
     the prompt of l = n + 1 columns (pairs 0..n-1, query x_n) with parameters params_for_l(l)."""
 
     def predict(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        cols = [attention_prediction(xs[:, : n + 1], ys[:, : n + 1], params_for_l(n + 1), tau, kind)
-                for n in range(xs.shape[1])]
+        cols = [
+            attention_prediction(xs[:, : n + 1], ys[:, : n + 1], params_for_l(n + 1), tau, kind)
+            for n in range(xs.shape[1])
+        ]
         return torch.stack(cols, dim=1)
 
     return predict
@@ -251,10 +268,14 @@ def linearized_prediction_parts(
     ys_ctx[:, -1] = 0.0
     s_x, s_y = xs.mean(dim=1), ys_ctx.mean(dim=1)  # (B, d), (B,)
     xv = xs @ params.v21  # (B, l)
-    cxx_v = torch.einsum("bld,bl->bd", xs, xv) / l - s_x * (s_x @ params.v21).unsqueeze(-1)  # C_xx v21, (B, d)
+    cxx_v = torch.einsum("bld,bl->bd", xs, xv) / l - s_x * (s_x @ params.v21).unsqueeze(
+        -1
+    )  # C_xx v21, (B, d)
     cxy = torch.einsum("bld,bl->bd", xs, ys_ctx) / l - s_x * s_y.unsqueeze(-1)  # (B, d)
     cyy = (ys_ctx**2).mean(dim=1) - s_y**2  # (B,)
-    w_att = (cxx_v + params.v22 * cxy) @ params.M11 + ((cxy @ params.v21) + params.v22 * cyy).unsqueeze(-1) * params.m21
+    w_att = (cxx_v + params.v22 * cxy) @ params.M11 + ((cxy @ params.v21) + params.v22 * cyy).unsqueeze(
+        -1
+    ) * params.m21
     p = (w_att * xs[:, -1]).sum(dim=-1)
     q = s_x @ params.v21 + params.v22 * s_y
     return p, q
@@ -263,7 +284,9 @@ def linearized_prediction_parts(
 # ----------------------------------------------------------------------------- Bayes ridge (eq. 9)
 
 
-def bayes_ridge_weights(xs_ctx: torch.Tensor, ys_ctx: torch.Tensor, prior: PromptDistribution) -> torch.Tensor:
+def bayes_ridge_weights(
+    xs_ctx: torch.Tensor, ys_ctx: torch.Tensor, prior: PromptDistribution
+) -> torch.Tensor:
     """Eq. 9 posterior mean of w from centred context (xs_ctx (B, n, d), ys_ctx (B, n)); (B, d)."""
     xc = xs_ctx - xs_ctx.mean(dim=1, keepdim=True)  # (B, n, d)
     yc = ys_ctx - ys_ctx.mean(dim=1, keepdim=True)  # (B, n)
@@ -300,7 +323,9 @@ def pretrained_parameters(train: PromptDistribution, l: int) -> AttentionParams:
     return _lemma_parameters(train.Sigma_x, train, l)
 
 
-def pretrained_parameters_from_inputs(xs_pretrain: torch.Tensor, train: PromptDistribution) -> AttentionParams:
+def pretrained_parameters_from_inputs(
+    xs_pretrain: torch.Tensor, train: PromptDistribution
+) -> AttentionParams:
     """Eq. 11 from pretraining inputs xs_pretrain (m, l, d): X_hat is their (ml, d) stack, centred."""
     m, l, d = xs_pretrain.shape
     x_hat = xs_pretrain.reshape(m * l, d)
@@ -325,7 +350,9 @@ def sample_pretrained_parameters(
 # ----------------------------------------------------------------------------- Thm 4.6 / 4.7
 
 
-def theory_coefficients(params: AttentionParams, test: PromptDistribution, l: int) -> tuple[float, float, float]:
+def theory_coefficients(
+    params: AttentionParams, test: PromptDistribution, l: int
+) -> tuple[float, float, float]:
     """(a, b, c) with Thm 4.6's error a / tau^2 - b / tau + c (eqs. 12-14, App. I eq. 114)."""
     A, B = test.input_second_moment(), test.task_second_moment()
     S, mu_w, v21, v22, M = test.Sigma_x, test.mu_w, params.v21, params.v22, params.M11
@@ -338,7 +365,9 @@ def theory_coefficients(params: AttentionParams, test: PromptDistribution, l: in
     return float(a), float(b), test.label_second_moment()
 
 
-def theory_error(params: AttentionParams, test: PromptDistribution, l: int, tau: float | np.ndarray) -> float | np.ndarray:
+def theory_error(
+    params: AttentionParams, test: PromptDistribution, l: int, tau: float | np.ndarray
+) -> float | np.ndarray:
     """Thm 4.6 generalization error (eq. 12) at temperature(s) tau (raw, not normalised)."""
     a, b, c = theory_coefficients(params, test, l)
     tau = np.asarray(tau, dtype=float)
@@ -358,7 +387,12 @@ def optimal_temperature(params: AttentionParams, test: PromptDistribution, l: in
 
 
 def _prediction_parts_mc(
-    params: AttentionParams, test: PromptDistribution, l: int, n_prompts: int, generator: torch.Generator, chunk: int
+    params: AttentionParams,
+    test: PromptDistribution,
+    l: int,
+    n_prompts: int,
+    generator: torch.Generator,
+    chunk: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-prompt p and r = y_l - q of eq. 5 on fresh test prompts; each (n_prompts,)."""
     ps, rs = [], []
@@ -379,18 +413,26 @@ def simulated_temperature_curve(
     generator: torch.Generator,
     chunk: int = 2000,
 ) -> pd.DataFrame:
-    """Monte Carlo error of eq. 5 at each tau on one common set of prompts: columns tau, err_raw, err_se, err."""
+    """Monte Carlo error of eq. 5 at each tau on one common set of prompts: columns tau, err_raw, err_se,
+    err."""
     p, r = _prediction_parts_mc(params, test, l, n_prompts, generator, chunk)
     tau = torch.as_tensor(np.asarray(taus, dtype=float), dtype=p.dtype, device=p.device)
     sq = (r.unsqueeze(0) - p.unsqueeze(0) / tau.unsqueeze(1)) ** 2  # (T, n)
     err, se = sq.mean(1), sq.std(1) / math.sqrt(n_prompts)
     norm = test.label_second_moment()
     err, se = err.cpu().numpy(), se.cpu().numpy()
-    return pd.DataFrame({"tau": np.asarray(taus, dtype=float), "err_raw": err, "err_se": se, "err": err / norm})
+    return pd.DataFrame(
+        {"tau": np.asarray(taus, dtype=float), "err_raw": err, "err_se": se, "err": err / norm}
+    )
 
 
 def simulated_optimal_temperature(
-    params: AttentionParams, test: PromptDistribution, l: int, n_prompts: int, generator: torch.Generator, chunk: int = 2000
+    params: AttentionParams,
+    test: PromptDistribution,
+    l: int,
+    n_prompts: int,
+    generator: torch.Generator,
+    chunk: int = 2000,
 ) -> tuple[float, float]:
     """(tau*, standard error): exact minimiser E[p^2] / E[p r] of the Monte Carlo error of eq. 5.
 

@@ -5,6 +5,7 @@ quick profiles and tests use this stand-in instead: ``python -m scaling.temperat
 2-layer LlamaForCausalLM (hidden size 32, grouped-query attention) with random weights and a
 one-token-per-character tokenizer to DIR, loadable by scaling.temperature.llm_icl.load_causal_lm.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,9 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>"
+    )
 
 
 def save_tiny_llama(directory: str | Path, seed: int = 0) -> Path:
@@ -31,9 +34,17 @@ def save_tiny_llama(directory: str | Path, seed: int = 0) -> Path:
     directory = Path(directory)
     tokenizer = char_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, initializer_range=0.2,
-        pad_token_id=0, bos_token_id=2, eos_token_id=2,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=2,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -45,7 +56,9 @@ def save_tiny_llama(directory: str | Path, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scaling.temperature.tiny_llm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scaling.temperature.tiny_llm", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("directory", help="where to write the model, e.g. /tmp/scaling-tiny-llama")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

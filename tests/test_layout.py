@@ -1,0 +1,188 @@
+"""The layout's rules, checked over the source (issue 16), and an old checkpoint resumed by today's code.
+
+- No import cycle among the project's modules: the module-level imports of scaling/, analysis/,
+  benchmarks/ and cluster/ form a graph without cycles (imports inside functions are lazy by design:
+  heavy or optional packages, and the kinds' registry resolving "module:ATTR" entries).
+- MLflow is spoken by scaling/tracking.py alone; the science folders import neither Ray nor MLflow.
+- No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
+- A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
+FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
+
+
+def sources(*packages: str) -> dict[str, Path]:
+    """Dotted module name -> file, for the project's packages."""
+    found = {}
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, top_level_only: bool) -> set[str]:
+    """The modules ``name`` imports (absolute dotted names; relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            found.add(stem)
+            found.update(f"{stem}.{alias.name}" for alias in node.names)  # `from . import tracking`
+    return found
+
+
+def project_graph(top_level_only: bool = True) -> dict[str, set[str]]:
+    modules = sources(*PACKAGES)
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imports(name, path, top_level_only):
+            # importing a.b.c imports a and a.b first: their __init__ modules are edges too
+            parts = imported.split(".")
+            targets.update(m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in modules)
+        graph[name] = targets - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target) :] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    graph = project_graph()
+    assert "scaling.trial" in graph and "scaling.science.train" in graph["scaling.kinds.train"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_mlflow_is_imported_by_the_tracking_module_alone():
+    users = sorted(
+        name
+        for name, path in sources(*PACKAGES).items()
+        if any(m == "mlflow" or m.startswith("mlflow.") for m in imports(name, path, False))
+    )
+    assert users == ["scaling.tracking"]
+
+
+def test_the_science_folders_know_nothing_of_ray_or_mlflow():
+    offenders = []
+    for name, path in sources("scaling/science", "scaling/temperature").items():
+        for imported in imports(name, path, False):
+            if imported.split(".")[0] in ("ray", "mlflow") or imported.startswith(
+                ("scaling.tracking", "scaling.trial", "scaling.sweep", "scaling.kinds")
+            ):
+                offenders.append(f"{name} imports {imported}")
+    assert sources("scaling/science") and not offenders, offenders
+
+
+def test_no_branch_on_a_kinds_name_outside_the_kinds():
+    from scaling.kinds import KINDS
+
+    names = "|".join(map(re.escape, KINDS))
+    literal = rf"""["']({names})["']"""
+    branch = re.compile(
+        rf"""(==|!=)\s*{literal}|{literal}\s*(==|!=)|\bin\s*[(\[{{][^)\]}}]*{literal}"""
+        rf"""|\bjob\s*(==|!=)|\bjob\s+in\s*[(\[{{]"""
+    )
+    for caught in (
+        'if cell.job == "gpt2_scan":',
+        "if job != 'train':",
+        'elif cell.job in ("llm_scan", "x"):',
+    ):
+        assert branch.search(caught), caught
+    offenders = []
+    for name, path in sources(*PACKAGES).items():
+        if name.startswith("scaling.kinds"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if branch.search(line.split("#")[0]):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_a_checkpoint_written_before_the_layout_change_resumes_to_the_same_numbers(tmp_path):
+    from scaling.cells import Cell
+    from scaling.checkpoints import CheckpointStore
+    from scaling.science.train import CellTrainer
+
+    fixture = json.loads((FIXTURE / "cell.json").read_text())
+    cell = Cell.from_dict(fixture["cell"])
+    assert cell.key == fixture["key"]
+    shutil.copytree(FIXTURE / "storage", tmp_path / "storage")
+    state = CheckpointStore(str(tmp_path / "storage")).load(cell.key)
+    assert state is not None and state["step"] == 12
+
+    trainer = CellTrainer(cell, "cpu")
+    trainer.load_state_dict(state)
+    trainer.train_until(cell.train.steps)
+    curves = trainer.evaluate()
+    model = curves[curves["predictor"] == "model"].set_index("n")["err"]
+    assert {str(n): float(err) for n, err in model.items()} == fixture["err"]
+
+
+@pytest.mark.parametrize("module", ["scaling.science", "scaling.temperature"])
+def test_the_science_folders_import_without_ray_or_mlflow(module):
+    """Not only the text: importing every science module loads neither Ray nor MLflow (a fresh process)."""
+    import subprocess
+    import sys
+
+    names = [n for n in sources(module.replace(".", "/"))]
+    code = (
+        "import sys\n"
+        + "".join(f"import {n}\n" for n in names)
+        + "print(sorted(m for m in ('ray', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
