@@ -53,11 +53,11 @@ def error_line(error: str) -> str:
 
 @dataclass
 class TrialState:
-    label: str                 # the cell's name, or "pack of K: first cell, ..."
-    size: int                  # cells it trains
-    steps: int                 # its training steps (the longest member's)
+    label: str  # the cell's name, or "pack of K: first cell, ..."
+    size: int  # cells it trains
+    steps: int  # its training steps (the longest member's)
     step: int = 0
-    fraction: float = 0.0      # of its work, in [0, 1]
+    fraction: float = 0.0  # of its work, in [0, 1]
     retries: int = 0
 
 
@@ -79,15 +79,22 @@ class Progress:
     the bar and the time left weigh running cells by the share of their steps done.
     """
 
-    def __init__(self, name: str, total: int, skipped: int, out: TextIO | None = None,
-                 live: bool | None = None, trials: int = 0):
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        skipped: int,
+        out: TextIO | None = None,
+        live: bool | None = None,
+        trials: int = 0,
+    ):
         self.name, self.total, self.skipped, self.trials = name, total, skipped, trials
         self.out = out
         stream = out or sys.stdout
         self.live_mode = bool(live if live is not None else (hasattr(stream, "isatty") and stream.isatty()))
         self.done = self.failed = 0
         self.running: dict[str, TrialState] = {}
-        self.errors: dict[str, str] = {}          # failed trial's label -> its error line
+        self.errors: dict[str, str] = {}  # failed trial's label -> its error line
         self.start = time.monotonic()
         self.lock = threading.Lock()
         self._live = None
@@ -122,9 +129,11 @@ class Progress:
 
     def counts(self) -> str:
         finished = self.skipped + self.done
-        return (f"{finished}/{self.total} cells done ({100 * finished / max(self.total, 1):.0f}%),"
-                f" {sum(t.size for t in self.running.values())} running, {self.pending} pending,"
-                f" {self.failed} failed")
+        return (
+            f"{finished}/{self.total} cells done ({100 * finished / max(self.total, 1):.0f}%),"
+            f" {sum(t.size for t in self.running.values())} running, {self.pending} pending,"
+            f" {self.failed} failed"
+        )
 
     def times(self) -> str:
         return f"{format_duration(time.monotonic() - self.start)} elapsed, ~{self.eta()} left"
@@ -139,7 +148,7 @@ class Progress:
         self._change(f"started {state.label}")
 
     def result(self, trial_id: str, config: dict, result: dict) -> None:
-        with self.lock:       # no line: the live view shows the step at its next redraw
+        with self.lock:  # no line: the live view shows the step at its next redraw
             state = self.running.setdefault(trial_id, trial_state(config))
             state.step = int(result.get("step", state.step) or 0)
             state.fraction = float(result.get("progress", state.fraction) or 0.0)
@@ -195,14 +204,19 @@ class Progress:
         with self.lock:
             fraction = self.work_fraction()
             head = Table.grid(padding=(0, 1))
-            head.add_row(Text(self.name, style="bold"),
-                         ProgressBar(total=1.0, completed=(self.skipped + fraction * (self.total - self.skipped))
-                                     / max(self.total, 1), width=30),
-                         Text(f"{self.skipped + self.done}/{self.total} cells done", style="green"),
-                         Text(f"{sum(t.size for t in self.running.values())} running", style="cyan"),
-                         Text(f"{self.pending} pending"),
-                         Text(f"{self.failed} failed", style="red" if self.failed else ""),
-                         Text(self.times(), style="dim"))
+            head.add_row(
+                Text(self.name, style="bold"),
+                ProgressBar(
+                    total=1.0,
+                    completed=(self.skipped + fraction * (self.total - self.skipped)) / max(self.total, 1),
+                    width=30,
+                ),
+                Text(f"{self.skipped + self.done}/{self.total} cells done", style="green"),
+                Text(f"{sum(t.size for t in self.running.values())} running", style="cyan"),
+                Text(f"{self.pending} pending"),
+                Text(f"{self.failed} failed", style="red" if self.failed else ""),
+                Text(self.times(), style="dim"),
+            )
             rows = Table.grid(padding=(0, 2))
             for state in sorted(self.running.values(), key=lambda s: s.label)[:12]:
                 bar = ProgressBar(total=1.0, completed=min(state.fraction, 1.0), width=20)
@@ -210,7 +224,9 @@ class Progress:
                 if state.fraction >= 1.0:
                     step = "evaluating"
                 retry = f"retry {state.retries}" if state.retries else ""
-                rows.add_row(Text("  " + state.label), bar, Text(step, style="dim"), Text(retry, style="yellow"))
+                rows.add_row(
+                    Text("  " + state.label), bar, Text(step, style="dim"), Text(retry, style="yellow")
+                )
             extra = len(self.running) - 12
             parts = [head, rows]
             if extra > 0:
@@ -226,8 +242,14 @@ class Progress:
             from rich.live import Live
 
             console = Console(file=self.out or sys.stdout)
-            self._live = Live(console=console, get_renderable=self.render, refresh_per_second=2,
-                              transient=False, redirect_stdout=False, redirect_stderr=False)
+            self._live = Live(
+                console=console,
+                get_renderable=self.render,
+                refresh_per_second=2,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
         return self
 
@@ -273,34 +295,54 @@ def read_error(trial) -> str:
     return ""
 
 
-def next_commands(sweep: str, profile: str, overrides: tuple[str, ...], uri: str, experiment: str,
-                  default_uri: str | None = None) -> list[str]:
-    """The commands to run after a sweep: its analysis, and the MLflow UI on its store."""
+def next_commands(
+    sweep: str,
+    profile: str,
+    overrides: tuple[str, ...],
+    uri: str,
+    experiment: str,
+    experiment_id: str,
+    default_uri: str | None = None,
+) -> list[str]:
+    """The commands to run after a sweep: its analysis, and the MLflow UI on its runs table."""
+    from .tracking import experiment_ui_link, ui_command
+
     where = [] if uri == default_uri else ["--tracking-uri", uri]
-    analysis = ["python", "-m", "analysis", sweep]
-    if profile:
-        analysis += ["--profile", profile]
-    if overrides:        # the analysis reads the experiment the sweep wrote, whatever its settings
+    if overrides:  # the analysis reads the experiment the sweep wrote, whatever its settings
         analysis = ["python", "-m", "analysis", "--experiment", experiment]
-    analysis += where
-    if uri.startswith(("http://", "https://")):
-        ui = f"open {uri}/#/experiments (experiment {experiment})"
     else:
-        ui = shlex.join(["mlflow", "ui", "--backend-store-uri", uri]) + "   # then open http://127.0.0.1:5000"
-    return [shlex.join(analysis), ui]
+        analysis = ["python", "-m", "analysis", sweep] + (["--profile", profile] if profile else [])
+    commands = [shlex.join(analysis + where)]
+    serve = ui_command(uri)
+    if serve:
+        commands.append(serve)
+    commands.append(f"open {experiment_ui_link(uri, experiment_id)}")
+    return commands
 
 
-def summary_lines(name: str, total: int, skipped: int, completed: int, failed: dict[str, str],
-                  unfinished: int, elapsed: float, trials: int, uri: str, experiment: str,
-                  commands: list[str]) -> list[str]:
-    """The closing summary: what ran, what failed (with its error's line), how long, where the runs are, next."""
+def summary_lines(
+    name: str,
+    total: int,
+    skipped: int,
+    completed: int,
+    failed: dict[str, str],
+    unfinished: int,
+    elapsed: float,
+    trials: int,
+    uri: str,
+    experiment: str,
+    commands: list[str],
+) -> list[str]:
+    """The closing summary: what ran, what failed (with its error), how long, where the runs are, next."""
     ran = f"{completed} cell{'s' if completed != 1 else ''} trained"
     if trials and trials != completed + len(failed) + unfinished:
         ran += f" in {trials} trials (small cells packed together)"
-    lines = [f"[{name}] {ran}, {len(failed)} failed"
-             + (f", {unfinished} unfinished" if unfinished else "")
-             + (f", {skipped} already complete" if skipped else "")
-             + f"; {skipped + completed}/{total} cells complete; took {format_duration(elapsed)}."]
+    lines = [
+        f"[{name}] {ran}, {len(failed)} failed"
+        + (f", {unfinished} unfinished" if unfinished else "")
+        + (f", {skipped} already complete" if skipped else "")
+        + f"; {skipped + completed}/{total} cells complete; took {format_duration(elapsed)}."
+    ]
     for label, error in failed.items():
         lines.append(f"[{name}] FAILED {label}: {error_line(error)}")
     lines.append(f"[{name}] runs: MLflow experiment {experiment!r} in {uri}")

@@ -17,26 +17,36 @@ def cell_config(name, steps=1000):
 
 
 def pack_config(names, steps=500):
-    return {"key": "pack", "name": f"pack of {len(names)}",
-            "members": [{"key": n, "name": n, "cell": {"train": {"steps": steps}}} for n in names]}
+    return {
+        "key": "pack",
+        "name": f"pack of {len(names)}",
+        "members": [{"key": n, "name": n, "cell": {"train": {"steps": steps}}} for n in names],
+    }
 
 
 def test_plain_output_is_one_line_per_change_with_consistent_counts():
     out = io.StringIO()
     progress = Progress("smoke", total=12, skipped=2, out=out)
-    assert not progress.live_mode                # a StringIO is not a terminal
+    assert not progress.live_mode  # a StringIO is not a terminal
     with progress:
         progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))
-        progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))      # Tune may repeat: no second line
-        progress.started("b", pack_config(["mlp T=16 N=8 seed=0", "mlp T=16 N=8 seed=1", "mlp T=16 N=16 seed=0"]))
+        progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))  # Tune may repeat: no second line
+        progress.started(
+            "b", pack_config(["mlp T=16 N=8 seed=0", "mlp T=16 N=8 seed=1", "mlp T=16 N=16 seed=0"])
+        )
         for step in (250, 500, 750):
             progress.result("a", cell_config("gpt2 T=16 N=8 seed=0"), {"step": step, "progress": step / 1000})
         progress.completed("b", pack_config(["x", "y", "z"]))
-        progress.errored("a", cell_config("gpt2 T=16 N=8 seed=0"),
-                         "Traceback (most recent call last):\n  File 'x.py'\nValueError: lr must be positive\n")
+        progress.errored(
+            "a",
+            cell_config("gpt2 T=16 N=8 seed=0"),
+            "Traceback (most recent call last):\n  File 'x.py'\nValueError: lr must be positive\n",
+        )
     lines = out.getvalue().splitlines()
-    assert len(lines) == 4, lines          # 2 starts, 1 done, 1 failure; results print nothing
-    assert lines[0].startswith("[smoke] started gpt2 T=16 N=8 seed=0 | 2/12 cells done (17%), 1 running, 9 pending")
+    assert len(lines) == 4, lines  # 2 starts, 1 done, 1 failure; results print nothing
+    assert lines[0].startswith(
+        "[smoke] started gpt2 T=16 N=8 seed=0 | 2/12 cells done (17%), 1 running, 9 pending"
+    )
     assert "started pack of 3: mlp T=16 N=8 seed=0, ..." in lines[1]
     assert "4 running, 6 pending, 0 failed" in lines[1]
     assert "done pack of 3" in lines[2] and "5/12 cells done (42%), 1 running, 6 pending" in lines[2]
@@ -49,7 +59,7 @@ def test_work_fraction_counts_running_cells_by_steps_and_never_reaches_one_while
     progress.started("a", cell_config("a"))
     progress.result("a", cell_config("a"), {"step": 500, "progress": 0.5})
     assert progress.work_fraction() == 0.5 / 4
-    progress.result("a", cell_config("a"), {"step": 1000, "progress": 1.0})    # training over, evaluating
+    progress.result("a", cell_config("a"), {"step": 1000, "progress": 1.0})  # training over, evaluating
     assert progress.work_fraction() < 1 / 4
     for key in "bcd":
         progress.started(key, cell_config(key))
@@ -73,44 +83,74 @@ def test_live_view_shows_counts_and_each_running_trial_with_its_step():
     assert re.search(r"smoke .* 1/12 cells done +2 running +9 pending +0 failed", text), text
     assert re.search(r"gpt2 T=16 N=8 seed=0 .* step 250/1000", text), text
     assert re.search(r"mlp T=inf N=16 seed=1 .* evaluating", text), text
-    assert "mlp T=256" not in text                    # finished trials leave the view
+    assert "mlp T=256" not in text  # finished trials leave the view
 
 
 def test_live_view_runs_on_a_terminal_and_pickles_without_its_stream():
     out = io.StringIO()
-    out.isatty = lambda: True                         # what sys.stdout says in a terminal
+    out.isatty = lambda: True  # what sys.stdout says in a terminal
     progress = Progress("smoke", total=2, skipped=0, out=out)
     assert progress.live_mode
     with progress:
         progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))
-        copy = pickle.loads(pickle.dumps(progress))      # Tune pickles its callbacks mid-run
+        copy = pickle.loads(pickle.dumps(progress))  # Tune pickles its callbacks mid-run
         progress.completed("a", cell_config("gpt2 T=16 N=8 seed=0"))
         progress.write("a line of the sweep's own")
     assert copy.running and copy.out is None
     shown = out.getvalue()
     assert "a line of the sweep's own" in shown and "1/2 cells done" in shown
-    assert "started gpt2" not in shown                # no plain lines in live mode
+    assert "started gpt2" not in shown  # no plain lines in live mode
 
 
 def test_summary_names_failures_time_place_and_next_commands():
-    commands = next_commands("sweeps/smoke.yaml", "", (), "sqlite:////tmp/x/mlflow.db", "smoke")
-    assert commands[0] == "python -m analysis sweeps/smoke.yaml --tracking-uri sqlite:////tmp/x/mlflow.db"
-    assert commands[1].startswith("mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db")
-    default = next_commands("sweeps/smoke.yaml", "quick", (), "sqlite:////w/mlflow.db", "smoke-quick",
-                            default_uri="sqlite:////w/mlflow.db")
+    commands = next_commands("sweeps/smoke.yaml", "", (), "sqlite:////tmp/x/mlflow.db", "smoke", "3")
+    assert commands == [
+        "python -m analysis sweeps/smoke.yaml --tracking-uri sqlite:////tmp/x/mlflow.db",
+        "mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db",
+        "open http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning",
+    ]
+    default = next_commands(
+        "sweeps/smoke.yaml",
+        "quick",
+        (),
+        "sqlite:////w/mlflow.db",
+        "smoke-quick",
+        "1",
+        "sqlite:////w/mlflow.db",
+    )
     assert default[0] == "python -m analysis sweeps/smoke.yaml --profile quick"
-    edited = next_commands("sweeps/smoke.yaml", "", ("train.steps=10",), "sqlite:////w/m.db", "smoke", "sqlite:////w/m.db")
+    edited = next_commands(
+        "sweeps/smoke.yaml", "", ("train.steps=10",), "sqlite:////w/m.db", "smoke", "1", "sqlite:////w/m.db"
+    )
     assert edited[0] == "python -m analysis --experiment smoke"
+    server = next_commands("s.yaml", "", (), "http://mlflow:5000/", "s", "7")
+    assert server == [
+        "python -m analysis s.yaml --tracking-uri http://mlflow:5000/",
+        "open http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning",
+    ]
 
     ok = summary_lines("smoke", 24, 4, 20, {}, 0, 75.0, 9, "sqlite:////w/m.db", "smoke", commands)
-    assert ok[0] == ("[smoke] 20 cells trained in 9 trials (small cells packed together), 0 failed,"
-                     " 4 already complete; 24/24 cells complete; took 1m15s.")
-    assert ok[-3:] == ["next:", f"  {commands[0]}", f"  {commands[1]}"]
-    bad = summary_lines("smoke", 3, 0, 2, {"gpt2 T=16 N=8 seed=0 (abc)": "Traceback\n  x\nKeyError: 'd'"}, 0, 5.0,
-                        3, "sqlite:////w/m.db", "smoke", commands)
+    assert ok[0] == (
+        "[smoke] 20 cells trained in 9 trials (small cells packed together), 0 failed,"
+        " 4 already complete; 24/24 cells complete; took 1m15s."
+    )
+    assert ok[-4:] == ["next:"] + [f"  {command}" for command in commands]
+    bad = summary_lines(
+        "smoke",
+        3,
+        0,
+        2,
+        {"gpt2 T=16 N=8 seed=0 (abc)": "Traceback\n  x\nKeyError: 'd'"},
+        0,
+        5.0,
+        3,
+        "sqlite:////w/m.db",
+        "smoke",
+        commands,
+    )
     assert bad[0].startswith("[smoke] 2 cells trained, 1 failed; 2/3 cells complete")
     assert bad[1] == "[smoke] FAILED gpt2 T=16 N=8 seed=0 (abc): KeyError: 'd'"
-    assert "next:" not in bad                        # the failure comes first
+    assert "next:" not in bad  # the failure comes first
 
 
 def test_error_line_is_the_exception_line():
