@@ -203,19 +203,19 @@ class Progress:
 
         with self.lock:
             fraction = self.work_fraction()
+            done = (self.skipped + fraction * (self.total - self.skipped)) / max(self.total, 1)
             head = Table.grid(padding=(0, 1))
+            running = sum(t.size for t in self.running.values())
+            counts = Text.assemble(
+                (f"{self.skipped + self.done}/{self.total} cells done", "green"),
+                ", ",
+                (f"{running} running", "cyan"),
+                f", {self.pending} pending, ",
+                (f"{self.failed} failed", "red" if self.failed else ""),
+                (f" | {self.times()}", "dim"),
+            )
             head.add_row(
-                Text(self.name, style="bold"),
-                ProgressBar(
-                    total=1.0,
-                    completed=(self.skipped + fraction * (self.total - self.skipped)) / max(self.total, 1),
-                    width=30,
-                ),
-                Text(f"{self.skipped + self.done}/{self.total} cells done", style="green"),
-                Text(f"{sum(t.size for t in self.running.values())} running", style="cyan"),
-                Text(f"{self.pending} pending"),
-                Text(f"{self.failed} failed", style="red" if self.failed else ""),
-                Text(self.times(), style="dim"),
+                Text(self.name, style="bold"), ProgressBar(total=1.0, completed=done, width=30), counts
             )
             rows = Table.grid(padding=(0, 2))
             for state in sorted(self.running.values(), key=lambda s: s.label)[:12]:

@@ -80,7 +80,7 @@ def test_live_view_shows_counts_and_each_running_trial_with_its_step():
     console = Console(file=io.StringIO(), width=160, force_terminal=True, color_system=None)
     console.print(progress.render())
     text = console.file.getvalue()
-    assert re.search(r"smoke .* 1/12 cells done +2 running +9 pending +0 failed", text), text
+    assert re.search(r"smoke .* 1/12 cells done, 2 running, 9 pending, 0 failed \| \d+s elapsed", text), text
     assert re.search(r"gpt2 T=16 N=8 seed=0 .* step 250/1000", text), text
     assert re.search(r"mlp T=inf N=16 seed=1 .* evaluating", text), text
     assert "mlp T=256" not in text  # finished trials leave the view
