@@ -266,19 +266,19 @@ class Progress:
 
         class ProgressCallback(Callback):
             def on_trial_start(self, iteration, trials, trial, **info):
-                progress.started(trial.trial_id, trial.config["cell_config"])
+                progress.started(trial.trial_id, trial.config["spec"])
 
             def on_trial_result(self, iteration, trials, trial, result, **info):
-                progress.result(trial.trial_id, trial.config["cell_config"], result)
+                progress.result(trial.trial_id, trial.config["spec"], result)
 
             def on_trial_recover(self, iteration, trials, trial, **info):
-                progress.recovered(trial.trial_id, trial.config["cell_config"])
+                progress.recovered(trial.trial_id, trial.config["spec"])
 
             def on_trial_complete(self, iteration, trials, trial, **info):
-                progress.completed(trial.trial_id, trial.config["cell_config"])
+                progress.completed(trial.trial_id, trial.config["spec"])
 
             def on_trial_error(self, iteration, trials, trial, **info):
-                progress.errored(trial.trial_id, trial.config["cell_config"], read_error(trial))
+                progress.errored(trial.trial_id, trial.config["spec"], read_error(trial))
 
         return ProgressCallback()
 
