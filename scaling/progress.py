@@ -65,8 +65,6 @@ def trial_state(config: dict) -> TrialState:
     """A trial config of scaling.sweep (a cell, or a pack of cells under ``members``) as a TrialState."""
     members = config.get("members") or [config]
     steps = max(int(m["cell"].get("train", {}).get("steps", 0)) for m in members)
-    if any(m["cell"].get("job", "train") != "train" for m in members):
-        steps = 0  # a kind that does not train (a temperature scan): its bar alone says how far it is
     if len(members) == 1:
         label = members[0]["name"]
     else:
