@@ -64,7 +64,7 @@ def ui_sweep(tmp_path_factory) -> Sweep:
     root = tmp_path_factory.mktemp("ui")
     doc = {**TINY_SWEEP, "name": "ui", "grid": {"model": ["mlp", "gpt2"], "T": [16, "inf"], "seed": [0]}}
     (root / "ui.yaml").write_text(yaml.safe_dump(doc))
-    uri = f"sqlite:///{root}/mlflow.db"
+    uri = f"sqlite:///{root}/store.db"  # not the default ./mlflow.db: the next commands name it
     with open(root / "out.log", "w") as out, open(root / "err.log", "w") as err:
         done = subprocess.run(
             [
