@@ -312,13 +312,14 @@ def collect_outcome(results, pending, tracker: Tracker, experiment_id: str, outc
     ]
 
 
-def describe_trials(pending, specs: list[TrialSpec]) -> str:
-    """How the cells to run became trials: "as 10 trials (16 small cells packed into 2)"."""
+def describe_trials(specs: list[TrialSpec]) -> str:
+    """How the cells to run became trials: "as 10 trials (16 small cells packed into 2, ...)"."""
     packs = [spec for spec in specs if spec.is_pack]
+    trials = f"as {len(specs)} trial{'s' if len(specs) != 1 else ''}"
     if not packs:
-        return f"as {len(specs)} trials"
+        return trials
     packed = sum(len(spec.members) for spec in packs)
-    return f"as {len(specs)} trials ({packed} small cells packed into {len(packs)}, scaling.packing)"
+    return f"{trials} ({packed} small cells packed into {len(packs)}, scaling.packing)"
 
 
 def report_outcome(
@@ -415,7 +416,7 @@ def run_sweep(
     specs = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
     out.write(
         f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
-        f" ({len(plan.cells) - len(pending)} already complete) {describe_trials(pending, specs)};"
+        f" ({len(plan.cells) - len(pending)} already complete) {describe_trials(specs)};"
         f" tracking {uri}\n"
     )
     out.flush()

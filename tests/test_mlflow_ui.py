@@ -100,7 +100,7 @@ def test_sweep_output_to_a_file_is_one_line_per_change_then_a_summary(ui_sweep):
     ):
         assert banner not in text + ui_sweep.stderr, banner
     trials = int(
-        re.search(r"^\[ui\] 4 of 4 cells to run \(0 already complete\) as (\d+) trials", text, re.M)[1]
+        re.search(r"^\[ui\] 4 of 4 cells to run \(0 already complete\) as (\d+) trials?", text, re.M)[1]
     )
     changes = [line for line in lines if re.match(r"\[ui\] (started|done) ", line)]
     assert len(changes) == 2 * trials, text  # each trial: started, done; nothing else while running
