@@ -6,8 +6,16 @@ the figures of the sweep's layout as PNG and SVG (``fig1.png`` for fig1*; ``cont
 ``task_scaling`` for other names), ``report.html``; and logs all of it to MLflow as a run tagged
 ``kind=analysis`` under the sweep's parent run.
 
+``--set KEY=VALUE`` (repeatable): with a sweep file, the cells of the sweep run with the same ``--set``;
+with ``--experiment``, the cells whose setting KEY is VALUE (one variant of a sweep; cells that differ
+beyond the grid axes are never pooled, see analysis/provenance.py).
+
 ``--compare A B`` (sweep files or experiment names), or ``--experiment A --experiment B``: one report
 comparing two sweeps, in ``analysis_out/A-vs-B``, logged to A's experiment.
+
+``--paper sweeps/fig*.yaml [--profile quick]``: the reproduction report of seed 001 (analysis/paper.py):
+every given figure's sweep analysed, each of the paper's claims checked, one page in
+``analysis_out/paper[-PROFILE]/report.html``.
 """
 
 from __future__ import annotations
@@ -62,6 +70,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--profile", default="", help="the sweep's profile (its experiment is NAME-PROFILE)")
     parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the cells made with this --set (sweep file), or with this setting (--experiment)",
+    )
+    parser.add_argument(
+        "--paper",
+        nargs="+",
+        metavar="SWEEP",
+        help="the seed 001 reproduction report over these figure sweep files",
+    )
+    parser.add_argument(
+        "--ui-url",
+        default="",
+        help="the MLflow UI's address, to link run ids in the report "
+        "(default: the tracking URI when it is a server)",
+    )
+    parser.add_argument(
         "--tracking-uri",
         default=None,
         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)",
@@ -78,8 +106,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if len(args.experiment) > 2:
         parser.error("--experiment at most twice")
-    if not (args.sweep or args.experiment or args.compare):
-        parser.error("give a sweep file, --experiment NAME or --compare A B")
+    if not (args.sweep or args.experiment or args.compare or args.paper):
+        parser.error("give a sweep file, --experiment NAME, --compare A B or --paper SWEEP...")
+    if args.paper and (args.sweep or args.experiment or args.compare):
+        parser.error("--paper takes its own sweep files: give no other sweep, --experiment or --compare")
+    bad = [s for s in args.overrides if "=" not in s]
+    if bad:
+        parser.error(f"--set {bad[0]}: expected KEY=VALUE")
     return args
 
 
@@ -92,6 +125,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out) if args.out else None
     try:
+        if args.paper:
+            from .paper import analyse_figures, write_paper
+
+            out = out or Path("analysis_out") / ("paper" + (f"-{args.profile}" if args.profile else ""))
+            figures = analyse_figures(
+                args.paper,
+                args.profile,
+                args.tracking_uri,
+                out.resolve(),
+                args.bootstrap,
+                not args.no_log,
+                args.ui_url,
+            )
+            page, claims = write_paper(figures, out.resolve(), args.profile, args.bootstrap)
+            for row in claims.itertuples():
+                print(f"{row.panel:>3} {row.status:<15} {row.claim}: {row.evidence}")
+            print(f"wrote {page}")
+            return 0
         if args.compare or len(args.experiment) == 2:
             pair = [source(s) for s in args.compare] if args.compare else [(None, e) for e in args.experiment]
             a, b, report = compare(
@@ -108,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             args.bootstrap,
             log=not args.no_log,
             layout=args.layout,
+            overrides=tuple(args.overrides),
+            ui_url=args.ui_url,
         )
     except AnalysisError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -52,10 +52,15 @@ def nearest(present, wanted: float) -> float | None:
 
 
 def task_rows(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(task name, rows) per task family, or one ('', table) when the table has one task."""
-    if TASK not in table or table[TASK].nunique() <= 1:
+    """(name, rows) per task, or per combination of the settings that vary (the view's setting columns, e.g.
+    a ``task.d`` or ``train.steps`` axis: plots.task_label), named by the family alone when it tells them
+    apart; one ('', table) when nothing varies."""
+    labels = plots.task_label(table)
+    if labels.nunique() <= 1:
         return [("", table)]
-    return [(str(name), part) for name, part in table.groupby(TASK, sort=True)]
+    if TASK in table and table[TASK].nunique() == labels.nunique() == len(set(zip(table[TASK], labels))):
+        labels = table[TASK].astype(str)  # the family alone tells the panels apart: name them by it
+    return [(str(name), part) for name, part in table.groupby(labels, sort=True)]
 
 
 def _prefix(task: str, text: str) -> str:

@@ -5,8 +5,13 @@ length n at fixed T (context-scaling) and with the number of pretraining tasks T
 (task-scaling). This file fits three saturating power laws to the project's tidy table:
 
     context:  err(n)    = E + A n^-alpha                 per (sweep, model, T, predictor)
-    task:     err(T)    = E + B T^-beta                  per (sweep, model, n, predictor), finite T
-    joint:    err(n, T) = E + A n^-alpha + B T^-beta     per (sweep, model, predictor), finite T
+    task:     err(T)    = E + B T^-beta                  per (sweep, model, n, predictor)
+    joint:    err(n, T) = E + A n^-alpha + B T^-beta     per (sweep, model, predictor)
+
+T = inf (a fresh task for every prompt) enters the task and joint forms with its task term 0: it pins E.
+When a lattice has too few values of N for the context form over n = N (the smoke sweep has two), the
+fits fall back on each cell's own curve over n = 1..N (``fit_models``: the cells of the largest N, every
+evaluated n), and say so in the ``fit_on`` column; a row that cannot be fitted says why in ``note``.
 
 The fit is done in log space with a log-sum-exp parametrisation, as in Hoffmann et al. 2022
 (Chinchilla, Sec. 3.3 and App. D.2):
@@ -74,7 +79,13 @@ def group_keys(table: pd.DataFrame, form: Form, by: tuple[str, ...] | None = Non
             raise ValueError(f"group keys {sorted(clash)} are fit axes of this form")
         return list(by)
     base = [k for k in form.keys if k in table.columns]
-    return base + sorted(c for c in table.columns if c.startswith("task."))
+    return base + setting_keys(table)
+
+
+def setting_keys(table: pd.DataFrame) -> list[str]:
+    """The analysis view's setting columns ('task.family', 'train.steps': dotted names without 'param.'):
+    settings that vary between cells, never pooled into one fit or verdict."""
+    return sorted(c for c in table.columns if "." in c and not c.startswith("param."))
 
 
 def scaling_points(
@@ -90,8 +101,8 @@ def scaling_points(
     same context length as in seed 001 App. A); "all" keeps every evaluated n; "auto" (the default)
     is "diagonal" for groups whose cells span several N and "all" for groups of one N, whose curve
     over n is one cell trained on every prefix (seed 001 Figs. 2-4: one N = 40 cell per model). When n is a
-    fit axis
-    only n >= n_min is kept (n^-alpha needs n > 0); when T is a fit axis only finite T > 0 is kept.
+    fit axis only n >= n_min is kept (n^-alpha needs n > 0); when T is a fit axis T > 0 is kept, T = inf
+    (fresh tasks) included: its task term B T^-beta is 0, so those points pin E (+ A n^-alpha).
     Rows with non-finite or non-positive err are dropped. Duplicates of (keys, seed, axes) left
     after selection (several cells evaluated at the same n under select="all") are averaged.
     """
@@ -109,7 +120,7 @@ def scaling_points(
     if "n" in axes:
         rows = rows[rows["n"] >= n_min]
     if "T" in axes:
-        rows = rows[np.isfinite(rows["T"]) & (rows["T"] > 0)]
+        rows = rows[rows["T"] > 0]
     rows = rows[np.isfinite(rows["err"]) & (rows["err"] > 0)]
     cols = list(dict.fromkeys([*keys, "seed", *axes]))
     return rows.groupby(cols, dropna=False, sort=True)["err"].mean().reset_index()
@@ -153,13 +164,19 @@ class Problem:
     def n_free(self) -> int:
         return 2 * self.logx.shape[1] + (self.fixed_e is None)
 
+    @property
+    def at_inf(self) -> np.ndarray:
+        """(P, K) where x is infinite (T = inf, fresh tasks): that term is 0 (log term -inf)."""
+        return np.isinf(self.logx)
+
     def terms(self, theta: np.ndarray) -> np.ndarray:
-        """(P, 1+K) log of each additive term: e, then c_k - s_k log x_k."""
+        """(P, 1+K) log of each additive term: e, then c_k - s_k log x_k (-inf where x_k = inf)."""
         k = self.logx.shape[1]
         z = np.empty((len(self.logy), 1 + k))
         z[:, 0] = theta[0] if self.fixed_e is None else self.fixed_e
         cs = theta[-2 * k :].reshape(k, 2)  # (K, 2): log coefficient, exponent
-        z[:, 1:] = cs[:, 0] - cs[:, 1] * self.logx  # (P, K)
+        finite = np.where(self.at_inf, 0.0, self.logx)
+        z[:, 1:] = np.where(self.at_inf, -np.inf, cs[:, 0] - cs[:, 1] * finite)  # (P, K)
         return z
 
     def loss_and_grad(self, theta: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray]:
@@ -173,7 +190,7 @@ class Problem:
         loss = float(weights @ huber(r, self.delta))
         dr = weights * np.clip(r, -self.delta, self.delta)  # (P,) d huber / d r
         g_term = dr @ soft  # (1+K,)
-        g_exp = -(dr @ (soft[:, 1:] * self.logx))  # (K,)
+        g_exp = -(dr @ (soft[:, 1:] * np.where(self.at_inf, 0.0, self.logx)))  # (K,)
         grad = np.column_stack([g_term[1:], g_exp]).ravel()
         if self.fixed_e is None:
             grad = np.concatenate([g_term[:1], grad])
@@ -259,13 +276,17 @@ def fit_points(
     rng = np.random.default_rng(rng)
     if fixed_E is not None and not fixed_E >= 0:
         raise ValueError(f"fixed_E must be >= 0, got {fixed_E}")
+    if fixed_E == 0 and "T" in spec.axes:  # no constant term: T = inf would predict an error of 0
+        points = points[np.isfinite(points["T"])]
     x, err = points[list(spec.axes)].to_numpy(float), points["err"].to_numpy(float)  # (P, K), (P,)
-    if not (np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(err) & (err > 0))):
-        raise ValueError("fit_points needs finite positive err and axis values")
+    if not (np.all((x > 0) & ~np.isnan(x)) and np.all(np.isfinite(err) & (err > 0))):
+        raise ValueError("fit_points needs finite positive err and positive axis values")
     logx = np.log(x)
+    finite = np.isfinite(logx)
+    centre = np.array([col[ok].mean() if ok.any() else 0.0 for col, ok in zip(logx.T, finite.T)])
     problem = Problem(
-        logx=logx - logx.mean(axis=0),
-        centre=logx.mean(axis=0),
+        logx=logx - centre,
+        centre=centre,
         logy=np.log(err),
         fixed_e=None if fixed_E is None else (math.log(fixed_E) if fixed_E > 0 else -math.inf),
         delta=delta,
@@ -288,8 +309,8 @@ def fit_points(
     per_axis = min(len(np.unique(col)) for col in problem.logx.T)
     if distinct < problem.n_free or per_axis < 2:
         out["message"] = (
-            f"not fitted: {distinct} distinct points ({per_axis} on the sparsest "
-            f"axis) for {problem.n_free} parameters"
+            f"not fitted: {distinct} distinct points ({per_axis} values of "
+            f"{'/'.join(spec.axes)} on the sparsest axis) for {problem.n_free} parameters"
         )
         out["note"] = out["message"]
         return out
@@ -441,3 +462,70 @@ def fit_joint_scaling(table: pd.DataFrame, **kwargs) -> pd.DataFrame:
 def fit_all(table: pd.DataFrame, forms: tuple[str, ...] = tuple(FORMS), **kwargs) -> pd.DataFrame:
     """The fits of every form in `forms`, stacked (group keys a form lacks are NaN)."""
     return pd.concat([fit_scaling(table, f, **kwargs) for f in forms], ignore_index=True)
+
+
+WITHIN_CELL = "within cell"  # fit_on of a context fit over a cell's own curve over n (its largest N)
+
+
+def is_trained(predictor: pd.Series) -> pd.Series:
+    """Rows of a trained model (``model`` or a split row ``model|<level>``), not of a baseline."""
+    return predictor.astype(str).str.partition("|")[0] == "model"
+
+
+def within_cell_rows(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The rows of each group's cells of the largest N (their curve over every evaluated n)."""
+    largest = table.groupby(keys, dropna=False)["N"].transform("max") if keys else table["N"].max()
+    return table[table["N"] == largest]
+
+
+def fit_models(
+    table: pd.DataFrame, forms: tuple[str, ...] = tuple(FORMS), n_min_cell: int = 2, **kwargs
+) -> pd.DataFrame:
+    """The fits a reader gets: every form over the lattice for the trained models (baselines have known
+    curves and are not fitted), and, for each (model, T) group whose lattice has fewer than 3 values of N,
+    the context form over the curve within its largest-N cells, n >= n_min_cell (``fit_on`` says which;
+    the n = 1 point, a prediction from one example, sits off any power law in n).
+
+    Columns as fit_scaling's plus ``fit_on``: "lattice (n = N)" (several N: trained and tested at the same
+    length), "lattice (one N: every n)" or "within cell (N = 16: n = 2..16)"."""
+    models = table[is_trained(table["predictor"])] if "predictor" in table else table
+    if models.empty:
+        return pd.DataFrame()
+    parts = []
+    for form in forms:
+        fits = fit_scaling(models, form, **kwargs)
+        if fits.empty:
+            continue
+        spec = form_named(form)
+        keys = [k for k in group_keys(models, spec, kwargs.get("by")) if k != "n"]
+        several = (
+            models.groupby(keys, dropna=False)["N"].nunique().max() > 1 if keys else models["N"].nunique() > 1
+        )
+        fits.insert(len(keys) + 1, "fit_on", "lattice (n = N)" if several else "lattice (one N: every n)")
+        parts.append(fits)
+        if form != "context":
+            continue
+        keys = group_keys(models, spec, kwargs.get("by"))
+        few = (
+            models.groupby(keys, dropna=False)["N"].transform("nunique") < 3
+            if keys
+            else pd.Series(models["N"].nunique() < 3, index=models.index)
+        )
+        rows = within_cell_rows(models[few & (models["N"] > 1)], keys)
+        if rows.empty or not several:
+            continue
+        rows = rows[rows["n"] >= n_min_cell]
+        cell = fit_scaling(rows, "context", **{**kwargs, "select": "all"})
+        Ns = rows.groupby(keys, dropna=False)["N"].max().rename("_N").reset_index()
+        cell = cell.merge(Ns, on=keys, how="left")
+        cell.insert(
+            len(keys) + 1,
+            "fit_on",
+            [f"{WITHIN_CELL} (N = {N}: n = {n_min_cell}..{N})" for N in cell.pop("_N")],
+        )
+        unfitted = fits["message"].str.startswith("not fitted")
+        fits.loc[unfitted, "note"] = (
+            fits.loc[unfitted, "note"] + "; fitted within cells instead (fit_on: within cell)"
+        )
+        parts.append(cell)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -73,8 +73,8 @@ def load_table(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy table of complete cells, and a table of the cells that are not complete (with status).
 
-    ``table.attrs``: ``downloads`` (curves fetched from the store; 0 when every run was cached) and
-    ``runs`` (run id -> run name of the complete cells).
+    ``table.attrs``: ``downloads`` (curves fetched from the store; 0 when every run was cached),
+    ``runs`` (run id -> run name of the complete cells) and ``experiment_id`` (for links to the MLflow UI).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
     tracker = Tracker(tracking_uri)
@@ -89,7 +89,9 @@ def load_table(
     else:
         table = tidy(experiment, complete, [frame for frame, _ in read])
     table.attrs.update(
-        downloads=sum(fetched for _, fetched in read), runs={r.info.run_id: r.info.run_name for r in complete}
+        downloads=sum(fetched for _, fetched in read),
+        runs={r.info.run_id: r.info.run_name for r in complete},
+        experiment_id=runs[0].info.experiment_id if runs else "",
     )
     return table, missing
 

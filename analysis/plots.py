@@ -21,6 +21,8 @@ import math
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker  # noqa: F401  (integer ticks)
+import matplotlib.transforms  # noqa: F401  (the T axis break)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -112,19 +114,102 @@ def baseline_style(names: list[str]) -> dict[str, dict]:
     return styles
 
 
-def finish(ax, xlabel: str, title: str, empty: bool, top: float = 1.0) -> None:
-    """Zero-predictor line, log error axis clipped above at 2x max(1, the models' band), labels; an
-    empty panel says it has no cells."""
-    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1, label="zero predictor")
+YLABEL = "error / E[y\u00b2]"  # what the papers' "normalised error" is: the zero predictor scores 1
+N_STYLES = ["-", "--", ":", "-."]  # a line style per N within a model's colour: the largest N solid
+N_MARKERS = "osD^v<>p"
+INF_GAP = 8.0  # T = inf sits this factor right of the largest finite T
+
+
+def y_frame(lo: float, hi: float) -> tuple[float, float]:
+    """The y-range of a panel from its models' curves and bands (lo, hi), not from its baselines: the
+    models fill the frame, the zero predictor's 1 is always in it, theory and baseline lines are clipped."""
+    lo = lo if np.isfinite(lo) and lo > 0 else 0.1
+    hi = hi if np.isfinite(hi) and hi > 0 else 1.0
+    return min(lo, 1.0) / 1.6, max(hi, 1.0) * 1.35
+
+
+def models_span(curves: list[pd.DataFrame]) -> tuple[float, float]:
+    """(lowest, highest) of the models' means and bands over a panel's curves (over_seeds frames)."""
+    values = [c[col].to_numpy(float) for c in curves for col in ("err", "lo", "hi") if len(c)]
+    values = np.concatenate(values) if values else np.array([])
+    values = values[np.isfinite(values) & (values > 0)]
+    return (float(values.min()), float(values.max())) if len(values) else (math.nan, math.nan)
+
+
+def band_label(seeds: int) -> str:
+    """What a band spans (said once in each figure's legend)."""
+    return (
+        f"band: min-max over {seeds} seeds"
+        if seeds > 1
+        else "band: 90% bootstrap interval over prompts (1 seed)"
+    )
+
+
+def add_band_key(ax, seeds: int) -> None:
+    ax.fill_between([], [], [], color="0.5", alpha=0.2, linewidth=0, label=band_label(seeds))
+
+
+def finish(ax, xlabel: str, title: str, empty: bool, frame: tuple[float, float] | None = None) -> None:
+    """Zero-predictor line, log error axis over ``frame`` (the models' y_frame), labels; an empty panel
+    says it has no cells."""
+    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1, label="zero predictor (error = E[y\u00b2])")
     ax.set_yscale("log")
-    if np.isfinite(top) and top > 0:
-        ax.set_ylim(top=2 * max(1.0, top))
+    if frame is not None:
+        ax.set_ylim(*frame)
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(
+        matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
+    )
+    note_below_frame(ax)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("normalised error")
+    ax.set_ylabel(YLABEL)
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     if empty:
         ax.text(0.5, 0.5, "no complete cells", transform=ax.transAxes, ha="center", color="0.4")
+
+
+def integer_ticks(ax, values=None) -> None:
+    """Ticks only at whole numbers: at the given values when there are few, else every few integers."""
+    values = sorted({int(v) for v in values}) if values is not None else []
+    if values and len(values) <= 8:
+        ax.set_xticks(values, [str(v) for v in values])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    else:
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+
+
+def plot_baseline(ax, x, y, style: dict, frame: tuple[float, float]) -> None:
+    """A baseline or theory line clipped at the frame: points above its top are left out (OLS's
+    interpolation peak near n = d would otherwise draw near-vertical dashes through the panel), and a line
+    wholly below the frame is named with its values at the panel's foot."""
+    y = np.asarray(y, float)
+    if len(y) and np.nanmax(y) < frame[0]:
+        below = getattr(ax, "_below_frame", [])
+        below.append(f"{style['label']} {span_text(np.nanmin(y), np.nanmax(y))}")
+        ax._below_frame = below
+    ax.plot(x, np.where(y > frame[1], np.nan, y), **style)
+
+
+def span_text(lo: float, hi: float) -> str:
+    a, b = f"{lo:.2g}", f"{hi:.2g}"
+    return a if a == b else f"{a}-{b}"
+
+
+def note_below_frame(ax) -> None:
+    """The lines below the frame, named at the panel's foot (their values would squeeze the models)."""
+    below = getattr(ax, "_below_frame", [])
+    if below:
+        ax.text(
+            0.02,
+            0.02,
+            "below the frame: " + "; ".join(below),
+            transform=ax.transAxes,
+            fontsize=6.5,
+            color="0.35",
+            va="bottom",
+        )
 
 
 def draw_context(
@@ -137,7 +222,8 @@ def draw_context(
     level: str | None = None,
     models: list[str] | None = None,
 ) -> None:
-    """Error against n (every evaluated n; a line per model and N) or, ``diagonal``, against N at n = N."""
+    """Error against n (every evaluated n; a line per model and N, a line style per N) or, ``diagonal``,
+    against N at n = N."""
     rows = rows_at(table, level)
     if diagonal:
         rows = rows[rows["n"] == rows["N"]]
@@ -146,42 +232,65 @@ def draw_context(
     if models is not None:
         trained = trained[trained["model"].isin(models)]
     several_N = not diagonal and trained["N"].nunique() > 1
-    markers = dict(zip(sorted(trained["N"].unique()), "os^Dv<>p*h" * 3))
+    Ns = sorted(trained["N"].unique(), reverse=True)  # the largest N first: solid
+    curves = []
     for key, part in trained.groupby(["model", "N"] if several_N else ["model"]):
         model = key[0]
         curve = over_seeds(part, [x]).sort_values(x)
+        k = Ns.index(key[1]) if several_N else 0
         label = f"{model} (N={key[1]})" if several_N else model
-        marker = markers[key[1]] if several_N else "o"
-        ax.plot(curve[x], curve["err"], "-", color=colors[model], marker=marker, ms=3.5, label=label)
+        ax.plot(
+            curve[x],
+            curve["err"],
+            N_STYLES[k % 4],
+            color=colors[model],
+            marker=N_MARKERS[k % 8],
+            ms=3.5,
+            label=label,
+        )
         ax.fill_between(curve[x], curve["lo"], curve["hi"], color=colors[model], alpha=0.15, linewidth=0)
-    _baselines_against(ax, rows[~rows["base"].isin(["model", "zero"])], x)
+        curves.append(curve)
+    frame = y_frame(*models_span(curves))
+    others = rows[~rows["base"].isin(["model", "zero"])]
+    styles = baseline_style(list(others["base"].unique()))
+    for name, part in others.groupby("base"):
+        curve = part.groupby(x)["err"].mean().sort_index()
+        plot_baseline(ax, curve.index, curve.to_numpy(), styles[name], frame)
+    if len(trained):
+        add_band_key(ax, int(trained["seed"].nunique()))
     finish(
         ax,
-        "context length N (train = test)" if diagonal else "context length n",
+        "context length N (train = test = N)" if diagonal else "context length n",
         title,
         trained.empty,
-        _top(trained),
+        frame,
     )
-
-
-def _top(trained: pd.DataFrame) -> float:
-    return float(trained[["err", "err_hi"]].max().max()) if len(trained) else 1.0
-
-
-def _baselines_against(ax, rows: pd.DataFrame, x: str) -> None:
-    styles = baseline_style(list(rows["base"].unique()))
-    for name, part in rows.groupby("base"):
-        curve = part.groupby(x)["err"].mean().sort_index()
-        ax.plot(curve.index, curve.to_numpy(), **styles[name])
+    integer_ticks(ax, rows[x].unique() if diagonal else None)
 
 
 def t_positions(Ts) -> tuple[dict[float, float], list[float], list[str]]:
-    """x position of each T (inf at 4x the largest finite T), and the ticks to label."""
+    """x position of each T (inf INF_GAP times right of the largest finite T, past an axis break), and
+    the ticks to label."""
     finite = sorted(T for T in Ts if not math.isinf(T))
-    inf_at = finite[-1] * 4 if finite else 1.0
+    inf_at = finite[-1] * INF_GAP if finite else 1.0
     where = {T: (inf_at if math.isinf(T) else T) for T in Ts}
     ticks = sorted(set(where.values()))
     return where, ticks, [format_T(next(T for T, v in where.items() if v == t)) for t in ticks]
+
+
+def axis_break(ax, left: float, right: float) -> None:
+    """Two slanted strokes on the x axis between the largest finite T and T = inf."""
+    mid = math.sqrt(left * right)
+    trans = matplotlib.transforms.blended_transform_factory(ax.transData, ax.transAxes)
+    for dx in (0.93, 1.07):
+        ax.plot(
+            [mid * dx / 1.03, mid * dx * 1.03],
+            [-0.025, 0.025],
+            color="k",
+            linewidth=1,
+            transform=trans,
+            clip_on=False,
+        )
 
 
 def draw_task(
@@ -194,32 +303,71 @@ def draw_task(
     level: str | None = None,
     models: list[str] | None = None,
 ) -> None:
-    """Error against T at n = N = the given N; baselines that do not depend on T as flat lines."""
+    """Error against T at n = N = the given N; T = inf (fresh tasks) past an axis break, joined by a dotted
+    segment; baselines that do not depend on T as flat lines."""
     rows = rows_at(table, level)
     rows = rows[(rows["n"] == N) & (rows["N"] == N)]
     trained = rows[rows["base"] == "model"]
     if models is not None:
         trained = trained[trained["model"].isin(models)]
     where, ticks, labels = t_positions(rows["T"].unique())
+    curves = []
     for model, part in trained.groupby("model"):
         curve = over_seeds(part, ["T"])
         curve["x"] = curve["T"].map(where)
         curve = curve.sort_values("x")
-        ax.plot(curve["x"], curve["err"], "-", color=colors[model], marker="o", ms=4, label=model)
-        ax.fill_between(curve["x"], curve["lo"], curve["hi"], color=colors[model], alpha=0.15, linewidth=0)
+        finite, inf = curve[np.isfinite(curve["T"])], curve[np.isinf(curve["T"])]
+        ax.plot(finite["x"], finite["err"], "-", color=colors[model], marker="o", ms=4, label=model)
+        ax.fill_between(finite["x"], finite["lo"], finite["hi"], color=colors[model], alpha=0.15, linewidth=0)
+        if len(inf):
+            ax.errorbar(
+                inf["x"],
+                inf["err"],
+                yerr=[inf["err"] - inf["lo"], inf["hi"] - inf["err"]],
+                color=colors[model],
+                marker="o",
+                ms=5,
+                mfc="white",
+                capsize=2,
+                linestyle="none",
+            )
+            if len(finite):
+                ax.plot(
+                    [finite["x"].iloc[-1], inf["x"].iloc[0]],
+                    [finite["err"].iloc[-1], inf["err"].iloc[0]],
+                    ":",
+                    color=colors[model],
+                    linewidth=1,
+                )
+        curves.append(curve)
+    frame = y_frame(*models_span(curves))
     others = rows[~rows["base"].isin(["model", "zero"])]
     styles = baseline_style(list(others["base"].unique()))
     for name, part in others.groupby("base"):
         by_T = part.groupby("T")["err"].mean()
         if name == "bayes_discrete" and len(by_T) > 1:  # depends on the pool: a curve over T
-            ax.plot([where[T] for T in by_T.index], by_T.to_numpy(), **styles[name])
+            plot_baseline(ax, [where[T] for T in by_T.index], by_T.to_numpy(), styles[name], frame)
         else:
-            ax.axhline(float(by_T.mean()), **styles[name])
+            xs = sorted(where.values())
+            plot_baseline(
+                ax,
+                [xs[0] / 1.5, xs[-1] * 1.5] if xs else [1, 2],
+                [float(by_T.mean())] * 2,
+                styles[name],
+                frame,
+            )
     ax.set_xscale("log")
     if ticks:
+        labels = [("\u221e\n(fresh)" if label == "inf" else label) for label in labels]
         ax.set_xticks(ticks, labels)
         ax.minorticks_off()
-    finish(ax, "pretraining tasks T", title, trained.empty, _top(trained))
+        ax.set_xlim(ticks[0] / 2, ticks[-1] * 2)
+        finite = [T for T in where if not math.isinf(T)]
+        if finite and any(math.isinf(T) for T in where):
+            axis_break(ax, max(finite), where[math.inf])
+    if len(trained):
+        add_band_key(ax, int(trained["seed"].nunique()))
+    finish(ax, "pretraining tasks T  (\u221e: a fresh task per prompt)", title, trained.empty, frame)
 
 
 LEVEL_STYLES = ["-", "--", ":", "-."]
@@ -239,7 +387,7 @@ def draw_lambda(
     all prompts; 'noise_std=0.1': that level's prompts, a line style each) the scan's curve (band over
     seeds, or the bootstrap interval of one seed) with its minimum marked, and each model's error at the
     same n on the same prompts as a horizontal line in the model's colour."""
-    top = 0.0
+    top, lowest = 0.0, math.inf
     for k, level in enumerate(levels):
         style, suffix = LEVEL_STYLES[k % len(LEVEL_STYLES)], f" ({level})" if level else ""
         curve = over_seeds(rows_at(scans[scans["n"] == n], level), ["lam"]).sort_values("lam")
@@ -252,10 +400,12 @@ def draw_lambda(
         best = curve.loc[curve["err"].idxmin()]
         ax.plot([best["lam"]], [best["err"]], "v", color="0.3", ms=6, label="best lambda")
         top = max(top, float(curve["err"].max()))
+        lowest = min(lowest, float(curve["lo"].min()))
         trained = rows_at(table[table["n"] == n], level)
         trained = trained[trained["base"] == "model"]
         trained = trained[trained["N"] == trained.groupby("model")["N"].transform("max")]
         for model, part in trained.groupby("model"):
+            lowest = min(lowest, float(part["err"].mean()))
             ax.axhline(
                 float(part["err"].mean()),
                 linestyle=style,
@@ -264,7 +414,7 @@ def draw_lambda(
                 label=f"{model}{suffix}",
             )
     ax.set_xscale("log")
-    finish(ax, "ridge lambda", title, top == 0.0, top or 1.0)
+    finish(ax, "ridge lambda", title, top == 0.0, (lowest / 1.6, max(top, 1.0) * 1.35) if top else None)
 
 
 def grid(rows: int, cols: int) -> tuple[plt.Figure, np.ndarray]:
@@ -293,11 +443,17 @@ def legend_below(fig: plt.Figure, title: str) -> plt.Figure:
 
 
 def task_label(table: pd.DataFrame) -> pd.Series:
-    """A short name per row of the task settings that vary across the table ('' when one task)."""
-    cols = [c for c in table.columns if c.startswith("param.task.") and table[c].nunique(dropna=True) > 1]
+    """A short name per row of the settings that vary across the table ('' when there are none): the
+    analysis view's setting columns ('task.d', 'train.steps', analysis.provenance), else the ``param.task.*``
+    columns that vary."""
+    cols = [c for c in table.columns if "." in c and not c.startswith("param.") and table[c].nunique() > 1]
+    cols = cols or [
+        c for c in table.columns if c.startswith("param.task.") and table[c].nunique(dropna=True) > 1
+    ]
     if not cols:
         return pd.Series("", index=table.index)
-    parts = [c[len("param.task.") :] + "=" + table[c].astype(str) for c in cols]
+    short = [c.removeprefix("param.").removeprefix("task.") for c in cols]
+    parts = [name + "=" + table[c].astype(str) for name, c in zip(short, cols)]
     label = parts[0]
     for part in parts[1:]:
         label = label + " " + part

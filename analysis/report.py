@@ -12,10 +12,13 @@ import html
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from .compare import summary_line
+from .fit import PARAMS
+from .verdicts import Rule, display_table
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
 table.data{border-collapse:collapse;font-size:12px}table.data td,table.data th{padding:2px 7px;
@@ -43,19 +46,31 @@ VERDICT_COLUMNS = [
 
 
 def full(value) -> str:
-    """A number at full precision (shortest repr that round-trips)."""
-    if isinstance(value, float):
+    """A number at full precision (shortest repr that round-trips), numpy scalars included."""
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
         return "inf" if math.isinf(value) else ("" if math.isnan(value) else repr(value))
+    if isinstance(value, np.integer):
+        return str(int(value))
     return str(value)
+
+
+def short(value) -> str:
+    """A number to 4 significant digits (inf spelled out), anything else as text."""
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return "inf" if math.isinf(value) else ("" if math.isnan(value) else f"{value:.4g}")
+    return full(value)
 
 
 def table_html(frame: pd.DataFrame | None, empty: str, precise: bool = False) -> str:
     if frame is None or frame.empty:
         return f"<p>{html.escape(empty)}</p>"
-    fmt = full if precise else (lambda v: f"{v:.4g}")
+    fmt = full if precise else short
+    shown = frame.apply(lambda col: col.map(fmt) if col.dtype == object else col)  # numpy scalars in objects
     return (
         '<div class="wide">'
-        + frame.to_html(index=False, float_format=fmt, border=0, classes="data", na_rep="")
+        + shown.to_html(index=False, float_format=fmt, border=0, classes="data", na_rep="")
         + "</div>"
     )
 
@@ -65,29 +80,104 @@ def image_html(path: Path) -> str:
     return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
 
 
-def verdict_html(verdicts: pd.DataFrame | None) -> str:
+def verdict_html(verdicts: pd.DataFrame | None, rule: Rule | None = None) -> str:
+    """The rule once, then a table per question: the trained models first, then each baseline once."""
     if verdicts is None or verdicts.empty:
         return table_html(None, "no verdicts")
-    tasks = sorted(c for c in verdicts if c.startswith("task."))
-    shown = [c for c in VERDICT_COLUMNS[:5] + tasks + VERDICT_COLUMNS[5:] if c in verdicts]
-    trained = verdicts["predictor"] == "model"
-    ordered = pd.concat([verdicts[trained], verdicts[~trained]])  # the trained models first
-    return table_html(ordered[shown], "no verdicts")
+    parts = [f"<p><b>How verdicts are made.</b> {html.escape((rule or Rule()).text())}</p>"]
+    for question, title in (
+        ("context", "Context scaling (error against n at fixed T)"),
+        ("task", "Task scaling (error against T at fixed n = N)"),
+    ):
+        rows = verdicts[verdicts["question"] == question]
+        if len(rows):
+            parts.append(
+                f"<h3>{title}</h3>" + table_html(display_table(rows).drop(columns="question"), "no groups")
+            )
+    return "".join(parts)
+
+
+def interval_text(value: float, lo: float, hi: float) -> str:
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return ""
+    text = f"{value:.4g}"
+    return text if math.isnan(lo) else f"{text} [{lo:.4g}, {hi:.4g}]"
+
+
+def fits_html(fits: pd.DataFrame | None) -> str:
+    """The fitted rows with each parameter as value [interval], and the rows that could not be fitted
+    summed up by form and reason (one line each)."""
+    if fits is None or fits.empty:
+        return "<p>no fits (no trained model in the table)</p>"
+    fitted = fits[fits["converged"].astype(bool)]
+    keys = [
+        c
+        for c in ("form", "fit_on", "sweep", "model", "T", "n")
+        if c in fits and fits[c].nunique(dropna=False) > 1 or c in ("form", "fit_on", "model")
+    ]
+    keys += [c for c in fits.columns if "." in c and fits[c].nunique() > 1]
+    shown = fitted[keys].copy()
+    for c in ("T", "n"):
+        if c in shown:
+            shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else ("inf" if math.isinf(v) else f"{v:g}"))
+    for p in PARAMS:
+        values = [
+            interval_text(v, lo, hi) for v, lo, hi in zip(fitted[p], fitted[f"{p}_lo"], fitted[f"{p}_hi"])
+        ]
+        if any(values):
+            shown[p] = values
+    shown["points"], shown["seeds"], shown["note"] = fitted["n_points"], fitted["n_seeds"], fitted["note"]
+    level = f"{fits['level'].iloc[0]:.0%}" if "level" in fits else ""
+    seeds = int(fitted["n_seeds"].min()) if len(fitted) else 0
+    few = (
+        f" With {seeds} seeds the bootstrap has only {math.comb(2 * seeds - 1, seeds)} distinct resamples: "
+        f"the intervals show how far the seeds' curves differ, not a calibrated {level} interval; an "
+        f"interval running to a bound (an exponent of 0, a coefficient of 1e5) means the data do not pin "
+        f"that parameter."
+        if 0 < seeds <= 4
+        else ""
+    )
+    head = (
+        f"<p>err = E + A n<sup>-alpha</sup> (context), E + B T<sup>-beta</sup> (task; T = inf pins E), "
+        f"and their sum (joint), fitted to the trained models' mean error per seed; intervals are {level} "
+        f"percentile intervals over seeds resampled with replacement. fit_on says which points: the lattice "
+        f"(n = N: trained and tested at the same length) or, where the lattice has too few values of N, each "
+        f"cell's own curve over n.{few} Full precision in fits.csv.</p>"
+    )
+    failed = fits[~fits["converged"].astype(bool)]
+    lines = [
+        f"<li>{html.escape(form)} ({len(rows)} group{'s' * (len(rows) > 1)}): {html.escape(reason)}</li>"
+        for (form, reason), rows in failed.groupby(["form", failed["note"].fillna("")], sort=False)
+    ]
+    missing = f"<p>Not fitted:</p><ul>{''.join(lines)}</ul>" if lines else ""
+    return head + table_html(shown, "no fitted group") + missing
+
+
+def run_link(result, run_id: str | None) -> str:
+    """A run id, linked to its page in the MLflow UI when a server URL is known (the tracking URI when it
+    is a server, else ``result.ui_url``)."""
+    if not run_id:
+        return "-"
+    ui = getattr(result, "ui_url", "") or (
+        result.tracking_uri if result.tracking_uri.startswith("http") else ""
+    )
+    exp = result.table.attrs.get("experiment_id", "")
+    if not ui:
+        return f"<code>{html.escape(run_id)}</code>"
+    path = f"#/experiments/{exp}/runs/{run_id}" if exp else f"#/runs/{run_id}"
+    return f'<a href="{html.escape(ui.rstrip("/"))}/{path}"><code>{html.escape(run_id)}</code></a>'
 
 
 def runs_html(result) -> str:
-    """The MLflow run of every complete cell (name and id; a link when the store is a server)."""
+    """The MLflow run of every complete cell (name and id; a link when a server URL is known)."""
     runs = result.table.attrs.get("runs", {})
-    uri = result.tracking_uri
-    rows = []
-    for run_id, name in sorted(runs.items(), key=lambda kv: kv[1] or ""):
-        link = html.escape(run_id)
-        if uri.startswith("http"):
-            link = f'<a href="{html.escape(uri.rstrip("/"))}/#/runs/{run_id}">{link}</a>'
-        rows.append(f"<tr><td>{html.escape(str(name))}</td><td>{link}</td></tr>")
+    rows = [
+        f"<tr><td>{html.escape(str(name))}</td><td>{run_link(result, run_id)}</td></tr>"
+        for run_id, name in sorted(runs.items(), key=lambda kv: kv[1] or "")
+    ]
     head = (
-        f"<p>Tracking store: <code>{html.escape(uri)}</code>;"
-        f" analysis run: <code>{result.run_id or '-'}</code></p>"
+        f"<p>Tracking store: <code>{html.escape(result.tracking_uri)}</code>; this analysis is the run "
+        f"{run_link(result, result.run_id)}</p>"
     )
     return head + (
         '<table class="data"><tr><th>cell run</th><th>run id</th></tr>' + "".join(rows) + "</table>"
@@ -114,9 +204,9 @@ def sweep_sections(result, figures: bool = True) -> str:
     )
     return f"""<p class="answer">{html.escape(result.answer())}</p>
 <p>{table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
-<h2>Verdicts</h2>{verdict_html(result.verdicts)}
+<h2>Verdicts</h2>{verdict_html(result.verdicts, getattr(result, "rule", None))}
 {f"<h2>Figures</h2><ul>{notes}</ul>{figs}" if figures else ""}
-<h2>Scaling-law fits (intervals at full precision)</h2>{table_html(result.fits, "no fits", precise=True)}
+<h2>Scaling-law fits</h2>{fits_html(result.fits)}
 <h2>Cells not complete</h2>{table_html(result.missing, "every cell is complete")}
 <h2>MLflow runs</h2>{runs_html(result)}
 <h2>Sweep settings</h2><pre>{html.escape(settings)}</pre>"""

@@ -23,11 +23,11 @@ import yaml
 from scaling.tracking import Tracker
 
 from . import compare as comparing
-from . import figures, plots
-from .fit import fit_all
+from . import figures, plots, provenance
+from .fit import fit_models
 from .load import load_table, split_scans
 from .report import write_comparison, write_report
-from .verdicts import answer_line, context_verdicts, format_verdicts, task_verdicts
+from .verdicts import Rule, answer_line, context_verdicts, format_verdicts, task_verdicts
 
 
 class AnalysisError(RuntimeError):
@@ -48,50 +48,93 @@ class AnalysisResult:
     tracking_uri: str = ""
     scans: pd.DataFrame | None = None  # ridge error vs lambda rows (analysis.load.split_scans)
     document: dict = field(default_factory=dict)
+    rule: Rule = field(default_factory=Rule)  # how the verdicts were made (stated in the report)
+    axes: tuple[str, ...] = provenance.DEFAULT_AXES  # the settings cells may differ in (the grid axes)
+    ui_url: str = ""  # the MLflow UI's address, for links to runs
 
     def answer(self) -> str:
         """The one-line answer for the trained models (not the baselines)."""
         if self.verdicts is None or self.verdicts.empty:
             return "no verdicts"
-        v = self.verdicts[self.verdicts["predictor"] == "model"]
+        v = self.verdicts[self.verdicts["predictor"].astype(str).str.partition("|")[0] == "model"]
         return answer_line(v[v["question"] == "context"], v[v["question"] == "task"])
+
+    def view(self) -> pd.DataFrame:
+        """The table as fits, verdicts and figures group it (fit_view)."""
+        return fit_view(self.table, self.axes)
 
     def summary(self) -> str:
         cells = self.table["cell_key"].nunique() if len(self.table) else 0
         lines = [
             f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
             f"wrote {len(self.files)} files to {self.out}",
+            *[f"note: {n}" for n in self.notes],
         ]
         if self.verdicts is not None and len(self.verdicts):
             v = self.verdicts
-            lines.append(format_verdicts(v[v["question"] == "context"], v[v["question"] == "task"]))
+            lines.append(
+                format_verdicts(v[v["question"] == "context"], v[v["question"] == "task"], rule=self.rule)
+            )
         if self.run_id:
             lines.append(f"logged to MLflow as run {self.run_id}")
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Source:
+    """What to read: the experiment, the sweep document (for the report), the planned cells of a sweep file
+    (key -> run name; None for an experiment name: every cell run in it counts), the grid axes, and the
+    ``--set`` overrides (a sweep file's, planning its cells; an experiment's, picking one variant)."""
+
+    name: str
+    document: dict
+    planned: dict[str, str] | None
+    axes: tuple[str, ...]
+    overrides: tuple[str, ...] = ()
+    settings: pd.DataFrame | None = None  # the planned cells' settings: cell_key, model, param.*
+
+
 def resolve_experiment(
-    sweep: str | None, experiment: str | None, profile: str
-) -> tuple[str, dict, dict[str, str] | None]:
-    """The experiment to read, the sweep document (for the report) and, for a sweep file, its planned
-    cells (key -> run name); with only an experiment name every cell run in it counts."""
+    sweep: str | None, experiment: str | None, profile: str, overrides: tuple[str, ...] = ()
+) -> Source:
+    """The source of a sweep file (planned with ``profile`` and ``overrides``, as the sweep ran) or of an
+    experiment name."""
     if experiment:
-        return experiment, {}, None
+        return Source(experiment, {}, None, provenance.DEFAULT_AXES, tuple(overrides))
     from scaling.plan import SweepError, load_plan
 
     try:
-        plan = load_plan(sweep, profile)
+        plan = load_plan(sweep, profile, overrides)
     except SweepError as err:
         raise AnalysisError(str(err)) from None
-    return plan.name, plan.document, {p.cell.key: p.cell.name for p in plan.cells}
+    axes = dict.fromkeys(a for p in plan.cells for a in p.axes)
+    settings = pd.DataFrame(
+        [
+            {"cell_key": p.cell.key, **{f"param.{k}": v for k, v in p.cell.params().items()}}
+            for p in plan.cells
+        ]
+    )
+    return Source(
+        plan.name,
+        plan.document,
+        {p.cell.key: p.cell.name for p in plan.cells},
+        tuple(dict.fromkeys([*provenance.DEFAULT_AXES[:4], *axes])),
+        tuple(overrides),
+        settings.assign(model=settings.get("param.model.name", "")),
+    )
 
 
 def restrict_to_plan(
-    table: pd.DataFrame, missing: pd.DataFrame, planned: dict[str, str]
+    table: pd.DataFrame,
+    missing: pd.DataFrame,
+    planned: dict[str, str],
+    settings: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """Only the sweep file's cells: runs of cells since removed from the file are left out (with a note),
-    and planned cells that never started are listed as missing."""
-    stale = set(table["cell_key"]) - set(planned)
+    """Only the sweep file's cells: the experiment's other complete cells (cells since removed from the file,
+    or made with other ``--set`` overrides) are left out with a note naming the settings in which they differ
+    from the planned cells (``settings``, else the planned cells found complete), and planned cells that
+    never started are listed as missing."""
+    others = table[~table["cell_key"].isin(planned)]
     table = table[table["cell_key"].isin(planned)].reset_index(drop=True)
     missing = missing[missing["cell_key"].isin(planned)] if len(missing) else missing
     seen = set(table["cell_key"]) | set(missing["cell_key"] if len(missing) else [])
@@ -102,30 +145,66 @@ def restrict_to_plan(
             if k not in seen
         ]
     )
-    notes = (
-        [f"{len(stale)} complete cells in the experiment are not in the sweep file and were left out"]
-        if stale
-        else []
-    )
-    return table, pd.concat([missing, never], ignore_index=True), notes
+    mine = settings if settings is not None else table
+    note = provenance.other_variants(others, mine) if len(others) else ""
+    return table, pd.concat([missing, never], ignore_index=True), [note] if note else []
 
 
-def read(
-    name: str, document: dict, uri: str, out: Path, planned: dict[str, str] | None = None
-) -> AnalysisResult:
-    """The loaded (not yet analysed) result of one experiment; fails when nothing is complete."""
+def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
+    """The grid axes of the sweep file the experiment was last run with (the ``sweep.yaml`` of its parent
+    run), else provenance.DEFAULT_AXES."""
+    try:
+        tracker = Tracker(uri)
+        parents = tracker.runs(experiment, "tags.kind = 'sweep'")
+        if not parents:
+            return provenance.DEFAULT_AXES
+        with tempfile.TemporaryDirectory() as tmp:
+            document = yaml.safe_load(
+                Path(tracker.download(parents[0].info.run_id, "sweep.yaml", tmp)).read_text()
+            )
+    except Exception:  # noqa: BLE001 - no parent run or no sweep.yaml: the default axes
+        return provenance.DEFAULT_AXES
+    grid = (document or {}).get("grid") or {}
+    return tuple(dict.fromkeys([*provenance.DEFAULT_AXES, *map(str, grid)]))
+
+
+def read(source: Source, uri: str, out: Path) -> AnalysisResult:
+    """The loaded (not yet analysed) result of one experiment; fails when nothing is complete, or when an
+    experiment's cells differ beyond its grid axes (analysis.provenance)."""
+    name = source.name
     try:
         table, missing = load_table(uri, name)
     except LookupError as err:
         raise AnalysisError(str(err)) from None
+    attrs = dict(table.attrs)
     notes: list[str] = []
-    if planned is not None:
-        table, missing, notes = restrict_to_plan(table, missing, planned)
+    axes = source.axes
+    if source.planned is not None:
+        everything = table
+        table, missing, notes = restrict_to_plan(table, missing, source.planned, source.settings)
+        if table.empty and len(everything):
+            raise AnalysisError(
+                f"experiment {name!r} has no complete cells of this sweep file as given yet; "
+                + (notes[0] if notes else "")
+            )
+    elif len(table):
+        axes = grid_axes(uri, name)
+        try:
+            table = provenance.select(table, source.overrides).reset_index(drop=True)
+            provenance.check_poolable(table, axes, name)
+        except provenance.PoolingError as err:
+            raise AnalysisError(str(err)) from None
+        if source.overrides:
+            notes.append(f"the cells with {', '.join(source.overrides)}")
     table, scans = split_scans(table)
+    kept = set(table["run_id"])
+    table.attrs.update(attrs, runs={r: n for r, n in attrs.get("runs", {}).items() if r in kept})
     if table.empty:
         raise AnalysisError(f"experiment {name!r} has no complete cells of this sweep yet")
     out.mkdir(parents=True, exist_ok=True)
-    result = AnalysisResult(name, out, table, missing, tracking_uri=uri, document=document, scans=scans)
+    result = AnalysisResult(
+        name, out, table, missing, tracking_uri=uri, document=source.document, scans=scans, axes=axes
+    )
     result.notes += notes
     return result
 
@@ -139,19 +218,29 @@ def analyse(
     bootstrap: int = 1000,
     log: bool = True,
     layout: str | None = None,
+    overrides: tuple[str, ...] = (),
+    ui_url: str = "",
 ):
     """Analyse a sweep (or an experiment) with the analysis plug-in of its cells' experiment kind
-    (scaling.kinds.Kind.analysis, "module:function"); every plug-in takes these arguments."""
+    (scaling.kinds.Kind.analysis, "module:function"); every plug-in takes the positional arguments, and
+    those that support them the keywords ``overrides`` (``--set``) and ``ui_url`` (passed only when given)."""
     import importlib
 
-    plugin = analysis_plugin(sweep, experiment, profile, tracking_uri)
+    plugin = analysis_plugin(sweep, experiment, profile, tracking_uri, overrides)
     module, function = plugin.split(":")
+    extra = {k: v for k, v in (("overrides", tuple(overrides)), ("ui_url", ui_url)) if v}
     return getattr(importlib.import_module(module), function)(
-        sweep, experiment, profile, tracking_uri, out, bootstrap, log, layout
+        sweep, experiment, profile, tracking_uri, out, bootstrap, log, layout, **extra
     )
 
 
-def analysis_plugin(sweep: str | None, experiment: str | None, profile: str, tracking_uri: str | None) -> str:
+def analysis_plugin(
+    sweep: str | None,
+    experiment: str | None,
+    profile: str,
+    tracking_uri: str | None,
+    overrides: tuple[str, ...] = (),
+) -> str:
     """The analysis plug-in of the sweep's cells: their kinds' (one plug-in per sweep; a sweep that mixes
     kinds of different plug-ins is refused, naming them)."""
     from scaling.kinds import kind
@@ -166,7 +255,7 @@ def analysis_plugin(sweep: str | None, experiment: str | None, profile: str, tra
         jobs = {r.data.params.get("job", "train") for r in runs} or {"train"}
     else:
         try:
-            jobs = {p.cell.job for p in load_plan(sweep, profile).cells}
+            jobs = {p.cell.job for p in load_plan(sweep, profile, overrides).cells}
         except SweepError as err:
             raise AnalysisError(str(err)) from None
     plugins = {kind(job).analysis for job in jobs}
@@ -187,21 +276,31 @@ def analyse_training(
     bootstrap: int = 1000,
     log: bool = True,
     layout: str | None = None,
+    overrides: tuple[str, ...] = (),
+    ui_url: str = "",
 ) -> AnalysisResult:
-    """The training kind's analysis: table, fits, verdicts, the layout's figures, report, logged."""
+    """The training kind's analysis: table, fits, verdicts, the layout's figures, report, logged (the report
+    names the analysis run it is logged in)."""
     from scaling.tracking import resolve_tracking_uri
 
-    name, document, planned = resolve_experiment(sweep, experiment, profile)
+    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
     uri = resolve_tracking_uri(tracking_uri)
-    result = read(name, document, uri, (out or Path("analysis_out") / name).resolve(), planned)
+    result = read(source, uri, (out or Path("analysis_out") / source.name).resolve())
+    result.ui_url = ui_url or (uri if uri.startswith("http") else "")
     fit_and_write(result, bootstrap)
-    drawn = figures.draw(result.table, name, layout, result.scans)
+    drawn = figures.draw(result.view(), source.name, layout, result.scans)
     result.notes += drawn.notes
     for stem, fig in drawn.figures.items():
         result.files += plots.save(fig, result.out / stem)
-    result.files.append(write_report(result, result.out / "report.html"))
+    report = write_report(result, result.out / "report.html")
     if log:
-        result.run_id = log_analysis(uri, name, result)
+        result.run_id = log_analysis(
+            uri,
+            source.name,
+            result,
+            report=lambda run_id: write_report(replace(result, run_id=run_id), report),
+        )
+    result.files.append(report)
     return result
 
 
@@ -212,32 +311,31 @@ def fit_and_write(result: AnalysisResult, bootstrap: int) -> None:
     if result.scans is not None and len(result.scans):
         result.scans.to_parquet(result.out / "ridge_lambda.parquet", index=False)
         result.files.append(result.out / "ridge_lambda.parquet")
-    result.fits, result.verdicts = fits_and_verdicts(result.table, bootstrap)
+    result.rule = Rule(n_boot=bootstrap)
+    result.fits, result.verdicts = fits_and_verdicts(result.view(), result.rule)
     for frame, stem in ((result.fits, "fits"), (result.verdicts, "verdicts")):
         frame.to_csv(result.out / f"{stem}.csv", index=False)
         result.files.append(result.out / f"{stem}.csv")
 
 
-def fit_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as fit.py and verdicts.py group it: the ``param.task.*`` settings that vary also as
-    ``task.*``, so different task settings (the task panels of Figs. 4-8) are never pooled into one fit
-    or verdict (settings shared by every cell split nothing and stay out of the tables)."""
-    tasks = {
-        c: c[len("param.") :]
-        for c in table.columns
-        if c.startswith("param.task.") and table[c].nunique(dropna=False) > 1
-    }
-    return table.assign(**{short: table[c] for c, short in tasks.items()})
+def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:
+    """The table as fits, verdicts and figures group it: the settings that vary between cells and are task
+    settings or grid axes (``param.task.d`` -> ``task.d``, ``param.train.steps`` -> ``train.steps``;
+    analysis.provenance.setting_columns) also as columns of their own, so cells of different settings (the
+    task panels of Figs. 4-8, a ``train.steps`` axis) are never pooled into one fit, verdict or curve
+    (settings shared by every cell split nothing and stay out of the tables)."""
+    columns = provenance.setting_columns(table, axes)
+    return table.assign(**{short: table[c].astype(str) for short, c in columns.items()})
 
 
-def fits_and_verdicts(table: pd.DataFrame, bootstrap: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Scaling-law fits of every form and the context/task verdicts of every model, stacked."""
-    view = fit_view(table)
-    fits = fit_all(view, n_boot=bootstrap)
+def fits_and_verdicts(view: pd.DataFrame, rule: Rule) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Scaling-law fits of the trained models (every form; fit.fit_models) and the context/task verdicts of
+    every model and baseline under ``rule``, stacked."""
+    fits = fit_models(view, n_boot=rule.n_boot, level=rule.level)
     verdicts = pd.concat(
         [
-            context_verdicts(view, n_boot=bootstrap).assign(question="context"),
-            task_verdicts(view, n_boot=bootstrap).assign(question="task"),
+            context_verdicts(view, rule=rule).assign(question="context"),
+            task_verdicts(view, rule=rule).assign(question="task"),
         ],
         ignore_index=True,
     )
@@ -257,17 +355,12 @@ def compare(
     from scaling.tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    (name_a, doc_a, plan_a), (name_b, doc_b, plan_b) = (
-        resolve_experiment(*first, profile),
-        resolve_experiment(*second, profile),
-    )
+    source_a, source_b = resolve_experiment(*first, profile), resolve_experiment(*second, profile)
+    name_a, name_b = source_a.name, source_b.name
     if name_a == name_b:
         raise AnalysisError(f"both sweeps are the experiment {name_a!r}; compare two different experiments")
     out = (out or Path("analysis_out") / f"{name_a}-vs-{name_b}").resolve()
-    results = [
-        read(name, doc, uri, out / name, planned)
-        for name, doc, planned in ((name_a, doc_a, plan_a), (name_b, doc_b, plan_b))
-    ]
+    results = [read(source, uri, out / source.name) for source in (source_a, source_b)]
     for result in results:
         fit_and_write(result, bootstrap)
     a, b = results
@@ -288,8 +381,11 @@ def compare(
     return a, b, report
 
 
-def log_analysis(uri: str, experiment: str, result: AnalysisResult, extra_tags: dict | None = None) -> str:
-    """Log the outputs as a run tagged kind=analysis in the sweep's experiment, under its parent run."""
+def log_analysis(
+    uri: str, experiment: str, result: AnalysisResult, extra_tags: dict | None = None, report=None
+) -> str:
+    """Log the outputs as a run tagged kind=analysis in the sweep's experiment, under its parent run;
+    ``report`` (run id -> path) writes the report once the run's id is known, logged into the same run."""
     tags = {"kind": "analysis", "sweep": experiment, **(extra_tags or {})}
     name = f"analysis {experiment}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
     files = [
@@ -309,4 +405,5 @@ def log_analysis(uri: str, experiment: str, result: AnalysisResult, extra_tags: 
                 }
             )
         )
-        return Tracker(uri).log_outputs_run(experiment, name, tags, files + [(summary, None)])
+        late = (lambda run_id: [(report(run_id), None)]) if report else None
+        return Tracker(uri).log_outputs_run(experiment, name, tags, files + [(summary, None)], late=late)

@@ -5,28 +5,39 @@ context length n grows at a fixed number of pretraining tasks T, and task-scalin
 falls as T grows at a fixed n (Figs. 1, 7, 8: MLPs task-scale but do not context-scale).
 
 Each group, (sweep, model, T, predictor) for context and (sweep, model, n, predictor) for task
-scaling (finite T only), is judged from its points along the axis (fit.scaling_points).
+scaling, plus every other setting that varies between cells (``task.*``, a ``train.lr`` axis, ...),
+is judged from its points along the axis (``verdict_points``). T = inf (a fresh task for every
+prompt) is the largest T of a task verdict (``Rule.inf_T``; the table's ``x_max`` says ``inf``).
 
 The measure judged is the error relative to the zero predictor on the same prompts (same cell, same n,
 same noise level: ``err / err_zero``, column ``measure`` = "err/zero") wherever every row of the group
-has that partner, else the normalised error itself ("err"). Both estimate the same population quantity
-(errors are normalised by E[y^2]), but the ratio cancels the sampling noise of the query labels that a
-model and the zero predictor share: with 512 prompts the zero predictor's own error moves by ~0.05
-between context lengths, and a model that predicts nothing (Fig. 7's vectorised MLP, within 0.3% of the
-zero predictor at every n) would otherwise "fall" or "rise" with it.
+has that partner, else the normalised error itself ("err"; the zero predictor's is 1 by construction).
+Both estimate the same population quantity (errors are normalised by E[y^2]), but the ratio cancels the
+sampling noise of the query labels that a model and the zero predictor share: with 512 prompts the zero
+predictor's own error moves by ~0.05 between context lengths, and a model that predicts nothing would
+otherwise "fall" or "rise" with it.
 
-- drop: the paired relative drop of error from the smallest to the largest axis value,
-  d_s = 1 - err_s(largest) / err_s(smallest) for each seed s that has both, averaged over seeds;
-  its `level` interval is the percentile interval of that mean over seeds resampled with
-  replacement (`n_boot` resamples). A single seed gives no interval.
-- trend: scipy.stats.page_trend_test over seeds (the seeds with every axis value), for error
-  decreasing along the axis, when there are >= 3 axis values and >= 2 seeds; else NaN.
+- start, end: the measure at the smallest and the largest axis value (means over seeds); end_lo, end_hi
+  its ``level`` percentile interval over seeds resampled with replacement (``n_boot`` resamples).
+- drop: the paired relative drop 1 - end_s / start_s for each seed s that has both ends, averaged over
+  seeds, with the same kind of interval (drop_lo, drop_hi). A single seed gives no interval.
+- trend_p: scipy.stats.page_trend_test over the seeds with every axis value, for error decreasing
+  along the axis, where there are >= 3 axis values and >= 2 seeds; else NaN. Reported, not part of the
+  rule: a curve that saturates (256 tasks as good as fresh ones) has no monotone trend to find, and with
+  2 seeds the test cannot go below p = 1/36 even for a perfect order.
 
-The rule, with threshold t (default 5%) and trend significance trend_alpha (default 0.05):
-- "context-scales" / "task-scales": drop_lo > t, and trend p < trend_alpha where the trend test
-  is available;
+The rule (``Rule``; threshold t = 5%, chance margin m = 5%, 90% intervals):
+- "at chance": the end is within m of the zero predictor or above it (end >= 1 - m), whatever the
+  trend: predicting zero does as well, so nothing was learned to scale;
+- "context-scales" / "task-scales": drop_lo > t and the end is resolved below the zero predictor
+  (end_hi < 1 - m);
 - "does not context-scale" / "does not task-scale": drop_hi < t (a rise of error counts here);
-- "inconclusive": anything else, including a single seed or a single axis value.
+- "inconclusive": anything else (a single seed, a single axis value, an unresolved drop or end); the
+  ``note`` says which.
+
+Baselines do not depend on the model, and most not on T: their rows are judged once per group of
+cells that share their prompts (``collapse_baselines``), not once per model; a baseline whose error
+does not depend on T has no task verdict. The zero predictor, the yardstick of err/zero, has no verdict.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import page_trend_test
 
-from analysis.fit import FORMS, group_keys, scaling_points, seed_draws
+from analysis.fit import FORMS, group_keys, seed_draws
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,41 @@ QUESTIONS: dict[str, Question] = {
     "task": Question("T", "n", "task-scales", "does not task-scale"),
 }
 INCONCLUSIVE = "inconclusive"
+AT_CHANCE = "at chance"
+BASELINE_MODEL = ""  # the model column of a baseline judged once for every model
+ANY_T = math.nan  # the T column of a baseline whose error does not depend on T
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The verdict rule's numbers (the module docstring says how they combine)."""
+
+    threshold: float = 0.05  # a resolved drop: the lower end of its interval above this
+    chance_margin: float = 0.05  # "at chance": ends at or above 1 - margin of the zero predictor
+    level: float = 0.9  # interval level (percentile bootstrap over seeds)
+    n_boot: int = 1000
+    inf_T: str = "largest"  # T = inf in task verdicts: "largest" (the largest T) or "left out"
+
+    def __post_init__(self):
+        if self.inf_T not in ("largest", "left out"):
+            raise ValueError(f"inf_T must be 'largest' or 'left out', got {self.inf_T!r}")
+
+    def text(self) -> str:
+        """The rule in words, for the report (stated once, above the verdict table)."""
+        t, m, lv = f"{self.threshold:.0%}", f"{self.chance_margin:.0%}", f"{self.level:.0%}"
+        inf = "counts as the largest T" if self.inf_T == "largest" else "is left out"
+        return (
+            f"Measure: the model's error divided by the zero predictor's on the same prompts (err/zero; "
+            f"1 = predicting zero). drop = 1 - err(largest)/err(smallest) per seed, averaged over seeds; "
+            f"intervals are {lv} percentile bootstrap intervals over seeds ({self.n_boot} resamples). "
+            f"A model scales when the drop's interval lies above {t} and its final err/zero is resolved "
+            f"below {1 - self.chance_margin:g} (the interval's upper end). It is 'at chance' when its final "
+            f"err/zero is {1 - self.chance_margin:g} or more (within {m} of the zero predictor, or worse), "
+            f"whatever its trend; 'does not scale' when the drop's interval lies below {t}; otherwise "
+            f"inconclusive. Task verdicts: T = inf (a fresh task for every prompt) {inf}; baselines that do "
+            f"not depend on T have none. Page's trend test p (decreasing error; >= 3 axis values and >= 2 "
+            f"seeds) is reported, not required."
+        )
 
 
 def question_named(name: str) -> Question:
@@ -72,16 +118,21 @@ def paired_drops(wide: pd.DataFrame) -> np.ndarray:
     return (1.0 - ends.iloc[:, 1] / ends.iloc[:, 0]).to_numpy()
 
 
-def drop_interval(
-    drops: np.ndarray, n_boot: int, level: float, rng: np.random.Generator
+def mean_interval(
+    values: np.ndarray, n_boot: int, level: float, rng: np.random.Generator
 ) -> tuple[float, float]:
-    """Percentile interval of the mean drop over seeds resampled with replacement (NaN for < 2)."""
-    if len(drops) < 2:
+    """Percentile interval of the mean of `values` (one per seed) over seeds resampled with
+    replacement (NaN for fewer than 2 values)."""
+    values = np.asarray(values, float)
+    if len(values) < 2:
         return math.nan, math.nan
-    means = drops[seed_draws(len(drops), n_boot, rng)].mean(axis=1)  # (n_boot,)
+    means = values[seed_draws(len(values), n_boot, rng)].mean(axis=1)  # (n_boot,)
     tail = 100 * (1 - level) / 2
     lo, hi = np.percentile(means, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+drop_interval = mean_interval  # the interval of the mean drop over seeds (its first use)
 
 
 def trend_p_value(wide: pd.DataFrame) -> float:
@@ -94,63 +145,68 @@ def trend_p_value(wide: pd.DataFrame) -> float:
     return float(page_trend_test(complete.to_numpy()[:, ::-1]).pvalue)
 
 
-def verdict_label(
-    question: Question,
-    drop_lo: float,
-    drop_hi: float,
-    trend_p: float,
-    threshold: float,
-    trend_alpha: float,
-) -> str:
-    """The module docstring's rule."""
-    trend_ok = math.isnan(trend_p) or trend_p < trend_alpha
-    if drop_lo > threshold and trend_ok:
-        return question.yes
-    if drop_hi < threshold:
-        return question.no
-    return INCONCLUSIVE
+def verdict_label(question: Question, v: dict, rule: Rule) -> tuple[str, str]:
+    """(label, note) of one group's numbers under the module docstring's rule."""
+    chance = 1.0 - rule.chance_margin
+    if v["end"] >= chance:
+        return AT_CHANCE, f"ends at {v['end']:.3g} of the zero predictor (>= {chance:g})"
+    if v["n_seeds"] < 2:
+        return INCONCLUSIVE, "fewer than 2 seeds: no interval"
+    if v["drop_lo"] > rule.threshold and v["end_hi"] < chance:
+        return question.yes, ""
+    if v["drop_hi"] < rule.threshold:
+        return question.no, ""
+    why = []
+    if not v["drop_lo"] > rule.threshold:
+        why.append(f"drop not resolved above {rule.threshold:.0%}")
+    if not v["end_hi"] < chance:
+        why.append(f"end not resolved below {chance:g} (upper {v['end_hi']:.3g})")
+    return INCONCLUSIVE, "; ".join(why)
 
 
 def judge_points(
     points: pd.DataFrame,
     question: str,
     *,
-    threshold: float = 0.05,
-    level: float = 0.9,
-    n_boot: int = 1000,
-    trend_alpha: float = 0.05,
+    rule: Rule | None = None,
     rng: np.random.Generator | int = 0,
+    **rule_fields,
 ) -> dict:
-    """Verdict for one group's points (columns seed, err and the question's axis)."""
+    """Verdict for one group's points (columns seed, err and the question's axis). Keywords
+    (threshold, chance_margin, level, n_boot, inf_T) build the rule when ``rule`` is not given."""
+    rule = rule or Rule(**rule_fields)
     q = question_named(question)
     rng = np.random.default_rng(rng)
     wide = points.pivot_table(index="seed", columns=q.axis, values="err", aggfunc="mean")
-    wide = wide.sort_index(axis=1)  # (S, X) ascending axis values
+    wide = wide.sort_index(axis=1)  # (S, X) ascending axis values (inf last)
     drops = paired_drops(wide)
-    lo, hi = drop_interval(drops, n_boot, level, rng)
-    trend_p = trend_p_value(wide)
+    curve = wide.mean(axis=0)
+    end_lo, end_hi = mean_interval(wide.iloc[:, -1].dropna().to_numpy(), rule.n_boot, rule.level, rng)
+    drop_lo, drop_hi = mean_interval(drops, rule.n_boot, rule.level, rng)
     out = {
         "question": question,
         "axis": q.axis,
         "x_min": wide.columns[0],
         "x_max": wide.columns[-1],
         "n_values": wide.shape[1],
-        "n_seeds": len(drops),
+        "n_seeds": int(wide.shape[0]),
+        "start": float(curve.iloc[0]),
+        "end": float(curve.iloc[-1]),
+        "end_lo": end_lo,
+        "end_hi": end_hi,
+        "low": float(curve.min()),
+        "high": float(curve.max()),
         "drop": float(drops.mean()) if len(drops) else math.nan,
-        "drop_lo": lo,
-        "drop_hi": hi,
-        "threshold": threshold,
-        "level": level,
-        "trend_p": trend_p,
-        "note": "",
+        "drop_lo": drop_lo,
+        "drop_hi": drop_hi,
+        "trend_p": trend_p_value(wide),
+        "threshold": rule.threshold,
+        "level": rule.level,
     }
     if wide.shape[1] < 2:
         out.update(verdict=INCONCLUSIVE, note=f"a single {q.axis} value")
         return out
-    if len(drops) < 2:
-        out.update(verdict=INCONCLUSIVE, note="fewer than 2 seeds: no interval")
-        return out
-    out["verdict"] = verdict_label(q, lo, hi, trend_p, threshold, trend_alpha)
+    out["verdict"], out["note"] = verdict_label(q, out, rule)
     return out
 
 
@@ -177,39 +233,88 @@ def relative_to_zero(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ).drop(columns=["_level", "_zero"])
 
 
+def is_model(predictor: pd.Series) -> pd.Series:
+    """Rows of a trained model (``model`` or a split row ``model|<level>``), not of a baseline."""
+    return predictor.astype(str).str.partition("|")[0] == "model"
+
+
+def constant_over(part: pd.DataFrame, col: str, ids: list[str]) -> bool:
+    """Whether a predictor's err is the same at every value of `col` (to float rounding) once the other
+    identifying columns `ids` are fixed."""
+    rest = [c for c in ids if c in part and c != col]
+    spread = part.groupby(rest, dropna=False)["err"].agg(lambda e: e.max() - e.min())
+    return bool(len(spread)) and float(spread.max()) <= 1e-9 * max(1.0, float(part["err"].abs().max()))
+
+
+def collapse_baselines(rows: pd.DataFrame, keys: list[str], question: Question) -> pd.DataFrame:
+    """Baseline rows judged once: a baseline whose error is the same in every model's cells (same
+    prompts) loses its model (``BASELINE_MODEL``), and one whose error is the same at every T as well
+    loses its T (``ANY_T``; in task verdicts it is left out: it cannot task-scale); a baseline that
+    differs (the discrete MMSE depends on T) keeps it."""
+    ids = list(dict.fromkeys([*keys, "seed", "n", "N", "T", "model"]))
+    out = []
+    for _, part in rows.groupby("predictor", sort=True):
+        if "model" in part and constant_over(part, "model", ids):
+            part = part.drop_duplicates([c for c in ids if c in part and c != "model"]).assign(
+                model=BASELINE_MODEL
+            )
+        if "T" in part and constant_over(part, "T", ids):
+            if question.axis == "T":
+                continue
+            part = part.drop_duplicates([c for c in ids if c in part and c != "T"]).assign(T=ANY_T)
+        out.append(part)
+    return pd.concat(out, ignore_index=True) if out else rows.iloc[0:0]
+
+
+def verdict_points(table: pd.DataFrame, question: Question, keys: list[str], rule: Rule) -> pd.DataFrame:
+    """One row per (keys, seed, axis value) with its mean measure: n = N where a group's cells span
+    several N (trained and tested at the same length, seed 001 App. A), every n of a group of one N;
+    n >= 1; task verdicts keep T = inf as the largest T unless the rule leaves it out."""
+    rows = table
+    lattice = [k for k in keys if k != "n"]
+    group_Ns = (
+        rows.groupby(lattice, dropna=False)["N"].transform("nunique") if lattice else rows["N"].nunique()
+    )
+    rows = rows[(group_Ns == 1) | (rows["n"] == rows["N"])]
+    rows = rows[rows["n"] >= 1]
+    if question.axis == "T":
+        rows = rows[(rows["T"] > 0) & (np.isfinite(rows["T"]) | (rule.inf_T == "largest"))]
+    rows = rows[np.isfinite(rows["err"]) & (rows["err"] > 0)]
+    cols = list(dict.fromkeys([*keys, "seed", question.axis]))
+    return rows.groupby(cols, dropna=False, sort=True)["err"].mean().reset_index()
+
+
 def scaling_verdicts(
     table: pd.DataFrame,
     question: str,
     *,
     by: tuple[str, ...] | None = None,
-    select: str = "auto",
-    n_min: int = 1,
-    threshold: float = 0.05,
-    level: float = 0.9,
-    n_boot: int = 1000,
-    trend_alpha: float = 0.05,
+    rule: Rule | None = None,
     rng: np.random.Generator | int = 0,
     against_zero: bool = True,
+    **rule_fields,
 ) -> pd.DataFrame:
-    """One verdict row per group of the tidy table for `question` ("context" or "task").
-
-    Groups and point selection are those of the fit of the same name (fit.group_keys,
-    fit.scaling_points: by default n == N where a group's cells span several N, every evaluated n
-    of a group of one N, n >= n_min, finite T for task scaling). `against_zero` judges err / err_zero
-    where the zero predictor ran on the same prompts (relative_to_zero; the module docstring says why).
-    """
+    """One verdict row per group of the tidy table for `question` ("context" or "task"); the trained
+    models' rows first, then each baseline once (``collapse_baselines``). `against_zero` judges
+    err / err_zero where the zero predictor ran on the same prompts (the module docstring says why).
+    Keywords as judge_points build the rule when ``rule`` is not given."""
+    rule = rule or Rule(**rule_fields)
     q = question_named(question)
     rng = np.random.default_rng(rng)
     keys = group_keys(table, FORMS[question], by)
     table = relative_to_zero(table, keys) if against_zero else table.assign(measure="err")
     keys = [*keys, "measure"]  # constant within a group: carried into the verdict rows
-    pts = scaling_points(table, (q.axis,), keys, select, n_min)
+    if "predictor" in table:  # the zero predictor is the yardstick (err/zero = 1), not a candidate
+        table = table[table["predictor"].astype(str).str.partition("|")[0] != "zero"]
+    trained = is_model(table["predictor"]) if "predictor" in table else pd.Series(True, index=table.index)
+    parts = [table[trained], collapse_baselines(table[~trained], keys, q)]
     rows = []
-    for key, group in pts.groupby(keys, dropna=False, sort=True):
-        verdict = judge_points(
-            group, question, threshold=threshold, level=level, n_boot=n_boot, trend_alpha=trend_alpha, rng=rng
-        )
-        rows.append({**dict(zip(keys, key)), **verdict})
+    for part in parts:
+        if part.empty:
+            continue
+        pts = verdict_points(part, q, keys, rule)
+        for key, group in pts.groupby(keys, dropna=False, sort=True):
+            rows.append({**dict(zip(keys, key)), **judge_points(group, question, rule=rule, rng=rng)})
     return pd.DataFrame(rows)
 
 
@@ -223,27 +328,144 @@ def task_verdicts(table: pd.DataFrame, **kwargs) -> pd.DataFrame:
     return scaling_verdicts(table, "task", **kwargs)
 
 
-def _value(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:g}"
+def value_text(x) -> str:
+    """A number as a reader writes it: inf, 16, 1e5, 0.1 (NaN: 'any')."""
+    x = float(x)
+    if math.isnan(x):
+        return "any"
+    if math.isinf(x):
+        return "inf"
+    if x >= 1e4 and math.log10(x) == int(math.log10(x)):
+        return f"1e{int(math.log10(x))}"
+    return f"{x:g}"
+
+
+def setting_columns(verdicts: pd.DataFrame) -> list[str]:
+    """The group columns beyond sweep/model/T/n/predictor (task.* and other settings that vary)."""
+    fixed = {"sweep", "model", "T", "n", "N", "predictor", "measure", "question", "axis", "seed"}
+    known = set(VERDICT_NUMBERS)
+    return [c for c in verdicts.columns if c not in fixed and c not in known and "." in c]
+
+
+VERDICT_NUMBERS = [
+    "x_min",
+    "x_max",
+    "n_values",
+    "n_seeds",
+    "start",
+    "end",
+    "end_lo",
+    "end_hi",
+    "low",
+    "high",
+    "drop",
+    "drop_lo",
+    "drop_hi",
+    "trend_p",
+    "threshold",
+    "level",
+    "verdict",
+    "note",
+]
 
 
 def unit_names(verdicts: pd.DataFrame) -> pd.Series:
-    """The name a verdict row's unit goes by in the answer: the model, prefixed by the sweep when
-    there are several sweeps and followed by the task.* settings that vary."""
+    """The name a verdict row's unit goes by in the answer: the model (the predictor for a baseline),
+    prefixed by the sweep when there are several and followed by the settings that vary."""
     name = verdicts["model"].astype(str)
+    if "predictor" in verdicts:
+        split = verdicts["predictor"].astype(str).str.partition("|")
+        name = name.where(split[0] == "model", split[0]) + np.where(split[2] != "", " [" + split[2] + "]", "")
     if "sweep" in verdicts and verdicts["sweep"].nunique() > 1:
         name = verdicts["sweep"].astype(str) + "/" + name
-    varying = [c for c in verdicts if c.startswith("task.") and verdicts[c].nunique() > 1]
-    for c in varying:
-        name = name + f" {c[len('task.') :]}=" + verdicts[c].astype(str)
+    for c in setting_columns(verdicts):
+        if verdicts[c].nunique() > 1:
+            name = name + f" {c.split('.', 1)[1]}=" + verdicts[c].astype(str)
     return name
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def span(lo: float, hi: float) -> str:
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
+
+
+def numbers(row: pd.Series) -> str:
+    """A verdict row's evidence in words: the measure from start to end, the drop with its interval."""
+    q = question_named(row["question"])
+    what = "err/zero" if row.get("measure", "err/zero") == "err/zero" else "error"
+    text = (
+        f"{what} {row['start']:.2f} -> {row['end']:.2f} from {q.axis} = {value_text(row['x_min'])} to "
+        f"{value_text(row['x_max'])}"
+    )
+    if not math.isnan(row["drop_lo"]):
+        text += f", drop {_pct(row['drop'])} [{_pct(row['drop_lo'])}, {_pct(row['drop_hi'])}]"
+    elif not math.isnan(row["drop"]):
+        text += f", drop {_pct(row['drop'])}"
+    return text
+
+
+def group_phrase(rows: pd.DataFrame, q: Question) -> str:
+    """The groups of one unit that share a verdict, in words with numbers: the verdict, the fixed
+    values it holds at, and the numbers (of the largest fixed value when there are several; for "at
+    chance" the range of err/zero over all of them)."""
+    verdict = rows["verdict"].iloc[0]
+    at = f"{q.fixed} = {', '.join(value_text(v) for v in rows[q.fixed])}"
+    word = {
+        q.yes: q.yes,
+        q.no: "does not " + q.yes[:-1],
+        AT_CHANCE: "at chance",
+        INCONCLUSIVE: "inconclusive",
+    }[verdict]
+    if verdict == AT_CHANCE:
+        what = "err/zero" if rows["measure"].eq("err/zero").all() else "error"
+        return (
+            f"{word} at {at} ({what} {span(rows['low'].min(), rows['high'].max())} over {q.axis} = "
+            f"{value_text(rows['x_min'].min())}..{value_text(rows['x_max'].max())}: "
+            "no better than predicting zero)"
+        )
+    rep = rows.iloc[-1]
+    where = f"at {q.fixed} = {value_text(rep[q.fixed])}: " if len(rows) > 1 else ""
+    return f"{word} at {at} ({where}{numbers(rep)})"
+
+
+def unit_sentence(name: str, group: pd.DataFrame, q: Question) -> str:
+    """One unit's verdicts on one question in words with numbers, e.g. "gpt2 context-scales at T = inf
+    (err/zero 0.42 -> 0.27 from n = 8 to 16, drop 30% [6%, 53%])"; a unit that never scales says so first."""
+    group = group.sort_values(q.fixed, na_position="first")
+    order = [q.yes, INCONCLUSIVE, q.no, AT_CHANCE]
+    phrases = [group_phrase(group[group["verdict"] == v], q) for v in order if (group["verdict"] == v).any()]
+    if group["verdict"].isin([q.yes, INCONCLUSIVE]).any() or not group["verdict"].eq(AT_CHANCE).any():
+        return f"{name} " + "; ".join(phrases)
+    no = f"does not {q.yes[:-1]}"  # never scales, at chance somewhere: say so first
+    return f"{name} {no}: " + "; ".join(p.removeprefix(no + " ") for p in phrases)
+
+
+def question_sentence(verdicts: pd.DataFrame, question: str) -> str:
+    q = question_named(question)
+    title = {"context": "Context scaling", "task": "Task scaling"}[question]
+    if verdicts.empty:
+        return f"{title}: no groups."
+    names = unit_names(verdicts)
+    return (
+        f"{title}: "
+        + " | ".join(unit_sentence(name, verdicts[names == name], q) for name in sorted(names.unique()))
+        + "."
+    )
+
+
+def answer_line(context: pd.DataFrame, task: pd.DataFrame) -> str:
+    """The answer in words with numbers: which models context-scale and which task-scale."""
+    return " ".join(question_sentence(v, q) for q, v in (("context", context), ("task", task)))
 
 
 def verdict_summary(verdicts: pd.DataFrame, question: str) -> dict[str, list[str]]:
     """Label -> the units (unit_names) given it. A unit whose groups disagree is listed under each
-    label with the fixed axis value, e.g. "mlp [T=1e+06]"."""
+    label with the fixed axis value, e.g. "mlp [T=1e6]"."""
     q = question_named(question)
-    labels = {q.yes: [], q.no: [], INCONCLUSIVE: []}
+    labels = {q.yes: [], q.no: [], AT_CHANCE: [], INCONCLUSIVE: []}
     if verdicts.empty:
         return labels
     for name, group in verdicts.groupby(unit_names(verdicts), sort=True):
@@ -251,50 +473,60 @@ def verdict_summary(verdicts: pd.DataFrame, question: str) -> dict[str, list[str
             labels[group["verdict"].iloc[0]].append(name)
             continue
         for _, row in group.iterrows():
-            labels[row["verdict"]].append(f"{name} [{q.fixed}={_value(row[q.fixed])}]")
+            labels[row["verdict"]].append(f"{name} [{q.fixed}={value_text(row[q.fixed])}]")
     return labels
 
 
-def answer_line(context: pd.DataFrame, task: pd.DataFrame) -> str:
-    """The one-line answer: which models context-scale and which task-scale."""
-    parts = []
-    for question, verdicts in (("context", context), ("task", task)):
-        q = question_named(question)
-        labels = verdict_summary(verdicts, question)
-        named = {k: ", ".join(v) or "none" for k, v in labels.items()}
-        parts.append(
-            f"{q.yes.replace('scales', 'scale')}: {named[q.yes]} "
-            f"(not: {named[q.no]}; inconclusive: {named[INCONCLUSIVE]})"
-        )
-    return "; ".join(parts) + "."
+def display_table(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table as a reader wants it: numbers rounded, intervals as [lo, hi], T = inf and
+    'any' spelled out, a baseline's blank model shown as 'baseline'."""
+    if verdicts.empty:
+        return verdicts
+    v = verdicts
+    q = question_named(v["question"].iloc[0])
+    out = pd.DataFrame({"question": v["question"]})
+    for c in ["sweep", *setting_columns(v)]:
+        if c in v and v[c].nunique(dropna=False) > 1:
+            out[c] = v[c].astype(str)
+    out["model"] = v["model"].replace({BASELINE_MODEL: "(baseline)"})
+    out["predictor"] = v["predictor"]
+    out[q.fixed] = v[q.fixed].map(value_text)
+    out[f"{q.axis} range"] = [f"{value_text(a)} -> {value_text(b)}" for a, b in zip(v["x_min"], v["x_max"])]
+    out["seeds"] = v["n_seeds"]
+    out["start"] = v["start"].map(lambda x: f"{x:.3f}")
+    out["end [interval]"] = [
+        f"{e:.3f}" + ("" if math.isnan(lo) else f" [{lo:.3f}, {hi:.3f}]")
+        for e, lo, hi in zip(v["end"], v["end_lo"], v["end_hi"])
+    ]
+    out["drop [interval]"] = [
+        ("" if math.isnan(d) else _pct(d)) + ("" if math.isnan(lo) else f" [{_pct(lo)}, {_pct(hi)}]")
+        for d, lo, hi in zip(v["drop"], v["drop_lo"], v["drop_hi"])
+    ]
+    out["trend p"] = v["trend_p"].map(lambda p: "" if math.isnan(p) else f"{p:.2g}")
+    out["measure"] = v["measure"] if "measure" in v else "err"
+    out["verdict"] = v["verdict"]
+    out["note"] = v["note"]
+    return out.reset_index(drop=True)
 
 
 def format_verdicts(
-    context: pd.DataFrame, task: pd.DataFrame, predictors: tuple[str, ...] = ("model",)
+    context: pd.DataFrame,
+    task: pd.DataFrame,
+    predictors: tuple[str, ...] | None = None,
+    rule: Rule | None = None,
 ) -> str:
-    """Text report: the one-line answer for the given predictors, then both verdict tables."""
-    pick = [v[v["predictor"].isin(predictors)] if "predictor" in v else v for v in (context, task)]
-    lines = [answer_line(*pick)]
-    cols = [
-        "model",
-        "predictor",
-        "x_min",
-        "x_max",
-        "n_seeds",
-        "drop",
-        "drop_lo",
-        "drop_hi",
-        "trend_p",
-        "verdict",
-        "note",
+    """Text report: the answer in words, the rule once, then both verdict tables (models first,
+    then each baseline once; ``predictors`` keeps only those)."""
+    pick = [
+        v[v["predictor"].isin(predictors)] if predictors and "predictor" in v else v for v in (context, task)
     ]
-    sections = (("Context scaling", pick[0], "T"), ("Task scaling", pick[1], "n"))
-    for title, verdicts, fixed in sections:
+    answer = [v[is_model(v["predictor"])] if "predictor" in v else v for v in pick]
+    lines = [answer_line(*answer), "", f"Rule: {(rule or Rule()).text()}"]
+    for title, verdicts in (("Context scaling", pick[0]), ("Task scaling", pick[1])):
         lines.append(f"\n{title}:")
-        if verdicts.empty:
-            lines.append("  (no groups)")
-            continue
-        tasks = sorted(c for c in verdicts if c.startswith("task."))
-        shown = [c for c in ["sweep", *tasks, fixed, *cols] if c in verdicts]
-        lines.append(verdicts[shown].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        lines.append(
+            "  (no groups)"
+            if verdicts.empty
+            else display_table(verdicts).drop(columns="question").to_string(index=False)
+        )
     return "\n".join(lines)

@@ -307,10 +307,16 @@ class Tracker:
         return runs[0].info.run_id if runs else None
 
     def log_outputs_run(
-        self, experiment: str, run_name: str, tags: dict[str, str], files: list[tuple[str | Path, str | None]]
+        self,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, str],
+        files: list[tuple[str | Path, str | None]],
+        late: Callable[[str], list[tuple[str | Path, str | None]]] | None = None,
     ) -> str:
         """A finished run of ``experiment`` (nested under the sweep's parent run when there is one) holding
-        ``files`` as artifacts, each (path, artifact sub-directory or None); its run id (analysis uses it)."""
+        ``files`` as artifacts, each (path, artifact sub-directory or None); its run id (analysis uses it).
+        ``late(run_id)`` gives more files made once the run's id is known (a report that names its run)."""
         experiment_id = self.experiment_id(experiment)
         if experiment_id is None:
             raise LookupError(f"no MLflow experiment named {experiment!r} in {self.uri}")
@@ -321,7 +327,7 @@ class Tracker:
         run = retrying(
             lambda: self.client.create_run(experiment_id, run_name=run_name, tags=tags), "creating run"
         )
-        for path, sub in files:
+        for path, sub in [*files, *(late(run.info.run_id) if late else [])]:
             retrying(
                 lambda: self.client.log_artifact(run.info.run_id, str(path), sub),
                 f"logging {Path(path).name}",

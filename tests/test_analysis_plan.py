@@ -6,7 +6,14 @@ from analysis.run import restrict_to_plan
 
 
 def test_restrict_to_plan_drops_stale_and_lists_unstarted():
-    table = pd.DataFrame({"cell_key": ["a", "a", "b", "old"], "err": [0.1, 0.2, 0.3, 0.4]})
+    table = pd.DataFrame(
+        {
+            "cell_key": ["a", "a", "b", "old"],
+            "model": "m",
+            "err": [0.1, 0.2, 0.3, 0.4],
+            "param.train.steps": ["9", "9", "9", "60"],
+        }
+    )
     missing = pd.DataFrame(
         [
             {"cell_key": "c", "run_id": "r3", "name": "c", "status": "failed", "error": "boom"},
@@ -20,7 +27,10 @@ def test_restrict_to_plan_drops_stale_and_lists_unstarted():
         "c": "failed",
         "d": "not started",
     }
-    assert notes == ["1 complete cells in the experiment are not in the sweep file and were left out"]
+    assert notes == [
+        "1 complete cells of the experiment are not cells of this sweep file as given (they have "
+        "train.steps = 60); left out (analyse them with the --set they were made with)"
+    ]
 
 
 def test_restrict_to_plan_with_nothing_missing():

@@ -2,9 +2,11 @@
 load_table's cache (a warm read downloads nothing), the report's contents, the comparison of two sweeps,
 and, marked slow, a thousand runs read back with a warm cache."""
 
+import html
 import math
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -70,7 +72,7 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     uri, _ = store
     result = analyse(None, "fig1-quick", tracking_uri=uri, out=tmp_path / "out", bootstrap=30)
     page = (tmp_path / "out" / "report.html").read_text()
-    assert result.answer() in page and "context-scale: gpt2" in result.answer()
+    assert html.escape(result.answer()) in page and "gpt2 context-scales" in result.answer()
     for heading in (
         "Verdicts",
         "Figures",
@@ -87,11 +89,17 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
         "task-scales",
         "does not task-scale",
         "inconclusive",
+        "at chance",
     }
     assert all(v in page for v in verdicts["verdict"].unique())
-    bounds = result.fits[["E_lo", "alpha_lo", "alpha_hi", "beta_lo"]].to_numpy().ravel()
-    bounds = bounds[np.isfinite(bounds) & (bounds != 0)]
-    assert len(bounds) and all(repr(float(v)) in page for v in bounds)  # intervals at full precision
+    fitted = result.fits[result.fits["converged"] & (result.fits["form"] == "context")]
+    assert len(fitted) and all(
+        f"{r.alpha:.4g} [{r.alpha_lo:.4g}, {r.alpha_hi:.4g}]" in page for r in fitted.itertuples()
+    )  # value [interval] for each fit
+    csv = pd.read_csv(tmp_path / "out" / "fits.csv")
+    np.testing.assert_array_equal(
+        csv["alpha_lo"].to_numpy(), result.fits["alpha_lo"].to_numpy()
+    )  # full precision
     assert "RuntimeError: loss is NaN at step 120" in page
     assert all(run_id in page for run_id in result.table["run_id"].unique())
     assert len(re.findall("data:image/png;base64", page)) == 1
@@ -103,6 +111,8 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     assert run.data.tags["kind"] == "analysis" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"report.html", "fig1.png", "table.parquet", "fits.csv"} <= artifacts
+    logged = Path(client.download_artifacts(result.run_id, "report.html", str(tmp_path))).read_text()
+    assert f"this analysis is the run <code>{result.run_id}</code>" in logged  # the report names its own run
 
 
 def test_compare_two_sweeps_in_one_report(store, tmp_path, capsys):

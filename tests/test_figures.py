@@ -170,7 +170,11 @@ def lines_by_label(ax) -> dict:
 def test_theory_baselines_and_zero_line_follow_the_paper():
     fig = figures.draw(full_table("fig1"), "fig1").figures["fig1"]
     lines = lines_by_label(fig.axes[1])
-    theory, ols, zero = lines["Bayes ridge (theory)"], lines["OLS"], lines["zero predictor"]
+    theory, ols, zero = (
+        lines["Bayes ridge (theory)"],
+        lines["OLS"],
+        lines["zero predictor (error = E[y\u00b2])"],
+    )
     assert theory.get_color() == "k" and theory.get_linestyle() == "-."
     assert ols.get_linestyle() == "--" and ols.get_color() == "0.35"
     assert list(zero.get_ydata()) == [1.0, 1.0] and zero.get_linestyle() == ":"
@@ -213,12 +217,14 @@ def test_fig2_notes_the_ridge_lambda_panel_it_cannot_draw():
     assert any("ridge error vs lambda" in note for note in drawn.notes)
 
 
-def test_task_panel_draws_inf_at_the_right_edge():
+def test_task_panel_draws_inf_at_the_right_edge_past_a_break():
     fig = figures.draw(full_table("fig1"), "fig1").figures["fig1"]
     ax = fig.axes[0]
     gpt2 = lines_by_label(ax)["gpt2"]
-    assert list(gpt2.get_xdata()) == [100, 1e5, 1e6, 4e6]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "1e5", "1e6", "inf"]
+    assert list(gpt2.get_xdata()) == [100, 1e5, 1e6]  # the finite T, joined
+    fresh = [line for line in ax.get_lines() if list(line.get_xdata()) == [8e6]]
+    assert fresh and fresh[0].get_markerfacecolor() == "white"  # T = inf: an open marker, apart
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "1e5", "1e6", "\u221e\n(fresh)"]
 
 
 def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):

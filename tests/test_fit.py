@@ -116,9 +116,10 @@ def test_task_fit_recovers_beta():
         noise=0.01,
     )
     fits = fit_task_scaling(tab, n_boot=200)
-    assert len(fits) == 1, "T = inf must not form a point of the task fit"
+    assert len(fits) == 1
     fit = fits.iloc[0]
-    assert fit.converged and fit.n_points == 20
+    assert fit.converged and fit.n_points == 24, "T = inf is a point of the task fit: its task term is 0"
+    assert fit.E == pytest.approx(0.1, rel=0.05)
     assert fit.beta == pytest.approx(0.5, abs=0.05)
     assert fit.beta_lo <= fit.beta <= fit.beta_hi and fit.beta_hi - fit.beta_lo < 0.1
     assert math.isnan(fit.alpha)
@@ -184,7 +185,7 @@ def test_too_few_points_are_not_fitted():
     assert "not fitted" in fit["message"]
 
 
-def test_scaling_points_selects_diagonal_finite_T_and_averages_duplicates():
+def test_scaling_points_selects_diagonal_positive_T_and_averages_duplicates():
     base = dict(sweep="s", model="m", predictor="model", T=10.0, seed=0)
     rows = [
         dict(base, N=5, n=5, err=0.5),
@@ -197,7 +198,7 @@ def test_scaling_points_selects_diagonal_finite_T_and_averages_duplicates():
     table = pd.DataFrame(rows)
     keys = ["sweep", "model", "predictor"]
     diag = scaling_points(table, ("n", "T"), keys, select="diagonal")
-    assert diag[["n", "T", "err"]].values.tolist() == [[5, 10.0, 0.5], [10, 10.0, 0.3]]
+    assert diag[["n", "T", "err"]].values.tolist() == [[5, 10.0, 0.5], [10, 10.0, 0.3], [10, INF, 0.4]]
     every = scaling_points(table, ("n",), keys + ["T"], select="all", n_min=0)
     at_5 = every[(every.n == 5) & (every["T"] == 10.0)].err
     assert at_5.tolist() == [pytest.approx(0.6)]

@@ -8,6 +8,7 @@ import pytest
 from synthetic_tables import saturating_law, synthetic_table
 
 from analysis.verdicts import (
+    Rule,
     answer_line,
     context_verdicts,
     drop_interval,
@@ -69,8 +70,10 @@ def test_flat_in_T_does_not_task_scale_and_falling_one_does():
     flat = table(saturating_law(E=0.1, A=1.0, alpha=0.8), "feature-map")
     falling = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "mlp", seed=1)
     verdicts = task_verdicts(pd.concat([flat, falling]), n_boot=500)
-    assert len(verdicts) == 2 * len(NS), "T = inf must not be an axis value"
-    assert set(verdicts.x_max) == {1e5}
+    assert len(verdicts) == 2 * len(NS), "one verdict per (model, n)"
+    assert set(verdicts.x_max) == {INF}, "T = inf counts as the largest T"
+    left_out = task_verdicts(pd.concat([flat, falling]), rule=Rule(n_boot=500, inf_T="left out"))
+    assert set(left_out.x_max) == {1e5} and set(left_out.verdict) == set(verdicts.verdict)
     assert set(verdicts[verdicts.model == "feature-map"].verdict) == {"does not task-scale"}
     assert set(verdicts[verdicts.model == "mlp"].verdict) == {"task-scales"}
 
@@ -90,7 +93,7 @@ def test_single_seed_and_noisy_borderline_are_inconclusive():
         {
             "seed": np.repeat(range(4), 3),
             "n": [5, 10, 40] * 4,
-            "err": [v for d in drops for v in (1.0, 1 - d / 2, 1 - d)],
+            "err": [v for d in drops for v in (0.5, 0.5 - d / 4, 0.5 - d / 2)],
         }
     )
     borderline = judge_points(points, "context", n_boot=500)
@@ -98,13 +101,14 @@ def test_single_seed_and_noisy_borderline_are_inconclusive():
     assert borderline["verdict"] == "inconclusive"
 
 
-def test_significant_drop_without_trend_is_inconclusive():
+def test_a_resolved_drop_scales_and_the_trend_test_is_reported_not_required():
     points = pd.DataFrame(
         {"seed": [0, 0, 0, 1, 1, 1], "n": [5, 10, 40] * 2, "err": [1.0, 0.5, 0.8, 1.0, 0.5, 0.8]}
     )
-    verdict = judge_points(points, "context", n_boot=200, trend_alpha=0.01)
+    verdict = judge_points(points, "context", n_boot=200)
     assert verdict["drop_lo"] > 0.05 and verdict["trend_p"] > 0.01
-    assert verdict["verdict"] == "inconclusive"
+    assert verdict["verdict"] == "context-scales"
+    assert (verdict["start"], verdict["end"], verdict["low"]) == (1.0, 0.8, 0.5)
 
 
 def test_answer_names_models_and_splits_mixed_ones():
@@ -113,13 +117,25 @@ def test_answer_names_models_and_splits_mixed_ones():
     context = context_verdicts(pd.concat([gpt2, mlp]), n_boot=200)
     task = task_verdicts(pd.concat([gpt2, mlp]), n_boot=200)
     line = answer_line(context, task)
-    assert line.startswith("context-scale: gpt2 (not: mlp; inconclusive: none); ")
-    assert "task-scale: gpt2, mlp (not: none" in line
+    assert line.startswith(
+        "Context scaling: gpt2 context-scales at T = 100, 1000, 1e4, 1e5, inf (at T = inf: error 0.3"
+    )
+    assert (
+        "| mlp does not context-scale at T = 100, 1000, 1e4, 1e5, inf (at T = inf: error 0.30 -> 0.30" in line
+    )
+    assert (
+        "Task scaling: gpt2 task-scales at n = 5, 10, 20, 40" in line and "| mlp task-scales at n = 5" in line
+    )
+    assert "drop 68% [68%, 69%]" in line
     mixed = context.copy()
     mixed.loc[(mixed.model == "mlp") & (mixed["T"] == INF), "verdict"] = "context-scales"
-    assert "context-scale: gpt2, mlp [T=inf] (not: mlp [T=100]" in answer_line(mixed, task)
+    assert "| mlp context-scales at T = inf (error 0.30 -> 0.30" in answer_line(mixed, task)
+    assert (
+        "; does not context-scale at T = 100, 1000, 1e4, 1e5 (at T = 1e5: error 0.31 -> 0.30"
+        in answer_line(mixed, task)
+    )
     text = format_verdicts(context, task)
-    assert text.splitlines()[0] == line and "Task scaling:" in text
+    assert text.splitlines()[0] == line and "Task scaling:" in text and "Rule: " in text
 
 
 def test_units_carry_the_task_settings_that_vary():
@@ -129,7 +145,8 @@ def test_units_carry_the_task_settings_that_vary():
     context = context_verdicts(pd.concat([linear, relu]), n_boot=200)
     assert len(context) == 2 * len(TS)
     line = answer_line(context, task_verdicts(pd.concat([linear, relu]), n_boot=200))
-    assert line.startswith("context-scale: sgpt name=linear (not: sgpt name=relu;")
+    assert line.startswith("Context scaling: sgpt name=linear context-scales at T = 100")
+    assert "| sgpt name=relu does not context-scale at T = 100" in line
 
 
 def test_baselines_are_left_out_of_the_answer_by_default():
@@ -139,7 +156,8 @@ def test_baselines_are_left_out_of_the_answer_by_default():
     context = context_verdicts(both, n_boot=100)
     assert set(context.predictor) == {"model", "ridge"}
     text = format_verdicts(context, task_verdicts(both, n_boot=100))
-    assert "ridge" not in text
+    answer, tables = text.split("\nRule: ")
+    assert "ridge" not in answer and "ridge" in tables
 
 
 def test_unknown_question_lists_known():
@@ -179,11 +197,11 @@ def tracking_zero_table(drop_zero_of: str | None = None) -> pd.DataFrame:
 def test_verdicts_judge_error_relative_to_the_zero_predictor_on_the_same_prompts():
     table = tracking_zero_table()
     raw = context_verdicts(table, n_boot=300, against_zero=False)
-    assert set(raw.verdict) == {"context-scales"} and set(raw.measure) == {"err"}
+    assert one(raw, predictor="model").verdict == "context-scales" and set(raw.measure) == {"err"}
     paired = context_verdicts(table, n_boot=300)
     assert set(paired.measure) == {"err/zero"}
-    assert len(paired) == 4  # model, zero, each plain and per noise level
-    assert set(paired.verdict) == {"does not context-scale"}
+    assert len(paired) == 2  # the model, plain and per noise level (the zero predictor is the yardstick)
+    assert set(paired.verdict) == {"at chance"}  # within 0.1% of the zero predictor at every n
     assert abs(one(paired, predictor="model|noise_std=0.5")["drop"]) < 1e-3
 
 

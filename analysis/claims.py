@@ -1,0 +1,253 @@
+"""The claims of seed 001 (Abedsoltan et al., Figs. 1-8), each checked against an analysed sweep.
+
+A claim names its figure, says what the paper states, and checks it on the figure's sweep. A scaling claim
+reads the verdict table (analysis.verdicts) at the paper's fixed value (context scaling at the sweep's
+largest T, task scaling at the n nearest the paper's N = 10): "reproduced" when the verdict is the paper's;
+"not reproduced" when it is the opposite, or "at chance" where the paper has the model scaling;
+"inconclusive" when the verdict is, or when the paper has the model not scaling and it is at chance (a model
+that learned nothing shows neither). A comparison claim reads the errors at the largest context length
+(COMPARABLE states its rule). A figure whose experiment is not in the store gives "not run" for each of
+its claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from .verdicts import AT_CHANCE, INCONCLUSIVE, QUESTIONS, numbers, value_text
+
+REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
+COMPARABLE = 1.5  # "comparable": the larger error at most this factor above the smaller one
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # reproduced / not reproduced / inconclusive / not run
+    evidence: str  # the verdict or comparison with its numbers
+
+
+@dataclass(frozen=True)
+class Claim:
+    figure: str  # fig1 .. fig8: the sweep file and figure layout
+    panel: str  # "1A", "7B", ...
+    text: str  # what the paper states
+    check: Callable[[object], Outcome]  # AnalysisResult -> Outcome
+
+
+def _task_rows(frame: pd.DataFrame, family: str | None, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows of one task family: by the frame's family column, or, in a frame without one (a sweep of a
+    single family), all of them when that family is the sweep's (``table``'s) and none otherwise."""
+    if family is None:
+        return frame
+    for col in ("task.family", "param.task.family"):
+        if col in frame:
+            return frame[frame[col].astype(str) == family]
+    source = table if table is not None else frame
+    families = set(source["param.task.family"].astype(str)) if "param.task.family" in source else set()
+    return frame if families == {family} else frame.iloc[0:0]
+
+
+def scaling(
+    question: str, model: str, expect: bool, family: str | None = None, near: float | None = None
+) -> Callable[[object], Outcome]:
+    """A check that `model` does (expect=True) or does not scale on `question`, on one task family: the
+    group at the largest T for context scaling (T = inf, the paper's 1e5-1e6), the n nearest `near`
+    (the paper's N = 10) for task scaling."""
+    q = QUESTIONS[question]
+
+    def check(result) -> Outcome:
+        v = result.verdicts
+        if v is None or v.empty:
+            return Outcome(NOT_RUN, "no verdicts")
+        rows = _task_rows(
+            v[(v["question"] == question) & (v["model"] == model) & (v["predictor"] == "model")],
+            family,
+            result.table,
+        )
+        if rows.empty:
+            return Outcome(NOT_RUN, f"no {model} cells" + (f" on {family}" if family else ""))
+        fixed = rows[q.fixed].astype(float)
+        pick = fixed.max() if near is None else min(fixed.unique(), key=lambda x: (abs(x - near), x))
+        row = rows[fixed == pick].iloc[0]
+        verdict = row["verdict"]
+        said = f"{verdict} at {q.fixed} = {value_text(pick)}: " + (
+            f"err/zero {row['low']:.2f}-{row['high']:.2f}" if verdict == AT_CHANCE else numbers(row)
+        )
+        if verdict == INCONCLUSIVE:
+            return Outcome(INCONCLUSIVE, said + (f" ({row['note']})" if row.get("note") else ""))
+        if verdict == AT_CHANCE:  # learned nothing: no evidence for scaling, nor for its absence
+            return Outcome(
+                NOT_REPRODUCED if expect else INCONCLUSIVE,
+                said
+                + ": no better than predicting zero"
+                + ("" if expect else ", so its not scaling says nothing"),
+            )
+        scales = verdict == q.yes
+        return Outcome(REPRODUCED if scales == expect else NOT_REPRODUCED, said)
+
+    return check
+
+
+def final_error(result, model: str, family: str | None = None) -> tuple[float, float] | None:
+    """(mean error over seeds at the largest evaluated n = N of the largest N, that n) of a model."""
+    t = result.table
+    rows = _task_rows(t[(t["model"] == model) & (t["predictor"] == "model")], family)
+    if rows.empty:
+        return None
+    rows = rows[rows["N"] == rows["N"].max()]
+    rows = rows[rows["T"] == rows["T"].max()]
+    n = rows["n"].max()
+    return float(rows[rows["n"] == n]["err"].mean()), float(n)
+
+
+def final_baseline(result, name: str, family: str | None = None) -> float | None:
+    t = result.table
+    rows = _task_rows(t[t["predictor"] == name], family)
+    if rows.empty:
+        return None
+    rows = rows[rows["N"] == rows["N"].max()]
+    return float(rows[rows["n"] == rows["n"].max()]["err"].mean())
+
+
+def comparable(
+    a: str, b: str, family: str | None = None, baseline: bool = False
+) -> Callable[[object], Outcome]:
+    """A check that `a` and `b` (models; `b` a baseline when ``baseline``) reach errors within a factor
+    COMPARABLE of each other at the largest n."""
+
+    def check(result) -> Outcome:
+        first = final_error(result, a, family)
+        second = final_baseline(result, b, family) if baseline else final_error(result, b, family)
+        if first is None or second is None:
+            return Outcome(
+                NOT_RUN, f"no {a if first is None else b} rows" + (f" on {family}" if family else "")
+            )
+        err_a, n = first
+        err_b = second if baseline else second[0]
+        ratio = err_a / err_b
+        ok = 1 / COMPARABLE <= ratio <= COMPARABLE
+        return Outcome(
+            REPRODUCED if ok else NOT_REPRODUCED,
+            f"at n = {n:g}: {a} {err_a:.3f}, {b} {err_b:.3f} (ratio {ratio:.2f}; comparable means "
+            f"within {COMPARABLE:g}x)",
+        )
+
+    return check
+
+
+def better(a: str, b: str, family: str | None = None) -> Callable[[object], Outcome]:
+    """A check that model `a` ends below baseline `b` at the largest n."""
+
+    def check(result) -> Outcome:
+        first, second = final_error(result, a, family), final_baseline(result, b, family)
+        if first is None or second is None:
+            return Outcome(
+                NOT_RUN, f"no {a if first is None else b} rows" + (f" on {family}" if family else "")
+            )
+        return Outcome(
+            REPRODUCED if first[0] < second else NOT_REPRODUCED,
+            f"at n = {first[1]:g}: {a} {first[0]:.3f}, {b} {second:.3f}",
+        )
+
+    return check
+
+
+def _scales(fig, panel, model, question, expect, family=None, near=None, what=""):
+    verb = {"context": "context-scales", "task": "task-scales"}[question]
+    text = f"{what or model} {verb if expect else 'does not ' + verb[:-1]}" + (
+        f" ({family})" if family else ""
+    )
+    return Claim(fig, panel, text, scaling(question, model, expect, family, near))
+
+
+CLAIMS: list[Claim] = [
+    _scales("fig1", "1A", "gpt2", "task", True, near=10, what="GPT-2"),
+    _scales("fig1", "1A", "mlp", "task", True, near=10, what="MLP (vectorised input)"),
+    _scales("fig1", "1B", "gpt2", "context", True, what="GPT-2"),
+    _scales("fig1", "1B", "mlp", "context", False, what="MLP (vectorised input)"),
+    Claim(
+        "fig2",
+        "2",
+        "SGPT is comparable to GPT-2 (linear regression, one noise level)",
+        comparable("sgpt", "gpt2"),
+    ),
+    Claim(
+        "fig2",
+        "2",
+        "GPT-2 is close to optimally tuned ridge",
+        comparable("gpt2", "ridge_tuned", baseline=True),
+    ),
+    _scales("fig2", "2", "sgpt", "context", True, what="SGPT"),
+    Claim("fig3", "3", "SGPT is comparable to GPT-2 (two noise levels)", comparable("sgpt", "gpt2")),
+    *[
+        Claim("fig4", "4", f"SGPT is comparable to GPT-2 ({f})", comparable("sgpt", "gpt2", f))
+        for f in ("decision_tree", "relu_net", "sparse_linear")
+    ],
+    Claim("fig4", "4", "SGPT beats XGBoost (decision tree)", better("sgpt", "xgboost", "decision_tree")),
+    Claim("fig4", "4", "SGPT beats OLS (sparse linear)", better("sgpt", "least_squares", "sparse_linear")),
+    *[
+        _scales("fig5", "5", m, "context", True, f, what=what)
+        for m, what in (("sgpt1", "one-layer SGPT"), ("onelayer", "one-layer model of eq. 9"))
+        for f in ("linear", "sparse_linear", "relu_net", "decision_tree")
+    ],
+    *[
+        Claim(
+            "fig6",
+            "6",
+            f"the scalar psi_{k}(A)_(N,d+1) is as good as the row psi_{k}(A)_(N,:) ({f})",
+            comparable(f"scalar_psi{k}", f"row_psi{k}", f),
+        )
+        for f in ("linear", "relu_net")
+        for k in ("L", "H")
+    ],
+    *[
+        c
+        for f in ("linear", "relu_net")
+        for c in (
+            _scales("fig7", "7A", "mlp", "task", True, f, 10, "MLP on vectorised input"),
+            _scales("fig7", "7B", "mlp", "context", False, f, what="MLP on vectorised input"),
+            _scales("fig7", "7A", "mlp_psiH", "task", False, f, 10, "MLP on psi_H features"),
+            _scales("fig7", "7B", "mlp_psiH", "context", True, f, what="MLP on psi_H features"),
+            _scales("fig7", "7A", "mlp_both_psiH", "task", True, f, 10, "MLP on vectorised input + psi_H"),
+            _scales(
+                "fig7", "7B", "mlp_both_psiH", "context", True, f, what="MLP on vectorised input + psi_H"
+            ),
+        )
+    ],
+    *[
+        _scales("fig8", f"8{p}", m, q, True, f, 10 if q == "task" else None, name)
+        for f in ("linear", "relu_net")
+        for m, name in (("gpt2", "GPT-2"), ("sgpt", "SGPT"))
+        for p, q in (("A", "task"), ("B", "context"))
+    ],
+]
+
+
+def evaluate(results: dict[str, object], reasons: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per claim: figure, panel, claim, status, evidence (``results``: figure -> AnalysisResult,
+    a figure absent when it was not analysed, for the reason ``reasons`` gives)."""
+    rows = []
+    for claim in CLAIMS:
+        result = results.get(claim.figure)
+        why = (reasons or {}).get(claim.figure, "its experiment is not in the store")
+        outcome = Outcome(NOT_RUN, why) if result is None else claim.check(result)
+        rows.append(
+            {
+                "figure": claim.figure,
+                "panel": claim.panel,
+                "claim": claim.text,
+                "status": outcome.status,
+                "evidence": outcome.evidence,
+                "experiment": getattr(result, "experiment", ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def tally(claims: pd.DataFrame) -> str:
+    counts = claims["status"].value_counts()
+    order = [REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN]
+    return ", ".join(f"{int(counts.get(s, 0))} {s}" for s in order if counts.get(s, 0)) or "no claims"
