@@ -33,7 +33,8 @@ scaling laws, judge which models context-scale and task-scale, draw the
 figures and write one HTML report, in analysis_out/<experiment> (or --out).
 The analysis is also logged to MLflow, as a run under the sweep's parent run.
 With two sweeps (--compare A B, or --experiment twice): one report comparing
-them, in analysis_out/A-vs-B, logged to A's experiment."""
+them, in analysis_out/A-vs-B, logged to A's experiment. With --paper and the
+figure sweep files: the seed 001 reproduction report."""
 
 EPILOG = """\
 examples:
@@ -41,6 +42,7 @@ examples:
   python -m analysis sweeps/fig1.yaml --profile quick      experiment fig1-quick
   python -m analysis --experiment smoke --tracking-uri sqlite:///other.db
   python -m analysis --compare sweeps/fig1.yaml fig1-quick
+  python -m analysis sweeps/smoke.yaml --set train.steps=300   as swept
 
 exit status:
   0  the report was written

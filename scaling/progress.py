@@ -308,10 +308,9 @@ def next_commands(
     from .tracking import experiment_ui_link, ui_command
 
     where = [] if uri == default_uri else ["--tracking-uri", uri]
-    if overrides:  # the analysis reads the experiment the sweep wrote, whatever its settings
-        analysis = ["python", "-m", "analysis", "--experiment", experiment]
-    else:
-        analysis = ["python", "-m", "analysis", sweep] + (["--profile", profile] if profile else [])
+    analysis = ["python", "-m", "analysis", sweep] + (["--profile", profile] if profile else [])
+    for override in overrides:  # the analysis plans the same cells, and reads only those
+        analysis += ["--set", override]
     commands = [shlex.join(analysis + where)]
     serve = ui_command(uri)
     if serve:

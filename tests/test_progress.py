@@ -122,7 +122,7 @@ def test_summary_names_failures_time_place_and_next_commands():
     edited = next_commands(
         "sweeps/smoke.yaml", "", ("train.steps=10",), "sqlite:////w/m.db", "smoke", "1", "sqlite:////w/m.db"
     )
-    assert edited[0] == "python -m analysis --experiment smoke"
+    assert edited[0] == "python -m analysis sweeps/smoke.yaml --set train.steps=10"
     server = next_commands("s.yaml", "", (), "http://mlflow:5000/", "s", "7")
     assert server == [
         "python -m analysis s.yaml --tracking-uri http://mlflow:5000/",
