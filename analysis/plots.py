@@ -158,8 +158,10 @@ def finish(ax, xlabel: str, title: str, empty: bool, frame: tuple[float, float] 
         ax.set_ylim(*frame)
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
+    low, high = ax.get_ylim()
+    narrow = high / low < 5  # less than a decade shown: label every minor tick, else 2s and 5s
     ax.yaxis.set_minor_formatter(
-        matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
+        matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if narrow or f"{v:.0e}"[0] in "25" else "")
     )
     note_below_frame(ax)
     ax.set_xlabel(xlabel)
@@ -429,16 +431,12 @@ def legend_below(fig: plt.Figure, title: str) -> plt.Figure:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.1 if handles else 0, 1, 0.96))
+    width, height = fig.get_size_inches()
+    ncol = max(1, min(len(handles), 6, int(width / 2.3)))  # a label is up to ~2.2 in wide at 8 pt
+    rows = math.ceil(len(handles) / ncol) if handles else 0
+    fig.tight_layout(rect=(0, min(0.4, (0.2 + 0.2 * rows) / height) if handles else 0, 1, 0.96))
     if handles:
-        fig.legend(
-            handles.values(),
-            handles.keys(),
-            loc="lower center",
-            ncol=min(len(handles), 6),
-            fontsize=8,
-            frameon=False,
-        )
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     return fig
 
 
