@@ -186,6 +186,18 @@ def runs_html(result) -> str:
     )
 
 
+def answer_html(answer: str) -> str:
+    """The one-line answer laid out for reading: each question on its own line, each unit below it."""
+    text = (
+        html.escape(answer)
+        .replace(" | ", "<br>&nbsp;&nbsp;")
+        .replace(". Task scaling:", ".<br>Task scaling:")
+    )
+    return text.replace("Context scaling: ", "Context scaling:<br>&nbsp;&nbsp;").replace(
+        "Task scaling: ", "Task scaling:<br>&nbsp;&nbsp;"
+    )
+
+
 def _page(title: str, body: str) -> str:
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
@@ -202,7 +214,7 @@ def sweep_sections(result, figures: bool = True) -> str:
         if result.document
         else "(analysed by experiment name)"
     )
-    return f"""<p class="answer">{html.escape(result.answer())}</p>
+    return f"""<p class="answer">{answer_html(result.answer())}</p>
 <p>{table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
 <h2>Verdicts</h2>{verdict_html(result.verdicts, getattr(result, "rule", None))}
 {f"<h2>Figures</h2><ul>{notes}</ul>{figs}" if figures else ""}

@@ -378,9 +378,16 @@ def unit_names(verdicts: pd.DataFrame) -> pd.Series:
         name = name.where(split[0] == "model", split[0]) + np.where(split[2] != "", " [" + split[2] + "]", "")
     if "sweep" in verdicts and verdicts["sweep"].nunique() > 1:
         name = verdicts["sweep"].astype(str) + "/" + name
-    for c in setting_columns(verdicts):
-        if verdicts[c].nunique() > 1:
-            name = name + f" {c.split('.', 1)[1]}=" + verdicts[c].astype(str)
+    named: list[str] = []
+    for c in sorted(setting_columns(verdicts), key=lambda c: (not c.endswith(".family"), c)):
+        if verdicts[c].nunique() <= 1 or any(  # a setting that follows from one already named is left out
+            verdicts.groupby(k)[c].nunique().max() <= 1 for k in named
+        ):
+            continue
+        named.append(c)
+        short = c.split(".", 1)[1]
+        value = verdicts[c].astype(str)
+        name = name + (" (" + value + ")" if short == "family" else f" {short}=" + value)
     return name
 
 

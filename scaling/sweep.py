@@ -5,15 +5,16 @@
    run. A finished sweep trains nothing and says so; a sweep edited to add cells runs only the new ones.
 3. Run each remaining cell as one Ray Tune trial with the cell's resources (fractional or whole GPUs,
    CPUs), or small cells of one shape as one trial of a batched ensemble (scaling.packing), on a local Ray
-   started here (the embedded default) or an existing cluster (``--address auto``).
+   started here (the embedded default), an existing cluster (``--address auto``), or, on the head of a
+   `ray up` cluster, that cluster (scaling.cluster: its Ray, MLflow server, storage and node types).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
 4. Show the progress (scaling.progress): one live view in a terminal, one line per change elsewhere, then
    a summary and the commands to run next.
 
 Every check runs before any work: an invalid sweep file, an unusable tracking store or storage, a cell no
-node can hold (on a cluster that does not autoscale) end the driver with a message and exit status 2,
-with nothing written (no MLflow database, no storage directory).
+node can hold (and, on a `ray up` cluster, no node type of its autoscaler could) end the driver with a
+message and exit status 2, with nothing written (no MLflow database, no storage directory).
 
 Exit status: 0 when every cell is complete, 1 when some cell failed, 2 on invalid input, 130 when
 interrupted (Ctrl-C: trials stop, checkpoints stay; the same command resumes).
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .checkpoints import CheckpointStore
+from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
 from .cost import describe_compute
 from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
@@ -56,9 +58,10 @@ class SweepOutcome:
         return not self.failed and not self.interrupted
 
 
-def storage_uri(plan: Plan, storage: str | None) -> str:
-    """Where Tune state and checkpoints go: the flag, the sweep file's run.storage, or ./scaling_runs."""
-    uri = storage or plan.run.storage or "scaling_runs"
+def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> str:
+    """Where Tune state and checkpoints go: the flag, the sweep file's run.storage, ``default`` (a `ray up`
+    cluster's SCALING_STORAGE), or ./scaling_runs."""
+    uri = storage or plan.run.storage or default or "scaling_runs"
     if "://" not in uri:
         uri = str(Path(uri).resolve())
     return f"{uri.rstrip('/')}/{plan.name}"
@@ -129,14 +132,34 @@ def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
     return problems
 
 
-def check_feasible(plan_cells, autoscaling: bool) -> None:
-    """Fail before any trial starts when some cell fits no node of a fixed cluster (Tune would only wait)."""
+def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
+    """Fail before any trial starts when some cell fits no node (Tune would only wait). On a cluster whose
+    autoscaler can start ``node_types``, a cell no live node holds passes when one of those types could
+    hold it (it waits for that node) and fails when none could; returns the cells that wait."""
     import ray
 
     if autoscaling:
-        return
+        return []
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     problems = unmet_requests(plan_cells, nodes)
+    if problems and node_types:
+        unmet = []
+        for planned in plan_cells:
+            request = planned.resources.as_ray()
+            if not any(fits(request, node) for node in nodes):
+                asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
+                unmet.append(
+                    (f"cell {planned.cell.name} ({planned.cell.key}) asks one node for {asked}", request)
+                )
+        waiting, never = waiting_for_autoscaler(unmet, list(node_types))
+        if not never:
+            return waiting
+        raise SweepError(
+            "no node of this cluster, and no node type its autoscaler can start, can run some cells:\n  "
+            + "\n  ".join(never)
+            + f"\nnode types: {describe(list(node_types))}\nlower the cells' `resources` (the sweep file's"
+            " `resources:` or a model preset's) or add such a node type to the cluster file"
+        )
     if problems:
         raise SweepError(
             "no node of this cluster can run some cells:\n  "
@@ -144,6 +167,7 @@ def check_feasible(plan_cells, autoscaling: bool) -> None:
             + "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
             " add such a node, or pass --autoscaling on a cluster that starts such nodes"
         )
+    return []
 
 
 def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
@@ -299,7 +323,9 @@ def collect_outcome(results, pending, tracker: Tracker, experiment_id: str, outc
     """Fill ``outcome`` from the trials' results and the store; the cells left unfinished."""
     final = tracker.cell_records(experiment_id)
     for result in results:
-        for key in trial_keys(result.config):
+        # A trial still pending when the run was interrupted (Ctrl-C while it waited for a node) has no
+        # config in its result; its cells count as unfinished below, by the store.
+        for key in trial_keys(result.config) if result.config else []:
             if key in final and final[key].status == STATUS_COMPLETE:
                 outcome.completed.append(key)
             elif result.error is not None:
@@ -381,8 +407,9 @@ def run_sweep(
     started = time.monotonic()
     out = out or sys.stdout
     plan = load_plan(path, profile, overrides)
+    head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     uri = resolve_tracking_uri(tracking_uri)
-    store_uri = storage_uri(plan, storage)
+    store_uri = storage_uri(plan, storage, head.storage if head else None)
     check_storage(store_uri)
     tracker, _ = open_tracking(uri)  # nothing is created before the checks below pass
     experiment_id = tracker.experiment_id(plan.name) if tracker is not None else None
@@ -400,9 +427,23 @@ def run_sweep(
 
     import ray
 
+    if head is not None and not address:
+        address = head.ray_address
+        if head.auth_mode:  # the `ray exec` shell of a head without Docker lacks it
+            os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
     quiet_ray(verbose)
     start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, verbose=verbose)
-    check_feasible(pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")))
+    node_types = read_node_types() if head is not None else []
+    waiting = check_feasible(
+        pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")), node_types
+    )
+    if head is not None:
+        out.write(f"[{plan.name}] on the `ray up` cluster of {head.source} (Ray at {address})\n")
+    if waiting:
+        out.write(
+            f"[{plan.name}] {len(waiting)} cells wait for a node the autoscaler starts"
+            f" (node types: {describe(node_types)})\n"
+        )
     tracker = tracker or Tracker(uri)
     experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": Path(path).name})
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)

@@ -61,10 +61,16 @@ class TrackingError(RuntimeError):
 
 
 def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
-    """The tracking URI to use: the argument, else MLFLOW_TRACKING_URI, else ./mlflow.db (SQLite).
+    """The tracking URI to use: the argument, else MLFLOW_TRACKING_URI, else the MLflow server of the `ray up`
+    cluster this machine is the head of (scaling.cluster), else ./mlflow.db (SQLite).
 
     Relative SQLite paths are made absolute: Tune runs each trial in its own working directory.
     """
+    if not uri and not os.environ.get("MLFLOW_TRACKING_URI"):
+        from .cluster import ray_up_head
+
+        head = ray_up_head()
+        uri = head.tracking_uri if head else None
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     cwd = Path(cwd or os.getcwd())
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):

@@ -2,7 +2,6 @@
 load_table's cache (a warm read downloads nothing), the report's contents, the comparison of two sweeps,
 and, marked slow, a thousand runs read back with a warm cache."""
 
-import html
 import math
 import re
 import time
@@ -16,6 +15,7 @@ from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main
 from analysis.load import load_table
+from analysis.report import answer_html
 from analysis.run import analyse
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
@@ -72,7 +72,7 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     uri, _ = store
     result = analyse(None, "fig1-quick", tracking_uri=uri, out=tmp_path / "out", bootstrap=30)
     page = (tmp_path / "out" / "report.html").read_text()
-    assert html.escape(result.answer()) in page and "gpt2 context-scales" in result.answer()
+    assert answer_html(result.answer()) in page and "gpt2 context-scales" in result.answer()
     for heading in (
         "Verdicts",
         "Figures",

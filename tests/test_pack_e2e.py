@@ -26,7 +26,13 @@ def test_packed_and_unpacked_sweeps_log_the_same_cells_and_numbers(tmp_path, tin
     monkeypatch.chdir(tmp_path)
     tiny_sweep["grid"] = {"model": ["mlp"], "T": [4, "inf"], "seed": [0, 1]}
     uri, results = f"sqlite:///{tmp_path}/mlflow.db", {}
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024**2, log_to_driver=False)
+    ray.init(  # a Ray of its own, never one already running on this machine
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024**2,
+        log_to_driver=False,
+    )
     try:
         for pack in ("off", 4):
             tiny_sweep.update(name=f"pack-{pack}", run={"pack": pack})

@@ -1,0 +1,108 @@
+"""Stop this cluster's Ray on this host, and nothing else (``ray stop`` stops every Ray on the host).
+
+Run by the cluster files' start commands before ``ray start`` (a repeated ``ray up`` restarts Ray), and
+by hand before ``ray down`` on clusters without Docker (docs/cluster.md, "On-premises cluster"):
+
+    python cluster/stop_ray.py /tmp/ray-icl             # the Ray started with --temp-dir=/tmp/ray-icl
+    python cluster/stop_ray.py /tmp/ray-icl --mlflow    # and the MLflow server of start_mlflow.sh
+
+A Ray node's processes name its temp dir on their command lines (the GCS and raylet through their
+session's log and socket paths, the dashboard, monitor and log monitor through --temp-dir or
+--logs-dir); its workers rename themselves (``ray::IDLE``) but are the raylet's children. So: every
+process whose command line names ``TEMP_DIR/``, with its descendants, gets SIGTERM, then SIGKILL after
+a grace period. Processes of other Rays (other temp dirs) and of other users are never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+try:
+    import psutil
+except ImportError:  # not installed on its own: Ray ships a copy, on sys.path once ray is imported
+    import psutil
+    import ray  # noqa: F401
+
+
+def ray_processes(temp_dir: str) -> list[psutil.Process]:
+    """This user's processes of the Ray whose temp dir is ``temp_dir``, with their descendants."""
+    marker = temp_dir.rstrip("/") + "/"
+    me = psutil.Process()
+    spared, found = {me.pid, *(p.pid for p in me.parents())}, {}  # the shell that runs this script names it
+    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
+        try:
+            if proc.pid in spared or proc.info["uids"] is None or proc.info["uids"].real != os.getuid():
+                continue
+            if any(
+                marker in arg or arg.endswith("=" + marker.rstrip("/")) for arg in proc.info["cmdline"] or ()
+            ):
+                found[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    found[child.pid] = child
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return [proc for pid, proc in found.items() if pid not in spared]
+
+
+def mlflow_group(mlflow_home: Path) -> list[psutil.Process]:
+    """The MLflow server that start_mlflow.sh started (its process group, from server.pid)."""
+    pid_file = mlflow_home / "server.pid"
+    if not pid_file.exists():
+        return []
+    group = int(pid_file.read_text().strip())
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == group and proc.uids().real == os.getuid():
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return members
+
+
+def stop(processes: list[psutil.Process], grace: float) -> int:
+    """SIGTERM, wait up to ``grace`` seconds, SIGKILL what is left; the number of processes stopped."""
+    for proc in processes:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(processes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "temp_dir", help="the --temp-dir of this cluster's `ray start` (Ray's default: /tmp/ray)"
+    )
+    parser.add_argument(
+        "--mlflow", action="store_true", help="also stop the MLflow server of start_mlflow.sh"
+    )
+    parser.add_argument(
+        "--mlflow-home",
+        default=os.environ.get("MLFLOW_HOME", "~/mlflow"),
+        help="start_mlflow.sh's state directory (default $MLFLOW_HOME or ~/mlflow)",
+    )
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    args = parser.parse_args(argv)
+    count = stop(ray_processes(os.path.abspath(os.path.expanduser(args.temp_dir))), args.grace)
+    print(f"stopped {count} Ray processes of {args.temp_dir}")
+    if args.mlflow:
+        home = Path(args.mlflow_home).expanduser()
+        print(f"stopped {stop(mlflow_group(home), args.grace)} MLflow processes of {home}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
