@@ -27,9 +27,36 @@ from pathlib import Path
 from .figures import LAYOUTS
 from .run import AnalysisError, analyse, compare
 
+DESCRIPTION = """\
+Analyse a sweep: read its complete cells from MLflow into one table, fit the
+scaling laws, judge which models context-scale and task-scale, draw the
+figures and write one HTML report, in analysis_out/<experiment> (or --out).
+The analysis is also logged to MLflow, as a run under the sweep's parent run.
+With two sweeps (--compare A B, or --experiment twice): one report comparing
+them, in analysis_out/A-vs-B, logged to A's experiment. With --paper and the
+figure sweep files: the seed 001 reproduction report."""
+
+EPILOG = """\
+examples:
+  python -m analysis sweeps/smoke.yaml
+  python -m analysis sweeps/fig1.yaml --profile quick      experiment fig1-quick
+  python -m analysis --experiment smoke --tracking-uri sqlite:///other.db
+  python -m analysis --compare sweeps/fig1.yaml fig1-quick
+  python -m analysis sweeps/smoke.yaml --set train.steps=300   as swept
+
+exit status:
+  0  the report was written
+  2  invalid input (no such sweep file or experiment, no complete cell,
+     bad arguments); nothing was written"""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("sweep", nargs="?", help="the sweep file whose experiment to analyse")
     parser.add_argument(
         "--experiment",
@@ -71,7 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default=None, help="output folder (default analysis_out/<experiment>)")
     parser.add_argument(
-        "--layout", choices=sorted(LAYOUTS), help="figure layout (default: by the sweep's name)"
+        "--layout",
+        choices=sorted(LAYOUTS),
+        metavar="NAME",
+        help=f"figure layout, one of {', '.join(sorted(LAYOUTS))} (default: by the sweep's name)",
     )
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for fit intervals")
     parser.add_argument("--no-log", action="store_true", help="do not log the analysis to MLflow")

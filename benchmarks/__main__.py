@@ -48,13 +48,42 @@ def run_suite(name: str, quick: bool, update_cost_table: bool):
     return step_cost.run(quick, update_cost_table)
 
 
+DESCRIPTION = """\
+Run the benchmark suite: one line per benchmark with its name, PASS, FAIL,
+SKIP or INFO, the ratio ours / reference with its target, and both sides'
+throughput; the same is written as JSON (--json). Each ratio comes from the
+two sides timed alternately in this run, never from stored times."""
+
+EPILOG = f"""\
+benchmarks: {", ".join(SUITES)}
+
+examples:
+  python -m benchmarks                       the whole suite (under 10 minutes)
+  python -m benchmarks --quick               small sizes, few repeats (~1 min)
+  python -m benchmarks --only packing --only sweep_overhead
+
+exit status:
+  0  every benchmark with a target met it
+  1  some benchmark missed its target (marked FAIL)
+  2  bad arguments"""
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--quick", action="store_true", help="small sizes and few repeats (a smoke test, ~1 min)"
     )
     parser.add_argument(
-        "--only", choices=SUITES, action="append", help="run only this benchmark (repeatable)"
+        "--only",
+        choices=SUITES,
+        action="append",
+        metavar="NAME",
+        help="run only this benchmark (repeatable; the names are below)",
     )
     parser.add_argument("--json", default=str(Path(__file__).with_name("results.json")), help="results file")
     parser.add_argument(

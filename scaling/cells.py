@@ -82,9 +82,11 @@ class Cell:
         return to_dict(self)
 
     def params(self) -> dict[str, str]:
-        """The flattened cell as MLflow params: {'task.d': '8', 'T': 'inf', ...}."""
+        """The flattened cell as MLflow params: {'task.d': '8', 'T': 'inf', ...}. T is written as in run
+        names ('16', not '16.0'), so the UI's filter ``params.T = '16'`` finds it."""
         tree = self.to_dict()
-        return {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(tree).items()}
+        params = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(tree).items()}
+        return {**params, "T": format_T(self.T)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "") -> "Cell":

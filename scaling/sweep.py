@@ -9,7 +9,8 @@
    `ray up` cluster, that cluster (scaling.cluster: its Ray, MLflow server, storage and node types).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
-4. Print live progress: cells done, running, pending, failed, and an estimate of the time left.
+4. Show the progress (scaling.progress): one live view in a terminal, one line per change elsewhere, then
+   a summary and the commands to run next.
 
 Every check runs before any work: an invalid sweep file, an unusable tracking store or storage, a cell no
 node can hold (and, on a `ray up` cluster, no node type of its autoscaler could) end the driver with a
@@ -45,6 +46,7 @@ from .guards import GuardError, check_address, check_flags, probe_storage
 from .leases import Leases, driver_id
 from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, load_plan
+from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
 from .trial import TrialMember, TrialSpec, tune_trainable
@@ -74,13 +76,6 @@ def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> 
     return f"{uri.rstrip('/')}/{plan.name}"
 
 
-def format_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
 def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
     """The --dry-run table: one line per cell with its resources and state."""
     out.write(
@@ -98,79 +93,12 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
     out.write(describe_compute(plan) + "\n")
 
 
-class Progress:
-    """Sweep progress, printed as one line whenever the state changes (or every 15 s while training)."""
-
-    def __init__(self, name: str, total: int, skipped: int, out: TextIO, every: float = 15.0):
-        self.name, self.total, self.skipped, self.out, self.every = name, total, skipped, out, every
-        self.done = self.failed = 0
-        self.running: dict[str, tuple[int, float]] = {}  # trial -> (its cells, progress in [0, 1])
-        self.start = time.monotonic()
-        self.last = 0.0
-
-    def __getstate__(self):
-        # Tune pickles callbacks into its experiment state; the stream stays behind.
-        return {**self.__dict__, "out": None}
-
-    def line(self) -> str:
-        todo = self.total - self.skipped
-        finished = self.done + self.failed
-        running = sum(size for size, _ in self.running.values())
-        fraction = (finished + sum(size * part for size, part in self.running.values())) / max(todo, 1)
-        elapsed = time.monotonic() - self.start
-        eta = format_duration(elapsed * (1 - fraction) / fraction) if fraction > 0.02 else "?"
-        pending = todo - finished - running
-        return (
-            f"[{self.name}] {self.skipped + self.done}/{self.total} done, {running} running, "
-            f"{pending} pending, {self.failed} failed | {100 * fraction:.0f}% of this run,"
-            f" {format_duration(elapsed)} elapsed, ~{eta} left"
-        )
-
-    def show(self) -> None:
-        self.last = time.monotonic()
-        out = self.out or sys.stdout
-        out.write(self.line() + "\n")
-        out.flush()
-
-    def maybe_show(self) -> None:
-        if time.monotonic() - self.last >= self.every:
-            self.show()
-
-    def callback(self):
-        """The Ray Tune callback that feeds this progress."""
-        from ray.tune import Callback
-
-        progress = self
-
-        class ProgressCallback(Callback):
-            def on_trial_start(self, iteration, trials, trial, **info):
-                progress.running[trial.trial_id] = (len(trial_keys(trial.config)), 0.0)
-                progress.show()
-
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                size = len(trial_keys(trial.config))
-                progress.running[trial.trial_id] = (size, float(result.get("progress", 0.0)))
-                progress.maybe_show()
-
-            def on_trial_complete(self, iteration, trials, trial, **info):
-                progress.running.pop(trial.trial_id, None)
-                held = int((trial.last_result or {}).get("held", 0))  # cells another driver trains
-                progress.done += len(trial_keys(trial.config)) - held
-                progress.show()
-
-            def on_trial_error(self, iteration, trials, trial, **info):
-                progress.running.pop(trial.trial_id, None)
-                progress.failed += len(trial_keys(trial.config))
-                progress.show()
-
-        return ProgressCallback()
-
-
 def start_ray(
     address: str | None,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
     env: dict[str, str] | None = None,
+    verbose: bool = False,
 ) -> None:
     """Join a cluster (``address``) or start the embedded local Ray; ``env`` reaches every trial process
     (the local Ray's processes inherit this one's environment; a cluster's get it as a runtime env).
@@ -182,7 +110,8 @@ def start_ray(
 
     if ray.is_initialized():
         return
-    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    level = logging.WARNING if verbose else logging.ERROR
+    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=level)
     os.environ.update(env or {})
     if address:
         ray.init(address=address, runtime_env={"env_vars": env} if env else None, **quiet)
@@ -381,13 +310,14 @@ def start_cluster(
     num_gpus: int | None,
     new_store: bool,
     env: dict[str, str] | None = None,
+    verbose: bool = False,
 ) -> None:
     """Start (or join) Ray, with Ray Tune's import and, for a new SQLite store, MLflow's in a thread that
     overlaps Ray's start (which waits on the processes it starts and leaves ~3 of its ~8 CPU-seconds on 2
     cores idle: ~2 s less per sweep)."""
     preloading = threading.Thread(target=preload_quietly, args=(new_store,), name="preload", daemon=True)
     preloading.start()
-    start_ray(address, num_cpus, num_gpus, env)
+    start_ray(address, num_cpus, num_gpus, env, verbose)
     preloading.join()
 
 
@@ -529,16 +459,51 @@ def clean_temp_files(store_uri: str, keys: list[str]) -> None:
         log.warning("could not remove leftover temp files: %s", err)
 
 
-def report_outcome(plan: Plan, pending, outcome: SweepOutcome, unfinished: list, out: TextIO) -> None:
-    for key, error in outcome.failed.items():
-        name = next((p.cell.name for p in pending if p.cell.key == key), key)
-        out.write(f"[{plan.name}] FAILED {name} ({key}): {error.strip().splitlines()[-1] if error else ''}\n")
+def describe_trials(specs: list[TrialSpec]) -> str:
+    """How the cells to run became trials: "as 10 trials (16 small cells packed into 2, ...)"."""
+    packs = [spec for spec in specs if spec.is_pack]
+    trials = f"as {len(specs)} trial{'s' if len(specs) != 1 else ''}"
+    if not packs:
+        return trials
+    packed = sum(len(spec.members) for spec in packs)
+    return f"{trials} ({packed} small cells packed into {len(packs)}, scaling.packing)"
+
+
+def report_outcome(
+    plan: Plan,
+    pending,
+    outcome: SweepOutcome,
+    unfinished: list,
+    trials: int,
+    elapsed: float,
+    commands: list[str],
+    uri: str,
+    out: TextIO,
+) -> None:
+    """The closing summary (scaling.progress.summary_lines) and, when cells remain, how to resume them."""
+    names = {p.cell.key: p.cell.name for p in pending}
+    failed = {f"{names[key]} ({key})": error for key, error in outcome.failed.items()}
+    lines = summary_lines(
+        plan.name,
+        outcome.total,
+        outcome.skipped,
+        len(outcome.completed),
+        failed,
+        len(unfinished),
+        elapsed,
+        trials,
+        uri,
+        plan.name,
+        commands,
+    )
     if unfinished:
         outcome.interrupted = True
-        out.write(
+        lines.append(
             f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
-            f" to resume them from their checkpoints.\n"
+            f" to resume them from their checkpoints."
         )
+    out.write("\n".join(lines) + "\n")
+    out.flush()
 
 
 def run_sweep(
@@ -554,8 +519,14 @@ def run_sweep(
     autoscaling: bool = False,
     out: TextIO | None = None,
     max_cells: int | None = None,
+    verbose: bool = False,
+    live: bool | None = None,
 ) -> SweepOutcome:
-    """Plan, skip complete cells, run the rest as Tune trials; see the module docstring."""
+    """Plan, skip complete cells, run the rest as Tune trials; see the module docstring.
+
+    ``live``: the live view (None: when ``out`` is a terminal); ``verbose``: Ray's and Tune's own output.
+    """
+    started = time.monotonic()
     out = out or sys.stdout
     check_flags(num_cpus, num_gpus, max_cells)
     plan = load_plan(path, profile, overrides, max_cells)
@@ -587,7 +558,8 @@ def run_sweep(
         if head.auth_mode:  # the `ray exec` shell of a head without Docker lacks it
             os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
     env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state
-    start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, env=env)
+    quiet_ray(verbose)
+    start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, env=env, verbose=verbose)
     node_types = read_node_types() if head is not None else []
     waiting = check_feasible(
         pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")), node_types
@@ -602,11 +574,6 @@ def run_sweep(
     tracker = tracker or Tracker(uri)
     experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": Path(path).name})
     parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
-    out.write(
-        f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
-        f" ({len(plan.cells) - len(pending)} already complete); tracking {redact(uri)}\n"
-    )
-    out.flush()
     shared = {
         "tracking_uri": redact(uri),
         "experiment_id": experiment_id,
@@ -615,11 +582,21 @@ def run_sweep(
         "storage": store_uri,
         "driver": driver_id(),
     }
-    progress = Progress(plan.name, len(plan.cells), outcome.skipped, out)
+    import ray
+
+    first = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
+    out.write(
+        f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
+        f" ({len(plan.cells) - len(pending)} already complete) {describe_trials(first)};"
+        f" tracking {redact(uri)}\n"
+    )
+    out.flush()
+    progress = Progress(plan.name, len(plan.cells), outcome.skipped, out, live=live, trials=len(first))
     try:
-        unfinished = run_rounds(
-            pending, plan, store_uri, shared, tracker, experiment_id, outcome, progress, out
-        )
+        with progress:
+            unfinished = run_rounds(
+                pending, plan, store_uri, shared, tracker, experiment_id, outcome, progress, out
+            )
     except KeyboardInterrupt:
         outcome.interrupted = True
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
@@ -630,15 +607,57 @@ def run_sweep(
         clean_temp_files(store_uri, [p.cell.key for p in pending])
         tracker.end_sweep_run(parent, "FAILED")
         return outcome
-    progress.show()
-    report_outcome(plan, pending, outcome, unfinished, out)
+    commands = next_commands(
+        path,
+        profile,
+        overrides,
+        redact(uri),
+        plan.name,
+        experiment_id,
+        default_uri=resolve_tracking_uri(None),
+    )
+    elapsed = time.monotonic() - started
+    report_outcome(plan, pending, outcome, unfinished, len(first), elapsed, commands, redact(uri), out)
     clean_temp_files(store_uri, [p.cell.key for p in pending])
     tracker.end_sweep_run(parent, "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED")
     return outcome
 
 
+DESCRIPTION = """\
+Run a sweep: each cell of the sweep file (model x T x N x seed x ...) as a
+Ray Tune trial that logs to MLflow. Cells already complete in MLflow are
+skipped; the others resume from their last checkpoint, so the same command
+continues a sweep after a crash or Ctrl-C. Every input is checked before any
+work starts. In a terminal the progress is one live view (cells done,
+running, pending, failed; each running cell's step; time taken and left);
+elsewhere it is one line per trial started, done or failed. Both end with a
+summary and the commands to run next (the analysis, the MLflow UI)."""
+
+EPILOG = """\
+examples:
+  python -m scaling.sweep sweeps/smoke.yaml             local Ray, ./mlflow.db
+  python -m scaling.sweep sweeps/smoke.yaml --dry-run   cells, state; no run
+  python -m scaling.sweep sweeps/smoke.yaml --set train.steps=200 \\
+      --set grid.T=[16,64]
+  python -m scaling.sweep sweeps/fig1.yaml --profile quick
+  python -m scaling.sweep sweeps/fig1.yaml --address auto \\
+      --tracking-uri http://mlflow:5000 --storage s3://bucket/runs
+
+exit status:
+  0    every cell is complete
+  1    some cell failed (each is listed with its error; rerun to retry)
+  2    invalid input (sweep file, tracking store, storage, a cell that no
+       node can hold); nothing was written
+  130  interrupted (Ctrl-C); checkpoints are kept, the same command resumes"""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scaling.sweep", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scaling.sweep",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("sweep", help="the sweep file, e.g. sweeps/smoke.yaml")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the cells, their resources and state; run nothing"
@@ -676,6 +695,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the cluster adds nodes on demand: skip the check that every cell fits a node",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show Ray's and Ray Tune's own messages and banners"
+    )
     return parser.parse_args(argv)
 
 
@@ -700,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
             args.num_gpus,
             args.autoscaling,
             max_cells=args.max_cells,
+            verbose=args.verbose,
         )
     except (SweepError, TrackingError, GuardError) as err:
         print(f"error: {redact(str(err))}", file=sys.stderr)

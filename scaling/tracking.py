@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import tempfile
@@ -50,6 +51,11 @@ STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
 # otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
 LOSS_FLUSH_SECONDS = 30.0
 MAX_BATCH_ENTITIES, MAX_BATCH_TAGS = 1000, 100  # MLflow's log_batch limits (metrics + params + tags; tags)
+# MLflow 3's experiment kind: "custom_model_development" is a model-training experiment (runs, params,
+# metrics), not a GenAI one (traces). MLflow 3.17's own UI decides its view by the sidebar's GenAI / Model
+# training switch instead (a URL's ``workflowType``, else the browser's last choice): experiment_ui_link.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = (EXPERIMENT_KIND_TAG, "custom_model_development")
 
 
 class TrackingError(RuntimeError):
@@ -216,12 +222,19 @@ class Tracker:
     def experiment_id(
         self, name: str, create: bool = False, tags: dict[str, str] | None = None
     ) -> str | None:
+        """The experiment's id; with ``create``, created if missing, tagged as a model-training experiment
+        (EXPERIMENT_KIND, also added to an older experiment that lacks it)."""
         found = retrying(lambda: self.client.get_experiment_by_name(name), f"looking up experiment {name}")
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 raise TrackingError(
                     f"experiment {name!r} is deleted in {redact(self.uri)}; restore it"
                     f" (mlflow experiments restore) or rename the sweep"
+                )
+            if create and found.tags.get(EXPERIMENT_KIND_TAG) is None:
+                retrying(
+                    lambda: self.client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND),
+                    "tagging experiment",
                 )
             return found.experiment_id
         if not create:
@@ -231,7 +244,9 @@ class Tracker:
         try:
             return retrying(
                 lambda: self.client.create_experiment(
-                    name, artifact_location=artifact_root(self.uri), tags=tags or {}
+                    name,
+                    artifact_location=artifact_root(self.uri),
+                    tags={**(tags or {}), EXPERIMENT_KIND_TAG: EXPERIMENT_KIND[1]},
                 ),
                 f"creating experiment {name}",
             )
@@ -538,6 +553,22 @@ def log_batches(metrics: list, tags: list) -> Iterator[tuple[list, list]]:
     last = metrics[head:]
     for start in range(0, max(len(tags), 1 if last else 0), MAX_BATCH_TAGS):
         yield (last if start == 0 else []), tags[start : start + MAX_BATCH_TAGS]
+
+
+def experiment_ui_link(uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000") -> str:
+    """The address of an experiment's runs table in the MLflow UI: ``uri`` itself for a tracking server,
+    else ``ui`` (where ``mlflow ui`` listens by default). MLflow 3.17 opens an experiment on its GenAI
+    overview unless the URL's ``workflowType`` (or the sidebar switch the browser last chose) says model
+    training, whatever the experiment's EXPERIMENT_KIND tag."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else ui
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def ui_command(uri: str) -> str | None:
+    """The command that serves the MLflow UI for a store (None for a tracking server, which is one)."""
+    if uri.startswith(("http://", "https://")):
+        return None
+    return shlex.join(["mlflow", "ui", "--backend-store-uri", uri])
 
 
 def curve_metric_key(predictor: str) -> str:

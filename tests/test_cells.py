@@ -54,6 +54,11 @@ def test_infinite_T_and_name():
     assert cell.params()["T"] == "inf"
 
 
+def test_T_param_is_written_as_typed_so_ui_filters_find_it():
+    for typed, param in ((16, "16"), (16.0, "16"), ("1e6", "1000000"), (65536, "65536")):
+        assert Cell.from_dict({"T": typed}).params()["T"] == param
+
+
 def test_round_trip_through_dict():
     cell = Cell.from_dict({"T": 64, "eval": {"n": [1, 5]}, "model": {"arch": "mlp"}})
     assert Cell.from_dict(cell.to_dict()) == cell

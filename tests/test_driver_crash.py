@@ -33,7 +33,7 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # kill once a cell is complete and another has begun
             text = (tmp_path / "first.log").read_text()
-            if " 1/3 done" in text or " 2/3 done" in text:
+            if " 1/3 cells done" in text or " 2/3 cells done" in text:
                 break
             time.sleep(0.5)
         else:

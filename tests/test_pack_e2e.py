@@ -83,11 +83,11 @@ def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
     with open(tmp_path / "first.log", "w") as log:
         first = start_driver(path, uri, storage, log)
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and " 2/4 done" not in (tmp_path / "first.log").read_text():
+        while time.monotonic() < deadline and " 2/4 cells done" not in (tmp_path / "first.log").read_text():
             time.sleep(0.2)
         first.send_signal(signal.SIGKILL)
         first.wait()
-    assert " 2/4 done" in (tmp_path / "first.log").read_text(), (tmp_path / "first.log").read_text()
+    assert " 2/4 cells done" in (tmp_path / "first.log").read_text(), (tmp_path / "first.log").read_text()
     client, before = runs(uri, "packcrash")
     complete_before = {
         r.data.tags["cell_key"]: r.info.end_time for r in before if r.data.tags["status"] == "complete"

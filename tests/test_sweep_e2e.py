@@ -39,6 +39,8 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
     assert outcome.ok and len(outcome.completed) == 2 and outcome.skipped == 0
 
     client = MlflowClient(uri)
+    # a model-training experiment for MLflow 3 (not a GenAI one)
+    assert client.get_experiment_by_name("tiny").tags["mlflow.experimentKind"] == "custom_model_development"
     runs = cell_runs(uri, "tiny")
     assert len(runs) == 2
     for run in runs:
@@ -47,6 +49,7 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
         assert run.info.status == "FINISHED"
         assert run.info.run_name in ("mlp T=4 N=4 seed=0", "mlp T=inf N=4 seed=0")
         assert params["task.d"] == "2" and params["model.arch"] == "mlp" and params["N"] == "4"
+        assert params["T"] in ("4", "inf")  # as typed: the UI's filter params.T = '4' finds it
         assert tags["mlflow.parentRunId"]
         losses = client.get_metric_history(run.info.run_id, "train/loss")
         assert [m.step for m in losses] == [5, 10, 15, 20, 25, 30]

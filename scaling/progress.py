@@ -1,0 +1,353 @@
+"""What a sweep shows while it runs: one live view in a terminal, one line per change elsewhere.
+
+In a terminal (stdout is a TTY) a rich live view redraws in place: a bar of the sweep's work, the cells done,
+running, pending and failed, the time taken and the time left, and one line per running trial with its
+step. Anywhere else (CI, ``nohup``, a file, Ray Jobs logs) each change is one plain line: a trial started,
+finished or failed. Both end with a summary (cells run, failed with their error, time taken, where the runs
+are) and the commands to run next. ``quiet_ray`` silences Ray's and Tune's own banners and hints, which
+would otherwise interleave with this view.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+# Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice
+# at every start, Tune's hints. Errors still show.
+RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray._private")
+
+
+def quiet_ray(verbose: bool = False) -> None:
+    """Silence Ray's and Tune's banners, warnings and the TensorBoard hint (unless ``verbose``).
+
+    Tune's default output engine prints a "Configuration for experiment" box and a TensorBoard hint even
+    at ``verbose=0``; its older engine (RAY_AIR_NEW_OUTPUT=0) prints nothing at ``verbose=0``. Call before
+    ``ray.init`` and ``Tuner.fit`` in the driver; a variable already set by the user is kept.
+    """
+    if verbose:
+        return
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    for name in RAY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def error_line(error: str) -> str:
+    """The line of an error that says what went wrong: the exception's own line (a traceback's last)."""
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+@dataclass
+class TrialState:
+    label: str  # the cell's name, or "pack of K: first cell, ..."
+    size: int  # cells it trains
+    steps: int  # its training steps (the longest member's)
+    step: int = 0
+    fraction: float = 0.0  # of its work, in [0, 1]
+    retries: int = 0
+
+
+def trial_state(config: dict) -> TrialState:
+    """A trial config of scaling.sweep (a cell, or a pack of cells under ``members``) as a TrialState."""
+    members = config.get("members") or [config]
+    steps = max(int(m["cell"].get("train", {}).get("steps", 0)) for m in members)
+    if len(members) == 1:
+        label = members[0]["name"]
+    else:
+        label = f"pack of {len(members)}: {members[0]['name']}, ..."
+    return TrialState(label, len(members), steps)
+
+
+class Progress:
+    """A sweep's progress, fed by Tune's callbacks (``callback()``) and shown live or line by line.
+
+    ``live`` None: live when ``out`` is a terminal. Counts are in cells (a packed trial trains several);
+    the bar and the time left weigh running cells by the share of their steps done.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        skipped: int,
+        out: TextIO | None = None,
+        live: bool | None = None,
+        trials: int = 0,
+    ):
+        self.name, self.total, self.skipped, self.trials = name, total, skipped, trials
+        self.out = out
+        stream = out or sys.stdout
+        self.live_mode = bool(live if live is not None else (hasattr(stream, "isatty") and stream.isatty()))
+        self.done = self.failed = 0
+        self.running: dict[str, TrialState] = {}
+        self.errors: dict[str, str] = {}  # failed trial's label -> its error line
+        self.start = time.monotonic()
+        self.lock = threading.Lock()
+        self._live = None
+
+    def __getstate__(self):
+        # Tune pickles callbacks into its experiment state; the stream, lock and live view stay behind.
+        return {**self.__dict__, "out": None, "lock": None, "_live": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+    # -- numbers -------------------------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        running = sum(t.size for t in self.running.values())
+        return self.total - self.skipped - self.done - self.failed - running
+
+    def work_fraction(self) -> float:
+        """The share of this run's work done: finished cells, plus running cells by their steps."""
+        todo = self.total - self.skipped
+        partial = sum(t.size * min(t.fraction, 0.99) for t in self.running.values())
+        return (self.done + self.failed + partial) / todo if todo > 0 else 1.0
+
+    def eta(self) -> str:
+        fraction = self.work_fraction()
+        if fraction < 0.02:
+            return "?"
+        elapsed = time.monotonic() - self.start
+        return format_duration(elapsed * (1 - fraction) / fraction)
+
+    def counts(self) -> str:
+        finished = self.skipped + self.done
+        return (
+            f"{finished}/{self.total} cells done ({100 * finished / max(self.total, 1):.0f}%),"
+            f" {sum(t.size for t in self.running.values())} running, {self.pending} pending,"
+            f" {self.failed} failed"
+        )
+
+    def times(self) -> str:
+        return f"{format_duration(time.monotonic() - self.start)} elapsed, ~{self.eta()} left"
+
+    # -- events (from Tune's callbacks) -------------------------------------------------------------------
+
+    def started(self, trial_id: str, config: dict) -> None:
+        with self.lock:
+            if trial_id in self.running:
+                return
+            state = self.running[trial_id] = trial_state(config)
+        self._change(f"started {state.label}")
+
+    def result(self, trial_id: str, config: dict, result: dict) -> None:
+        with self.lock:  # no line: the live view shows the step at its next redraw
+            state = self.running.setdefault(trial_id, trial_state(config))
+            state.step = int(result.get("step", state.step) or 0)
+            state.fraction = float(result.get("progress", state.fraction) or 0.0)
+
+    def recovered(self, trial_id: str, config: dict) -> None:
+        with self.lock:
+            state = self.running.setdefault(trial_id, trial_state(config))
+            state.retries += 1
+        self._change(f"retrying {state.label} (attempt {state.retries + 1}) from its checkpoint")
+
+    def completed(self, trial_id: str, config: dict, held: int = 0) -> None:
+        """A trial ended; ``held`` of its cells were left to another driver that trains them (leases)."""
+        with self.lock:
+            state = self.running.pop(trial_id, None) or trial_state(config)
+            self.done += state.size - held
+        self._change(f"done {state.label}")
+
+    def errored(self, trial_id: str, config: dict, error: str = "") -> None:
+        with self.lock:
+            state = self.running.pop(trial_id, None) or trial_state(config)
+            self.failed += state.size
+            self.errors[state.label] = error_line(error)
+        self._change(f"FAILED {state.label}: {self.errors[state.label]}")
+
+    # -- output --------------------------------------------------------------------------------------------
+
+    def write(self, text: str) -> None:
+        """A line of the sweep's own (above the live view while it runs)."""
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            stream = self.out or sys.stdout
+            stream.write(text + "\n")
+            stream.flush()
+
+    def _change(self, what: str) -> None:
+        """A state change: redraw the live view now, or print one line (never while holding the lock:
+        the live view's own thread takes Live's lock, then this one's, to render)."""
+        if self.live_mode:
+            if self._live is not None:
+                self._live.refresh()
+        else:
+            with self.lock:
+                line = f"[{self.name}] {what} | {self.counts()} | {self.times()}"
+            self.write(line)
+
+    def render(self):
+        """The live view: a bar and the counts, then one row per running trial."""
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        with self.lock:
+            fraction = self.work_fraction()
+            done = (self.skipped + fraction * (self.total - self.skipped)) / max(self.total, 1)
+            head = Table.grid(padding=(0, 1))
+            running = sum(t.size for t in self.running.values())
+            counts = Text.assemble(
+                (f"{self.skipped + self.done}/{self.total} cells done", "green"),
+                ", ",
+                (f"{running} running", "cyan"),
+                f", {self.pending} pending, ",
+                (f"{self.failed} failed", "red" if self.failed else ""),
+                (f" | {self.times()}", "dim"),
+            )
+            head.add_row(
+                Text(self.name, style="bold"), ProgressBar(total=1.0, completed=done, width=30), counts
+            )
+            rows = Table.grid(padding=(0, 2))
+            for state in sorted(self.running.values(), key=lambda s: s.label)[:12]:
+                bar = ProgressBar(total=1.0, completed=min(state.fraction, 1.0), width=20)
+                step = f"step {state.step}/{state.steps}" if state.steps else ""
+                if state.fraction >= 1.0:
+                    step = "evaluating"
+                retry = f"retry {state.retries}" if state.retries else ""
+                rows.add_row(
+                    Text("  " + state.label), bar, Text(step, style="dim"), Text(retry, style="yellow")
+                )
+            extra = len(self.running) - 12
+            parts = [head, rows]
+            if extra > 0:
+                parts.append(Text(f"  ... and {extra} more running trials", style="dim"))
+            for label, error in list(self.errors.items())[-5:]:
+                parts.append(Text(f"  FAILED {label}: {error}", style="red"))
+            return Group(*parts)
+
+    def __enter__(self) -> "Progress":
+        self.start = time.monotonic()
+        if self.live_mode:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=self.out or sys.stdout)
+            self._live = Live(
+                console=console,
+                get_renderable=self.render,
+                refresh_per_second=2,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.stop()
+
+    def callback(self):
+        """The Ray Tune callback that feeds this progress."""
+        from ray.tune import Callback
+
+        progress = self
+
+        class ProgressCallback(Callback):
+            def on_trial_start(self, iteration, trials, trial, **info):
+                progress.started(trial.trial_id, trial.config["spec"])
+
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                progress.result(trial.trial_id, trial.config["spec"], result)
+
+            def on_trial_recover(self, iteration, trials, trial, **info):
+                progress.recovered(trial.trial_id, trial.config["spec"])
+
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                held = int((trial.last_result or {}).get("held", 0))  # cells another driver trains
+                progress.completed(trial.trial_id, trial.config["spec"], held)
+
+            def on_trial_error(self, iteration, trials, trial, **info):
+                progress.errored(trial.trial_id, trial.config["spec"], read_error(trial))
+
+        return ProgressCallback()
+
+
+def read_error(trial) -> str:
+    """The error text Tune saved for a failed trial; empty when it cannot be read."""
+    try:
+        path = trial.error_file
+        if path and os.path.exists(path):
+            with open(path) as handle:
+                return handle.read()
+    except Exception:  # noqa: BLE001 - the summary still has the error from the trial's result
+        pass
+    return ""
+
+
+def next_commands(
+    sweep: str,
+    profile: str,
+    overrides: tuple[str, ...],
+    uri: str,
+    experiment: str,
+    experiment_id: str,
+    default_uri: str | None = None,
+) -> list[str]:
+    """The commands to run after a sweep: its analysis, and the MLflow UI on its runs table."""
+    from .tracking import experiment_ui_link, ui_command
+
+    where = [] if uri == default_uri else ["--tracking-uri", uri]
+    analysis = ["python", "-m", "analysis", sweep] + (["--profile", profile] if profile else [])
+    for override in overrides:  # the analysis plans the same cells, and reads only those
+        analysis += ["--set", override]
+    commands = [shlex.join(analysis + where)]
+    serve = ui_command(uri)
+    if serve:
+        commands.append(serve)
+    commands.append(f"open {experiment_ui_link(uri, experiment_id)}")
+    return commands
+
+
+def summary_lines(
+    name: str,
+    total: int,
+    skipped: int,
+    completed: int,
+    failed: dict[str, str],
+    unfinished: int,
+    elapsed: float,
+    trials: int,
+    uri: str,
+    experiment: str,
+    commands: list[str],
+) -> list[str]:
+    """The closing summary: what ran, what failed (with its error), how long, where the runs are, next."""
+    ran = f"{completed} cell{'s' if completed != 1 else ''} trained"
+    if trials and trials != completed + len(failed) + unfinished:
+        ran += f" in {trials} trials (small cells packed together)"
+    lines = [
+        f"[{name}] {ran}, {len(failed)} failed"
+        + (f", {unfinished} unfinished" if unfinished else "")
+        + (f", {skipped} already complete" if skipped else "")
+        + f"; {skipped + completed}/{total} cells complete; took {format_duration(elapsed)}."
+    ]
+    for label, error in failed.items():
+        lines.append(f"[{name}] FAILED {label}: {error_line(error)}")
+    lines.append(f"[{name}] runs: MLflow experiment {experiment!r} in {uri}")
+    if not failed and not unfinished:
+        lines.append("next:")
+        lines += [f"  {command}" for command in commands]
+    return lines

@@ -1,0 +1,232 @@
+"""What a user sees: a real tiny sweep's output in a log file, then its runs in the MLflow UI in a browser.
+
+The sweep runs as ``python -m scaling.sweep`` with its output going to a file (what CI, ``nohup`` and Ray
+Jobs see): one line per trial started or done, no Ray or Tune banner, a closing summary and the commands
+to run next. Then ``mlflow server`` serves its store on loopback and headless Chromium (Debian's
+``chromium`` package, driven by Playwright's Python package with the system browser's path: Playwright's
+own browser download is not used) follows the printed link: the experiment opens on its runs table, the
+sweep's parent run holds the cells, the README's filter returns the cells it names, and a cell's
+``eval/err`` chart is drawn. The browser part skips, saying why, where Chromium or Playwright is missing
+(``apt-get install chromium``; ``pip install -e '.[ui]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY_SWEEP
+
+pytestmark = [pytest.mark.e2e]
+
+CHROMIUM = next(
+    (
+        p
+        for p in (
+            os.environ.get("SCALING_CHROMIUM"),
+            shutil.which("chromium"),
+            shutil.which("chromium-browser"),
+        )
+        if p
+    ),
+    None,
+)
+CELLS = {"mlp T=16 N=4 seed=0", "mlp T=inf N=4 seed=0", "gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"}
+
+
+def browser_missing() -> str | None:
+    if CHROMIUM is None:
+        return "no Chromium on this machine (Debian: apt-get install chromium; or set SCALING_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright is not installed (pip install -e '.[ui]')"
+    return None
+
+
+class Sweep:
+    def __init__(self, root: Path, uri: str, stdout: str, stderr: str, returncode: int):
+        self.root, self.uri, self.stdout, self.stderr, self.returncode = root, uri, stdout, stderr, returncode
+
+
+@pytest.fixture(scope="module")
+def ui_sweep(tmp_path_factory) -> Sweep:
+    """The tiny sweep ``ui`` (2 models x T in {16, inf}: 4 cells), run by the CLI with stdout to a file."""
+    root = tmp_path_factory.mktemp("ui")
+    doc = {**TINY_SWEEP, "name": "ui", "grid": {"model": ["mlp", "gpt2"], "T": [16, "inf"], "seed": [0]}}
+    (root / "ui.yaml").write_text(yaml.safe_dump(doc))
+    uri = f"sqlite:///{root}/store.db"  # not the default ./mlflow.db: the next commands name it
+    with open(root / "out.log", "w") as out, open(root / "err.log", "w") as err:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scaling.sweep",
+                "ui.yaml",
+                "--tracking-uri",
+                uri,
+                "--storage",
+                "runs",
+                "--num-cpus",
+                "2",
+            ],
+            cwd=root,
+            stdout=out,
+            stderr=err,
+            timeout=600,
+        )
+    return Sweep(root, uri, (root / "out.log").read_text(), (root / "err.log").read_text(), done.returncode)
+
+
+def test_sweep_output_to_a_file_is_one_line_per_change_then_a_summary(ui_sweep):
+    text, lines = ui_sweep.stdout, ui_sweep.stdout.splitlines()
+    assert ui_sweep.returncode == 0, text + ui_sweep.stderr
+    for banner in (
+        "Configuration for experiment",
+        "TensorBoard",
+        "tensorboard",
+        "View detailed results",
+        "Token authentication",
+        "Trial status",
+    ):
+        assert banner not in text + ui_sweep.stderr, banner
+    trials = int(
+        re.search(r"^\[ui\] 4 of 4 cells to run \(0 already complete\) as (\d+) trials?", text, re.M)[1]
+    )
+    changes = [line for line in lines if re.match(r"\[ui\] (started|done) ", line)]
+    assert len(changes) == 2 * trials, text  # each trial: started, done; nothing else while running
+    assert (
+        changes[-1].startswith("[ui] done ")
+        and "4/4 cells done (100%), 0 running, 0 pending, 0 failed" in changes[-1]
+    )
+    assert re.search(r"^\[ui\] 4 cells trained.*, 0 failed; 4/4 cells complete; took \d+", text, re.M), text
+    assert f"[ui] runs: MLflow experiment 'ui' in {ui_sweep.uri}" in lines
+    nxt = lines[lines.index("next:") + 1 :]
+    assert nxt[0] == f"  python -m analysis ui.yaml --tracking-uri {ui_sweep.uri}"
+    assert nxt[1] == f"  mlflow ui --backend-store-uri {ui_sweep.uri}"
+    assert re.fullmatch(
+        r"  open http://127.0.0.1:5000/#/experiments/\d+/runs\?workflowType=machine_learning", nxt[2]
+    )
+    assert len(lines) == 1 + 2 * trials + 3 + 3  # header, changes, summary + runs + next:, commands
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(ui_sweep):
+    """``mlflow server`` on loopback over the sweep's store (one worker: the test is its only client)."""
+    port = free_port()
+    log = open(ui_sweep.root / "server.log", "w")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            ui_sweep.uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=ui_sweep.root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"mlflow server did not start:\n{(ui_sweep.root / 'server.log').read_text()[-3000:]}"
+                )
+            time.sleep(1)
+        yield base
+    finally:
+        os.killpg(server.pid, 15)  # the server and the workers it started
+        server.wait(timeout=30)
+        log.close()
+
+
+def run_links(page) -> set[str]:
+    return set(page.locator("a[href*='/runs/']").all_inner_texts())
+
+
+def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(ui_sweep, mlflow_server):
+    reason = browser_missing()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import expect, sync_playwright
+
+    link = next(
+        line.split("open ", 1)[1] for line in ui_sweep.stdout.splitlines() if line.startswith("  open ")
+    )
+    link = link.replace("http://127.0.0.1:5000", mlflow_server)
+    with sync_playwright() as p:
+        # --no-sandbox: Chromium's sandbox refuses to run as root (containers, CI)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})  # a fresh profile
+            page.set_default_timeout(60_000)
+            page.goto(link)
+            # the runs table, not MLflow 3's GenAI overview: the sweep's parent run is a row of it
+            page.get_by_role("link", name="sweep ui", exact=True).wait_for()
+            assert "/runs" in page.url and "/overview" not in page.url
+            assert page.get_by_text("Evaluation runs").count() == 0  # the GenAI sidebar's entry
+
+            # the parent run holds the four cells
+            page.locator('button[data-component-id*="runnamecellrenderer"]').first.click()
+            expect(page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True)).to_be_visible()
+            assert run_links(page) == {"sweep ui"} | CELLS
+
+            # the README's filters, typed as a user types them
+            search = page.locator("input[placeholder*='metrics.rmse']")
+            for query, expected in (
+                ("params.T = '16'", {"mlp T=16 N=4 seed=0", "gpt2 T=16 N=4 seed=0"}),
+                ("params.T = 'inf'", {"mlp T=inf N=4 seed=0", "gpt2 T=inf N=4 seed=0"}),
+                (
+                    "params.`model.name` = 'gpt2' and params.N = '4'",
+                    {"gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"},
+                ),
+                ("tags.status = 'complete'", CELLS),
+            ):
+                search.fill(query)
+                search.press("Enter")
+                deadline = time.monotonic() + 60
+                while run_links(page) - {"sweep ui"} != expected and time.monotonic() < deadline:
+                    page.wait_for_timeout(250)
+                assert run_links(page) - {"sweep ui"} == expected, query
+
+            # a cell's eval/err chart: one curve with a point per context length n = 1..4
+            page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True).click()
+            page.get_by_role("tab", name="Model metrics").click()
+            page.get_by_placeholder("Search metric charts").fill("eval/err")
+            plots = page.locator(".js-plotly-plot")
+            expect(plots).to_have_count(1)
+            expect(plots.first.locator(".scatterlayer .point")).to_have_count(4)
+        finally:
+            browser.close()
