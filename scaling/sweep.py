@@ -531,6 +531,12 @@ def run_sweep(
     check_flags(num_cpus, num_gpus, max_cells)
     plan = load_plan(path, profile, overrides, max_cells)
     head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
+    if head is not None and not address:
+        address = head.ray_address
+        # Before Ray is imported (it reads its auth mode then): a `ray exec` shell of a head without Docker
+        # lacks RAY_AUTH_MODE, and a driver without it cannot join a cluster with token auth.
+        if head.auth_mode:
+            os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
     uri = resolve_tracking_uri(tracking_uri)
     store_uri = storage_uri(plan, storage, head.storage if head else None)
     check_storage(store_uri)
@@ -553,10 +559,6 @@ def run_sweep(
         )
         return outcome
 
-    if head is not None and not address:
-        address = head.ray_address
-        if head.auth_mode:  # the `ray exec` shell of a head without Docker lacks it
-            os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
     env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state
     quiet_ray(verbose)
     start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, env=env, verbose=verbose)

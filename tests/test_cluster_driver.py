@@ -34,13 +34,18 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
-    """A HOME that is a ray-up head's: cluster.env naming a live Ray head, the autoscaler's config."""
+    """A HOME that is a ray-up head's: cluster.env naming a live Ray head with token auth (its token in
+    ~/.ray/auth_token, as `ray up` copies it), the autoscaler's config. The drivers' environment has no
+    RAY_AUTH_MODE, like a `ray exec` shell of a head without Docker: they must take it from cluster.env."""
     tmp = tmp_path_factory.mktemp("head")
     home, temp_dir, port = tmp / "home", f"/tmp/ray-drvtest-{uuid.uuid4().hex[:6]}", free_port()
     (home / ".icl-scaling").mkdir(parents=True)
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HOME": str(home)}
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "HOME": str(home)}
     env.pop("SCALING_CLUSTER_ENV")  # conftest's "never a cluster": this test is the head of one
     env.pop("RAY_ADDRESS", None)
+    subprocess.run(
+        [RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60
+    )
     subprocess.run(
         [
             RAY,
@@ -61,11 +66,12 @@ def head(tmp_path_factory):
     )
     try:
         (home / ".icl-scaling" / "cluster.env").write_text(
-            f"RAY_ADDRESS=127.0.0.1:{port}\nRAY_AUTH_MODE=disabled\n"
+            f"RAY_ADDRESS=127.0.0.1:{port}\nRAY_AUTH_MODE=token\n"
             f"MLFLOW_TRACKING_URI=sqlite:///{tmp}/cluster-mlflow.db\nSCALING_STORAGE={tmp}/cluster-storage\n"
         )
         bootstrap = prepare_config(yaml.safe_load((ROOT / "cluster.yaml").read_text()))
         (home / "ray_bootstrap_config.yaml").write_text(yaml.safe_dump(bootstrap))
+        env.pop("RAY_AUTH_MODE")
         yield tmp, env
     finally:
         subprocess.run(
