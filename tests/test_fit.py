@@ -90,6 +90,7 @@ def test_single_seed_has_no_interval():
     assert "single seed" in fit.note
 
 
+@pytest.mark.slow  # 40 bootstrap fits, ~45 s on 2 cores
 def test_alpha_interval_covers_truth_in_90_percent_of_repetitions():
     """40 synthetic data sets (8 seeds x 5 n, 5% point noise, 3% seed noise), each fit with 200
     seed-cluster resamples and a 95% interval: the interval must cover the true alpha in at least
