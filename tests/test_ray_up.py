@@ -232,23 +232,25 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
         tunnel_cmd = (
             f"SSH_USER=root SSH_KEY={key}; "
             f"MLFLOW_ADDR=$(ray exec {cluster} 'cat ~/icl-scaling-mlflow/tracking_uri' 2>/dev/null"
-            " | tail -n 1); "
+            " | tr -d '\\r' | grep '^http' | tail -n 1); "
             f"HEAD=$(ray get-head-ip {cluster} 2>/dev/null | tail -n 1); "
             "exec ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
             f"-i $SSH_KEY -N -L {tunnel_port}:${{MLFLOW_ADDR#http://}} $SSH_USER@$HEAD"
         )
+        tunnel_log = tmp_path / "tunnel.log"
         tunnel = subprocess.Popen(
-            ["bash", "-c", tunnel_cmd],
+            ["bash", "-xc", tunnel_cmd],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=tunnel_log.open("w"),
             start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 60
-            while not listening(tunnel_port) and time.monotonic() < deadline:
+            while not listening(tunnel_port) and time.monotonic() < deadline and tunnel.poll() is None:
                 time.sleep(0.5)
+            assert listening(tunnel_port), f"the documented tunnel did not open:\n{tunnel_log.read_text()}"
             through = MlflowClient(f"http://localhost:{tunnel_port}")
             assert len(through.search_runs([experiment.experiment_id], "tags.kind = 'cell'")) == SMOKE_CELLS
         finally:
