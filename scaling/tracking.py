@@ -46,6 +46,12 @@ from .redact import redact
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Ending a run on a server makes MLflow write "View run ... at: <tracking URI>/#/..." to stdout, with the
+# URI's credentials and outside any logger (so log redaction never sees it); a trial's stdout reaches the
+# driver's terminal through Ray. The project prints its own, redacted, links: MLflow's are turned off in
+# every process that imports this module (drivers and trials alike).
+os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+
 STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
 # Trials flush training losses to the store at most this often (and at the end): a fast cell would
 # otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
