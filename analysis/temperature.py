@@ -86,6 +86,8 @@ def _se(frame: pd.DataFrame) -> pd.Series:
 
 
 def _verdict_text(gain: float, lo: float, hi: float, what: str, best: str) -> str:
+    if best == "tau = 1":  # nothing to compare: the model as trained is the best of the scanned taus
+        return f"tau = 1 (as trained) is the best scanned tau on {what}"
     if lo > 0:
         return (
             f"{best} beats tau = 1 on {what}: gain {gain:.3g} (90% interval {lo:.3g} to {hi:.3g}) is resolved"
