@@ -2,6 +2,7 @@
 cell retrained, partial cells continued from their checkpoints, and results equal to an uninterrupted run.
 """
 
+import re
 import signal
 import time
 
@@ -51,7 +52,12 @@ def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_
         second = start_driver(path, uri, storage, log)
         assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
     text = (tmp_path / "second.log").read_text()
-    assert "already complete" in text and f"{3 - len(complete_before)} of 3 cells to run" in text
+    # The killed driver's trial can still finish the cell it was training before Ray notices the driver is
+    # gone, so the rerun may find more complete cells than were counted after the kill, never fewer.
+    header = re.search(r"(\d+) of 3 cells to run \((\d+) already complete\)", text)
+    assert header, text
+    to_run, already = int(header[1]), int(header[2])
+    assert to_run + already == 3 and len(complete_before) <= already < 3, text
 
     client, after = runs_by_key(uri)
     assert len(after) == 3 and len({r.data.tags["cell_key"] for r in after}) == 3
