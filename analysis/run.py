@@ -281,24 +281,41 @@ def analyse_training(
 ) -> AnalysisResult:
     """The training kind's analysis: table, fits, verdicts, the layout's figures, report, logged (the report
     names the analysis run it is logged in)."""
-    from scaling.tracking import resolve_tracking_uri
-
-    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
-    uri = resolve_tracking_uri(tracking_uri)
-    result = read(source, uri, (out or Path("analysis_out") / source.name).resolve())
+    source, uri, result = open_analysis(sweep, experiment, profile, overrides, tracking_uri, out)
     result.ui_url = ui_url or (uri if uri.startswith("http") else "")
     fit_and_write(result, bootstrap)
     drawn = figures.draw(result.view(), source.name, layout, result.scans)
     result.notes += drawn.notes
-    for stem, fig in drawn.figures.items():
+    return save_report_and_log(result, uri, source.name, drawn.figures, write_report, log)
+
+
+def open_analysis(
+    sweep: str | None,
+    experiment: str | None,
+    profile: str,
+    overrides,
+    tracking_uri: str | None,
+    out: Path | str | None,
+) -> tuple[Source, str, AnalysisResult]:
+    """What every kind's analysis starts with: the source (sweep file or experiment), the tracking URI, and
+    the read result with its output folder (``out``, else analysis_out/<experiment>)."""
+    from scaling.tracking import resolve_tracking_uri
+
+    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
+    uri = resolve_tracking_uri(tracking_uri)
+    folder = Path(out) if out else Path("analysis_out") / source.name
+    return source, uri, read(source, uri, folder.resolve())
+
+
+def save_report_and_log(result, uri: str, name: str, drawn: dict, write, log: bool):
+    """Save the figures, write the report (``write(result, path)``), and log the outputs as an analysis run,
+    rewriting the report once it can name that run; the report is the last of ``result.files``."""
+    for stem, fig in drawn.items():
         result.files += plots.save(fig, result.out / stem)
-    report = write_report(result, result.out / "report.html")
+    report = write(result, result.out / "report.html")
     if log:
         result.run_id = log_analysis(
-            uri,
-            source.name,
-            result,
-            report=lambda run_id: write_report(replace(result, run_id=run_id), report),
+            uri, name, result, report=lambda run_id: write(replace(result, run_id=run_id), report)
         )
     result.files.append(report)
     return result

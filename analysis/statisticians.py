@@ -25,7 +25,7 @@ import pandas as pd
 
 from . import plots
 from .plots import plt
-from .run import AnalysisError, AnalysisResult, log_analysis, read, resolve_experiment
+from .run import AnalysisError, AnalysisResult, log_analysis, open_analysis
 
 EXACT = 1e-8  # the constructed GD "equals" explicit GD when no difference exceeds this
 GD_CURVES = {"constructed": "constructed transformer", "explicit_gd": "explicit GD", "gd_limit": "GD limit"}
@@ -278,11 +278,8 @@ def analyse(
     ui_url="",
 ) -> ConstructionResult:
     """Table, figures, verdicts and report of a sweep of seed-003 construction cells; logged to MLflow."""
-    from scaling.tracking import resolve_tracking_uri
-
-    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
-    name, uri = source.name, resolve_tracking_uri(tracking_uri)
-    base = read(source, uri, (out or Path("analysis_out") / name).resolve())
+    source, uri, base = open_analysis(sweep, experiment, profile, overrides, tracking_uri, out)
+    name = source.name
     result = ConstructionResult(**vars(base))
     table = result.table
     table.to_parquet(result.out / "table.parquet", index=False)

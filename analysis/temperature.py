@@ -85,6 +85,15 @@ def _se(frame: pd.DataFrame) -> pd.Series:
     return _half(frame) / Z90
 
 
+def _errors_at(one: pd.DataFrame, best: pd.DataFrame, x: float) -> dict[str, float]:
+    """The verdict row's error (with its interval) at tau = 1 and at the best tau, at x."""
+    return {
+        f"{side}{suffix}": float(frame.loc[x, f"err{suffix}"])
+        for side, frame in (("at_tau1", one), ("at_best", best))
+        for suffix in ("", "_lo", "_hi")
+    }
+
+
 def _verdict_text(gain: float, lo: float, hi: float, what: str, best: str) -> str:
     if best == "tau = 1":  # nothing to compare: the model as trained is the best of the scanned taus
         return f"tau = 1 (as trained) is the best scanned tau on {what}"
@@ -165,12 +174,7 @@ def theory_verdicts(rows: pd.DataFrame) -> list[dict]:
                     x=x,
                     metric="err (linear - linearized)",
                     best_tau=1.0,
-                    at_tau1=float(lin.loc[x, "err"]),
-                    at_tau1_lo=float(lin.loc[x, "err_lo"]),
-                    at_tau1_hi=float(lin.loc[x, "err_hi"]),
-                    at_best=float(lzd.loc[x, "err"]),
-                    at_best_lo=float(lzd.loc[x, "err_lo"]),
-                    at_best_hi=float(lzd.loc[x, "err_hi"]),
+                    **_errors_at(lin, lzd, x),
                     gain=diff,
                     gain_lo=lo,
                     gain_hi=hi,
@@ -198,12 +202,7 @@ def theory_verdicts(rows: pd.DataFrame) -> list[dict]:
                 x=x,
                 metric="err (Monte Carlo)",
                 best_tau=tau_opt,
-                at_tau1=float(one.loc[x, "err"]),
-                at_tau1_lo=float(one.loc[x, "err_lo"]),
-                at_tau1_hi=float(one.loc[x, "err_hi"]),
-                at_best=float(opt.loc[x, "err"]),
-                at_best_lo=float(opt.loc[x, "err_lo"]),
-                at_best_hi=float(opt.loc[x, "err_hi"]),
+                **_errors_at(one, opt, x),
                 gain=gain,
                 gain_lo=lo,
                 gain_hi=hi,
@@ -617,31 +616,15 @@ def analyse(
     """The temperature kinds' analysis: table, verdicts, the paper's figures, report, logged (the report
     names the analysis run it is logged in). ``bootstrap`` and ``layout`` do not apply (no fits; one
     figure per kind)."""
-    from dataclasses import fields, replace
+    from dataclasses import fields
 
-    from scaling.tracking import resolve_tracking_uri
+    from .run import open_analysis, save_report_and_log
 
-    from . import plots
-    from .run import log_analysis, read, resolve_experiment
-
-    source = resolve_experiment(sweep, experiment, profile, tuple(overrides))
-    uri = resolve_tracking_uri(tracking_uri)
-    base = read(source, uri, (Path(out) if out else Path("analysis_out") / source.name).resolve())
+    source, uri, base = open_analysis(sweep, experiment, profile, overrides, tracking_uri, out)
     result = _result_type()(**{f.name: getattr(base, f.name) for f in fields(base)})
     result.ui_url = ui_url or (uri if uri.startswith("http") else "")
     result.table.to_parquet(result.out / "table.parquet", index=False)
     result.verdicts = verdicts(result.table)
     result.verdicts.to_csv(result.out / "verdicts.csv", index=False)
     result.files += [result.out / "table.parquet", result.out / "verdicts.csv"]
-    for stem, fig in draw(result.table, source.name).items():
-        result.files += plots.save(fig, result.out / stem)
-    report = write_report(result, result.out / "report.html")
-    if log:
-        result.run_id = log_analysis(
-            uri,
-            source.name,
-            result,
-            report=lambda run_id: write_report(replace(result, run_id=run_id), report),
-        )
-    result.files.append(report)
-    return result
+    return save_report_and_log(result, uri, source.name, draw(result.table, source.name), write_report, log)
