@@ -6,12 +6,14 @@ store holding the whole lattice."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 import yaml
 from drivers import start_driver
@@ -174,3 +176,37 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert len(
         [a for a in client.list_artifacts(parent.info.run_id, "adaptive") if "wave_" in a.path]
     ) == len(waves)
+
+    # Continued as a full sweep: only the cells the policy never ran are trained.
+    full = subprocess.run(
+        [sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri, "--storage", storage],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+    )
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert f"{18 - len(after)} of 18 cells to run ({len(after)} already complete)" in full.stdout, full.stdout
+    _, _, whole = cell_runs(uri, "adaptive")
+    assert len(whole) == 18 and len({r.data.tags["cell_key"] for r in whole}) == 18
+
+    # The replay evaluator on the store that now holds the whole lattice.
+    from scaling.adaptive.replay import main as replay_main
+
+    assert (
+        replay_main(
+            [str(path), "--tracking-uri", uri, "--policy-seeds", "3", "--out", str(tmp_path / "replay")]
+        )
+        == 0
+    )
+    frame = pd.read_csv(tmp_path / "replay" / "replay.csv")
+    reference = frame[frame["method"] == "full lattice"].iloc[0]
+    assert reference["verdicts_agree"] == 1.0 and reference["spent"] == 1.0
+    final = frame[(frame["method"] == "adaptive") & (frame["final"] == True)]  # noqa: E712
+    assert sorted(final["seed"]) == [0, 1, 2]
+    assert (final["spent"] <= ADAPTIVE["budget"] + 1e-9).all()
+    same = frame[frame["method"] == "random, same cost"].set_index("seed")
+    assert (same["spent"] <= final.set_index("seed")["spent"] + 1e-9).all()
+    assert (tmp_path / "replay" / "replay.png").stat().st_size > 10_000
+    assert "adaptive (final wave)" in (tmp_path / "replay" / "summary.md").read_text()

@@ -23,7 +23,9 @@ a missing value of T or N (the points it adds count as seeds in the proportion o
 action is the fraction of the remaining way to S_need it covers, summed over every unsettled answer it
 serves, divided by its estimated cost (scaling.cost, the cost model of ``--dry-run``). Waves are built
 greedily from the best-valued action, with the answers' seeds advanced as if the chosen cells had run,
-until the wave holds ``wave`` cells; never beyond the budget.
+until the wave holds ``wave`` cells; never beyond the budget. An open answer on ``min_seeds`` or more seeds
+whose S_need exceeds REACH times the lattice's seeds (a drop sitting on the threshold, an exponent the lattice
+cannot pin) is *beyond* the lattice: reported open, no longer pursued.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from .settings import AdaptiveQuestion, AdaptiveSettings
 SETTLED_LABELS = {AT_CHANCE, *(q.yes for q in QUESTIONS.values()), *(q.no for q in QUESTIONS.values())}
 AXIS_OF = {"context": "N", "task": "T"}  # the lattice axis a verdict varies (n = N on a lattice of N)
 HELD_OF = {"context": "T", "task": "N"}  # the lattice axis a verdict holds fixed
+# an open answer on min_seeds or more that needs more than REACH x the lattice's seeds is left open
+REACH = 1.5
 
 
 def cell_cost(cell) -> float:
@@ -115,6 +119,7 @@ class Answer:
     settled: bool = False
     why: str = "no cells yet"
     seeds_needed: float = math.nan
+    out_of_reach: bool = False  # open, and needs more seeds than the lattice has (the policy leaves it)
     points: list = field(default_factory=list)  # the points the answer reads (verdict: its two ends)
     candidates: list = field(default_factory=list)  # exponents: lattice points the fit may add
 
@@ -130,7 +135,7 @@ class Answer:
             stat = f"drop {self.centre:.0%} [{self.lo:.0%}, {self.hi:.0%}]" if math.isfinite(self.lo) else ""
         else:
             stat = f"[{self.lo:.3g}, {self.hi:.3g}]" if math.isfinite(self.lo) else ""
-        state = "settled" if self.settled else "open"
+        state = "settled" if self.settled else "beyond" if self.out_of_reach else "open"
         more = ""
         if not self.settled and math.isfinite(self.seeds_needed):
             more = f"; needs ~{math.ceil(self.seeds_needed)} seeds"
@@ -148,6 +153,7 @@ class Answer:
             "hi": self.hi,
             "seeds": self.n_seeds,
             "settled": self.settled,
+            "out_of_reach": self.out_of_reach,
             "why": self.why,
             "seeds_needed": self.seeds_needed,
         }
@@ -226,6 +232,14 @@ class Policy:
         for q in self.settings.questions:
             if q.exponent:
                 answers += self._exponents(q, view, run, answers)
+        reach = REACH * len(self.lattice.seeds)
+        for a in answers:
+            if a.settled or a.n_seeds < self.settings.min_seeds or a.candidates or a.seeds_needed <= reach:
+                continue
+            a.out_of_reach = True
+            a.why = "; ".join(
+                t for t in (a.why, f"the lattice has {len(self.lattice.seeds)} seeds: out of its reach") if t
+            )
         return answers
 
     def _verdict_rows(self, q: AdaptiveQuestion, view: pd.DataFrame) -> dict:
@@ -401,8 +415,11 @@ class Policy:
 
     def next_wave(self, answers: list[Answer], run: set[str]) -> tuple[list[str], list[str], str]:
         """(cell keys, reasons, why it stops when empty): the next wave from the answers so far."""
-        open_ = [a for a in answers if not a.settled]
+        open_ = [a for a in answers if not a.settled and not a.out_of_reach]
         if not open_:
+            beyond = sum(a.out_of_reach for a in answers)
+            if beyond:
+                return [], [], f"every answer is settled but {beyond} beyond the lattice's seeds"
             return [], [], "every answer is settled"
         spent = self.lattice.cost(run)
         room = self.budget - spent

@@ -168,8 +168,14 @@ def summarise(frame: pd.DataFrame) -> str:
     """The markdown summary: medians and spreads (10th-90th percentile) over policy seeds."""
 
     def spread(x: pd.Series, fmt: str) -> str:
-        q = np.nanpercentile(x, [10, 50, 90])
+        x = x.replace([np.inf], np.nan).dropna()
+        if x.empty:
+            return "n/a"
+        q = np.percentile(x, [10, 50, 90])
         return f"{format(q[1], fmt)} [{format(q[0], fmt)}, {format(q[2], fmt)}]"
+
+    def one(x: float, fmt: str) -> str:
+        return format(x, fmt) if np.isfinite(x) else "n/a"
 
     final = frame[(frame["method"] == "adaptive") & (frame["final"] == True)]  # noqa: E712
     same = frame[frame["method"] == "random, same cost"]
@@ -191,9 +197,11 @@ def summarise(frame: pd.DataFrame) -> str:
         frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
     ].groupby("method", sort=False):
         r = part.iloc[0]
+        cols = ("verdicts_agree", "exponents_within", "settled")
         lines.append(
-            f"| {name} | {r['spent']:.0%} | {r['verdicts_agree']:.0%} | {r['exponents_within']:.0%} |"
-            f" {r['settled']:.0%} | {r['drop_width']:.3f} | {r['exponent_width']:.3f} |"
+            f"| {name} | {r['spent']:.0%} | "
+            + " | ".join(one(r[c], ".0%") for c in cols)
+            + f" | {one(r['drop_width'], '.3f')} | {one(r['exponent_width'], '.3f')} |"
         )
     stops = final["stop"].value_counts()
     lines += ["", "Why the replays stopped: " + "; ".join(f"{n} x {why}" for why, n in stops.items())]
@@ -229,15 +237,16 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
         )
         rnd = frame[frame["method"] == "random"].copy()
         rnd["bin"] = rnd["spent"].round(2)
-        stats = rnd.groupby("bin")[col].agg(lambda x: np.nanpercentile(x, 50)).rename("mid").to_frame()
-        stats["lo"] = rnd.groupby("bin")[col].agg(lambda x: np.nanpercentile(x, 10))
-        stats["hi"] = rnd.groupby("bin")[col].agg(lambda x: np.nanpercentile(x, 90))
+        stats = rnd.groupby("bin")[col].quantile(0.5).rename("mid").to_frame()
+        stats["lo"] = rnd.groupby("bin")[col].quantile(0.1)
+        stats["hi"] = rnd.groupby("bin")[col].quantile(0.9)
         ax.plot(stats.index, stats["mid"], color="tab:orange", lw=2, label="random subsets (median, 10-90%)")
         ax.fill_between(stats.index, stats["lo"], stats["hi"], color="tab:orange", alpha=0.2)
         fewer = frame[
             frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
         ].sort_values("spent")
-        ax.plot(fewer["spent"], fewer[col], "s--", color="black", ms=5, label="whole lattice, 2..6 seeds")
+        seeds = f"2..{len(fewer) + 1}" if len(fewer) > 1 else "all"
+        ax.plot(fewer["spent"], fewer[col], "s--", color="black", ms=5, label=f"whole lattice, {seeds} seeds")
         ax.set_xlabel("compute spent (share of the full lattice's estimate)")
         ax.set_title(title)
         ax.grid(alpha=0.3)
