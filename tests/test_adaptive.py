@@ -177,6 +177,14 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
         [a for a in client.list_artifacts(parent.info.run_id, "adaptive") if "wave_" in a.path]
     ) == len(waves)
 
+    # The analysis report shows the path the waves took.
+    from analysis.run import analyse_training
+
+    result = analyse_training(str(path), tracking_uri=uri, out=tmp_path / "analysis", bootstrap=200, log=False)
+    report = (tmp_path / "analysis" / "report.html").read_text()
+    assert len(result.waves) == len(records) and "<h2>Adaptive path</h2>" in report
+    assert "first wave: T in {2, 16, inf}" in report
+
     # Continued as a full sweep: only the cells the policy never ran are trained.
     full = subprocess.run(
         [sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri, "--storage", storage],

@@ -232,9 +232,11 @@ class Policy:
         for q in self.settings.questions:
             if q.exponent:
                 answers += self._exponents(q, view, run, answers)
-        reach = REACH * len(self.lattice.seeds)
         for a in answers:
-            if a.settled or a.n_seeds < self.settings.min_seeds or a.candidates or a.seeds_needed <= reach:
+            # an exponent's missing points count as seeds in proportion (see _level)
+            grow = (len(a.points) + len(a.candidates)) / len(a.points) if a.points else 1.0
+            reach = REACH * len(self.lattice.seeds) * grow
+            if a.settled or a.n_seeds < self.settings.min_seeds or a.seeds_needed <= reach:
                 continue
             a.out_of_reach = True
             a.why = "; ".join(
@@ -466,6 +468,8 @@ class Policy:
             return (
                 [],
                 [],
-                f"the budget is spent ({spent / self.lattice.total_cost:.0%} of the lattice's compute)",
+                f"the budget leaves too little for the cells the open answers need"
+                f" ({spent / self.lattice.total_cost:.0%} of the lattice's compute spent,"
+                f" budget {self.settings.budget:.0%})",
             )
         return [], [], "no cell of the lattice can narrow the open answers further"

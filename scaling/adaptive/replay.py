@@ -15,8 +15,9 @@ answers (the same policy's assessment of every cell):
   none yet counts as the widest, 1 for a drop);
 - settled: the share of answers settled.
 
-Two references at the same compute: random subsets of the lattice's cells (cells drawn in a random order until
-the next one would pass the cost), and the whole lattice with fewer seeds (the first k of the grid's). Writes
+Two references: random subsets of the lattice's cells (cells drawn in a random order until the next one would
+pass the cost), one at each replay's final cost and ``--random-seeds`` at each of several shares of the
+lattice's compute; and the whole lattice with fewer seeds (the first k of the grid's). Writes
 ``replay.csv`` (a row per method, policy seed, wave or cost), ``summary.md`` and ``replay.png``.
 """
 
@@ -99,68 +100,92 @@ def score(answers: list[Answer], reference: list[Answer]) -> dict:
     }
 
 
+def _policy_run(plan, table: pd.DataFrame, seed: int, reference: list[Answer]) -> tuple[list[dict], str]:
+    """One replay with policy seed ``seed`` and the random subset of its cost: their rows, and a line."""
+    started = time.monotonic()
+    policy = Policy(plan, seed=seed)
+    total = policy.lattice.total_cost
+    path = replay(policy, table)
+    rows = [
+        {
+            "method": "adaptive",
+            "seed": seed,
+            "wave": step["wave"],
+            "spent": step["spent"] / total,
+            "final": step is path[-1],
+            "stop": step.get("stop", ""),
+            **score(step["answers"], reference),
+        }
+        for step in path
+    ]
+    available = set(table["cell_key"])
+    subset = random_subset(policy, available, path[-1]["spent"], np.random.default_rng(10_000 + seed))
+    answers = policy.assess(run_cells(table, subset), subset)
+    rows.append(
+        {"method": "random, same cost", "seed": seed, "spent": policy.lattice.cost(subset) / total}
+        | score(answers, reference)
+    )
+    last, rnd = rows[-2], rows[-1]
+    line = (
+        f"policy seed {seed}: {len(path)} waves, {last['spent']:.0%} of the compute, verdicts as the"
+        f" lattice's {last['verdicts_agree']:.0%}, exponents within {last['exponents_within']:.0%}; a random"
+        f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}"
+        f" ({time.monotonic() - started:.0f} s)"
+    )
+    return rows, line
+
+
+def _subset_run(plan, table: pd.DataFrame, keys: set[str], method: str, seed: int, reference) -> list[dict]:
+    policy = Policy(plan)
+    answers = policy.assess(run_cells(table, keys), keys)
+    spent = policy.lattice.cost(keys) / policy.lattice.total_cost
+    return [{"method": method, "seed": seed, "spent": spent} | score(answers, reference)]
+
+
 def evaluate(
-    plan, table: pd.DataFrame, policy_seeds: list[int], fractions: list[float], out=sys.stdout
+    plan,
+    table: pd.DataFrame,
+    policy_seeds: list[int],
+    fractions: list[float],
+    out=sys.stdout,
+    jobs: int = 1,
+    random_seeds: int = 10,
 ) -> pd.DataFrame:
-    """Replays for each policy seed, random subsets at the adaptive runs' costs and at ``fractions`` of the
-    lattice's compute, the lattice with fewer seeds, and the whole lattice: one row each."""
+    """Replays for each policy seed with a random subset of each one's cost, random subsets at ``fractions``
+    of the lattice's compute, the lattice with fewer seeds, and the whole lattice: one row each (``jobs``
+    processes)."""
+    from concurrent.futures import ProcessPoolExecutor
+
     base = Policy(plan)
-    total = base.lattice.total_cost
     available = set(table["cell_key"]) & set(base.lattice.frame.index)
-    missing = len(base.lattice.frame) - len(available)
-    if missing:
+    if len(available) < len(base.lattice.frame):
         raise SweepError(f"the store holds {len(available)} of the lattice's {len(base.lattice.frame)} cells")
+    table = run_cells(table, available)
     reference = base.assess(table, available)
     rows = [{"method": "full lattice", "seed": -1, "wave": 0, "spent": 1.0, **score(reference, reference)}]
-    for seed in policy_seeds:
-        started = time.monotonic()
-        policy = Policy(plan, seed=seed)
-        path = replay(policy, table)
-        for step in path:
-            rows.append(
-                {
-                    "method": "adaptive",
-                    "seed": seed,
-                    "wave": step["wave"],
-                    "spent": step["spent"] / total,
-                    "final": step is path[-1],
-                    "stop": step.get("stop", ""),
-                    **score(step["answers"], reference),
-                }
-            )
-        spent = path[-1]["spent"]
-        rng = np.random.default_rng(10_000 + seed)
-        subset = random_subset(policy, available, spent, rng)
-        answers = base.assess(run_cells(table, subset), subset)
-        rows.append(
-            {"method": "random, same cost", "seed": seed, "spent": base.lattice.cost(subset) / total}
-            | score(answers, reference)
+    subsets = [
+        (
+            random_subset(base, available, f * base.lattice.total_cost, np.random.default_rng(20_000 + s)),
+            "random",
+            s,
         )
-        last = rows[-2]
-        out.write(
-            f"policy seed {seed}: {len(path)} waves, {spent / total:.0%} of the compute, verdicts agree"
-            f" {last['verdicts_agree']:.0%}, exponents within {last['exponents_within']:.0%};"
-            f" random subset of"
-            f" that cost: {rows[-1]['verdicts_agree']:.0%} / {rows[-1]['exponents_within']:.0%}"
-            f" ({time.monotonic() - started:.0f} s)\n"
-        )
-        out.flush()
-    for fraction in fractions:
-        for seed in policy_seeds:
-            rng = np.random.default_rng(20_000 + seed)
-            subset = random_subset(base, available, fraction * total, rng)
-            answers = base.assess(run_cells(table, subset), subset)
-            rows.append(
-                {"method": "random", "seed": seed, "spent": base.lattice.cost(subset) / total}
-                | score(answers, reference)
-            )
-    for k in range(2, len(base.lattice.seeds)):
-        subset = fewer_seeds(base, available, k)
-        answers = base.assess(run_cells(table, subset), subset)
-        rows.append(
-            {"method": f"lattice, {k} seeds", "seed": -1, "spent": base.lattice.cost(subset) / total}
-            | score(answers, reference)
-        )
+        for f in fractions
+        for s in range(random_seeds)
+    ]
+    subsets += [
+        (fewer_seeds(base, available, k), f"lattice, {k} seeds", -1)
+        for k in range(2, len(base.lattice.seeds))
+    ]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        replays = [pool.submit(_policy_run, plan, table, seed, reference) for seed in policy_seeds]
+        others = [pool.submit(_subset_run, plan, table, k, m, s, reference) for k, m, s in subsets]
+        for future in replays:
+            more, line = future.result()
+            rows += more
+            out.write(line + "\n")
+            out.flush()
+        for future in others:
+            rows += future.result()
     return pd.DataFrame(rows)
 
 
@@ -275,18 +300,23 @@ def main(argv: list[str] | None = None) -> int:
         "--policy-seeds", type=int, default=20, help="replays, one per policy seed (default 20)"
     )
     parser.add_argument("--out", required=True, help="folder for replay.csv, summary.md and replay.png")
+    parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    parser.add_argument(
+        "--random-seeds", type=int, default=10, help="random subsets per share of the compute (default 10)"
+    )
     args = parser.parse_args(argv)
     try:
-        if args.policy_seeds < 1:
-            raise SweepError(f"--policy-seeds must be >= 1, got {args.policy_seeds}")
+        if args.policy_seeds < 1 or args.jobs < 1:
+            raise SweepError(f"--policy-seeds and --jobs must be >= 1, got {args.policy_seeds}, {args.jobs}")
         plan = load_plan(args.sweep, args.profile)
         if plan.adaptive is None:
             raise SweepError(f"{args.sweep}: no `adaptive:` section to replay")
         from analysis.load import load_table
 
         table, _ = load_table(args.tracking_uri, plan.name)
-        fractions = [0.15, 0.25, 0.35, 0.5, 0.65, 0.8, 1.0]
-        frame = evaluate(plan, table, list(range(args.policy_seeds)), fractions)
+        fractions = [0.15, 0.25, 0.35, 0.5, 0.65, 0.8]
+        seeds = list(range(args.policy_seeds))
+        frame = evaluate(plan, table, seeds, fractions, jobs=args.jobs, random_seeds=args.random_seeds)
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
