@@ -180,7 +180,8 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     # The analysis report shows the path the waves took.
     from analysis.run import analyse_training
 
-    result = analyse_training(str(path), tracking_uri=uri, out=tmp_path / "analysis", bootstrap=200, log=False)
+    out = tmp_path / "analysis"
+    result = analyse_training(str(path), tracking_uri=uri, out=out, bootstrap=200, log=False)
     report = (tmp_path / "analysis" / "report.html").read_text()
     assert len(result.waves) == len(records) and "<h2>Adaptive path</h2>" in report
     assert "first wave: T in {2, 16, inf}" in report

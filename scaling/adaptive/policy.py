@@ -9,10 +9,12 @@ report's, intervals over seeds) and the fits of analysis.fit, on the tidy table 
 lattice defines which answers exist (a context verdict for every model and T of the grid, a task verdict
 for every model and N, an exponent per model), data or not. An answer is *settled* when
 
-- verdict: it is "scales", "does not scale" or "at chance" on at least ``min_seeds`` seeds;
-- exponent: its interval's half-width is at most ``within`` on at least ``min_seeds`` seeds; or the model
-  does not scale along that axis (every verdict of the model on the exponent's axis is settled, none of
-  them "scales"), when the exponent describes nothing and is reported as moot.
+- verdict: it is "scales", "does not scale" or "at chance" on at least ``min_seeds`` seeds, and a scaling
+  label still holds when its interval is widened to a Student t interval (``widen``: percentile bootstrap
+  intervals over 3 seeds run narrow, and settled wrong labels in replays);
+- exponent: its (widened) interval's half-width is at most ``within`` on at least ``min_seeds`` seeds and
+  the interval stays inside the fit's bounds; or the model does not scale along that axis (every verdict
+  of the model on the exponent's axis is settled, none of them "scales"): moot.
 
 Every unsettled answer estimates the seeds it needs, from its interval's half-width h now (S seeds) and
 the half-width g that would settle it (the distance of a verdict's drop from the threshold, of its end
@@ -23,9 +25,11 @@ a missing value of T or N (the points it adds count as seeds in the proportion o
 action is the fraction of the remaining way to S_need it covers, summed over every unsettled answer it
 serves, divided by its estimated cost (scaling.cost, the cost model of ``--dry-run``). Waves are built
 greedily from the best-valued action, with the answers' seeds advanced as if the chosen cells had run,
-until the wave holds ``wave`` cells; never beyond the budget. An open answer on ``min_seeds`` or more seeds
-whose S_need exceeds REACH times the lattice's seeds (a drop sitting on the threshold, an exponent the lattice
-cannot pin) is *beyond* the lattice: reported open, no longer pursued.
+until the wave holds ``wave`` cells; never beyond the budget. S_need is estimated from the bootstrap
+half-width (the widened one shrinks faster than 1/sqrt(S)), and is at least one seed more than the answer
+has. An open answer whose S_need exceeds REACH times the lattice's seeds (a drop sitting on the threshold)
+on 2/3 of the lattice's seeds, or 10 times that on ``min_seeds``, or an exponent whose interval reaches the
+fit's bound, is *beyond* the lattice: reported open, no longer pursued.
 """
 
 from __future__ import annotations
