@@ -251,14 +251,14 @@ def shared_prompts(tiny_lm, train, test_items):
 
 
 @pytest.mark.parametrize(
-    "batch_size, min_shared, call_overhead, chunk",
-    [(16, 4, 0.0, 64), (3, 4, 32.0, 5), (4, 10_000, 8.0, 64), (1, 1, 0.0, 3)],
+    "batch_size, min_shared, call_overhead, chunk_tokens",
+    [(16, 4, 0.0, 100_000), (3, 4, 32.0, 3000), (4, 10_000, 8.0, 100_000), (1, 1, 0.0, 1500)],
 )
 def test_shared_prefix_decoding_is_greedy_decoding(
-    tiny_lm, shared_prompts, batch_size, min_shared, call_overhead, chunk
+    tiny_lm, shared_prompts, batch_size, min_shared, call_overhead, chunk_tokens
 ):
-    """Shared beginnings computed once, segments in padded batches, in chunks, decoded in batches with
-    rows leaving as they finish: the answers are each prompt's own greedy decoding."""
+    """Shared beginnings computed once, segments in padded batches, in chunks of a few prompts, decoded
+    in batches with rows leaving as they finish: the answers are each prompt's own greedy decoding."""
     from scaling.temperature.scan import generate_token_answers
 
     model, tokenizer = tiny_lm
@@ -275,7 +275,7 @@ def test_shared_prefix_decoding_is_greedy_decoding(
             stats=stats,
             min_shared=min_shared,
             call_overhead=call_overhead,
-            chunk=chunk,
+            chunk_tokens=chunk_tokens,
         )
     assert ours == plain
     total = sum(len(ids) for ids in prompts.token_ids)
