@@ -14,6 +14,11 @@ sweep (the cell key covers every setting, so the two never share a run). Analysi
 
 Grid axes other than model, T, N and seed (``task.d: [2, 4]``, ``train.steps: [...]``) become columns of the
 analysis view (``setting_columns``), so fits, verdicts and figures split by them instead of pooling.
+
+A cell logs only the settings that apply to it (scaling.cells.Cell.params): an MLP cell has no
+``model.n_layer``, a linear task no ``task.hidden``. A setting absent from some cells (NaN in the table) does
+not apply to them, and is never a difference: only the values of the cells that have it are compared
+(``values``), and ``select`` keeps the cells a ``--set`` setting does not apply to.
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ BOOKKEEPING = (
     "eval.batch_size",
     "train.precision",
 )
+# settings that are no part of a cell's key (scaling.config.canonical): cells differing only in them are one
+NOT_IN_KEY = (
+    "train.device",
+    "train.checkpoint_every",
+    "train.log_every",
+    "eval.batch_size",
+    "temperature.batch_size",
+)
 OWN_COLUMNS = ("T", "N", "seed")  # the table's own columns; their params never split anything
 
 
@@ -43,6 +56,12 @@ def covered(setting: str, axes) -> bool:
     return any(setting == a or setting.startswith(a + ".") for a in axes)
 
 
+def values(column: pd.Series) -> pd.Series:
+    """A setting's logged values (strings) in the cells it applies to: a cell without it (NaN) is left out,
+    the setting does not apply to it (its model, task or kind reads no such setting)."""
+    return column.dropna().astype(str)
+
+
 def cell_settings(table: pd.DataFrame) -> pd.DataFrame:
     """One row per cell: its model and every ``param.*`` setting (as logged: strings)."""
     cols = ["cell_key", "model"] + sorted(c for c in table.columns if c.startswith("param."))
@@ -50,19 +69,16 @@ def cell_settings(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def varying(cells: pd.DataFrame) -> list[str]:
-    """The settings (without 'param.') whose values differ between cells."""
+    """The settings (without 'param.') whose values differ between the cells they apply to."""
     return [
-        c[len("param.") :]
-        for c in cells.columns
-        if c.startswith("param.") and cells[c].astype(str).nunique() > 1
+        c[len("param.") :] for c in cells.columns if c.startswith("param.") and values(cells[c]).nunique() > 1
     ]
 
 
 def by_model(cells: pd.DataFrame, setting: str) -> bool:
-    """Whether a setting is constant within each model (it comes with the model preset)."""
-    return bool(
-        (cells.groupby("model")[f"param.{setting}"].agg(lambda v: v.astype(str).nunique()) <= 1).all()
-    )
+    """Whether a setting is constant within each model (it comes with the model preset; a model it does not
+    apply to has none)."""
+    return bool((cells.groupby("model")[f"param.{setting}"].agg(lambda v: values(v).nunique()) <= 1).all())
 
 
 def differing_settings(table: pd.DataFrame, axes) -> dict[str, list[str]]:
@@ -78,7 +94,7 @@ def differing_settings(table: pd.DataFrame, axes) -> dict[str, list[str]]:
             or by_model(cells, setting)
         ):
             continue
-        out[setting] = sorted(cells[f"param.{setting}"].astype(str).unique())
+        out[setting] = sorted(values(cells[f"param.{setting}"]).unique())
     return out
 
 
@@ -89,11 +105,11 @@ def check_poolable(table: pd.DataFrame, axes, experiment: str) -> None:
     if not differ:
         return
     listed = "; ".join(f"{k} = {' / '.join(v)}" for k, v in differ.items())
-    key, values = next(iter(differ.items()))
+    key, first = next(iter(differ.items()))
     raise PoolingError(
         f"experiment {experiment!r} holds cells that differ in settings beyond the sweep's grid "
         f"axes ({listed}): they are variants of the sweep (e.g. made with --set) and are not "
-        f"pooled. Analyse one variant: add --set {key}={values[0]}, or give the sweep file with "
+        f"pooled. Analyse one variant: add --set {key}={first[0]}, or give the sweep file with "
         f"the --set it ran with"
     )
 
@@ -110,8 +126,9 @@ def parse_value(text) -> object:
 
 
 def select(table: pd.DataFrame, overrides) -> pd.DataFrame:
-    """The rows of the cells whose settings equal every ``KEY=VALUE`` of ``overrides``; an unknown key
-    raises PoolingError listing the known settings."""
+    """The rows of the cells whose settings equal every ``KEY=VALUE`` of ``overrides`` (a cell the setting
+    does not apply to is kept: ``--set model.n_layer=4`` picks the GPT-2 cells with 4 layers and every MLP
+    cell); an unknown key raises PoolingError listing the known settings."""
     for assignment in overrides:
         key, sep, value = assignment.partition("=")
         col = f"param.{key.strip()}"
@@ -119,8 +136,27 @@ def select(table: pd.DataFrame, overrides) -> pd.DataFrame:
             known = ", ".join(sorted(c[len("param.") :] for c in table if c.startswith("param.")))
             raise PoolingError(f"--set {assignment}: no cell setting {key.strip()!r}; known: {known}")
         want = parse_value(value.strip())
-        table = table[table[col].map(parse_value) == want]
+        table = table[table[col].isna() | (table[col].map(parse_value) == want)]
     return table
+
+
+def drop_repeats(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The table with one cell of each set of cells that log the same settings, and a note when any was
+    dropped. Such cells are one computation under several keys: the key holds every setting, the params only
+    those that apply (an MLP cell of a sweep run with and without ``--set model.n_layer=4`` has two keys and
+    one result). The first by cell key stays; settings that are no part of the key are not compared."""
+    if "cell_key" not in table or not any(c.startswith("param.") for c in table.columns):
+        return table, []
+    cells = cell_settings(table).sort_values("cell_key")
+    same = [c for c in cells.columns if c != "cell_key" and c.removeprefix("param.") not in NOT_IN_KEY]
+    keep = set(cells.astype(str).drop_duplicates(same)["cell_key"])
+    if len(keep) == len(cells):
+        return table, []
+    note = (
+        f"{len(cells) - len(keep)} complete cells repeat the settings of others (their keys differ only in"
+        " settings that do not apply to them, e.g. model.n_layer of an MLP); each is counted once"
+    )
+    return table[table["cell_key"].isin(keep)], [note]
 
 
 def other_variants(others: pd.DataFrame, planned: pd.DataFrame) -> str:
@@ -134,8 +170,8 @@ def other_variants(others: pd.DataFrame, planned: pd.DataFrame) -> str:
     differ = []
     for setting in varying(both):
         col = f"param.{setting}"
-        theirs = set(both.loc[~both["cell_key"].isin(mine), col].astype(str))
-        ours = set(both.loc[both["cell_key"].isin(mine), col].astype(str))
+        theirs = set(values(both.loc[~both["cell_key"].isin(mine), col]))
+        ours = set(values(both.loc[both["cell_key"].isin(mine), col]))
         if theirs - ours and setting not in BOOKKEEPING:
             differ.append(f"{setting} = {' / '.join(sorted(theirs - ours))}")
     what = f" (they have {'; '.join(differ)})" if differ else ""

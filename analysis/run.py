@@ -196,6 +196,8 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
             raise AnalysisError(str(err)) from None
         if source.overrides:
             notes.append(f"the cells with {', '.join(source.overrides)}")
+    table, repeated = provenance.drop_repeats(table)
+    notes += repeated
     table, scans = split_scans(table)
     kept = set(table["run_id"])
     table.attrs.update(attrs, runs={r: n for r, n in attrs.get("runs", {}).items() if r in kept})

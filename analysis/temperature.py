@@ -424,9 +424,10 @@ def scan_verdicts(rows: pd.DataFrame, figure: str, llm: bool) -> list[dict]:
 
 
 def _llm_runs(rows: pd.DataFrame) -> int:
-    if "param.temperature.mc_runs" in rows:
-        return int(pd.to_numeric(rows["param.temperature.mc_runs"]).max())
-    return 1
+    runs = pd.to_numeric(
+        rows.get("param.temperature.mc_runs", pd.Series(dtype=float)), errors="coerce"
+    ).dropna()
+    return int(runs.max()) if len(runs) else 1  # a cell that is no llm_scan logs no mc_runs
 
 
 def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:

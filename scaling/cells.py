@@ -19,12 +19,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, canonical, check, flatten, from_dict, to_dict
+from .config import ConfigError, canonical, check, flatten, from_dict, to_dict, unread
 from .kinds import DEFAULT_KIND, kind, kind_of_group
 from .science.evaluate import EvalConfig
-from .science.models import ModelConfig
-from .science.tasks import TaskConfig
+from .science.models import ModelConfig, model_facts
+from .science.tasks import FAMILIES, TaskConfig
 from .science.train import TrainConfig
+
+# the settings every cell logs as params, whatever its kind, model and task (analysis reads them)
+ALWAYS = ("T", "N", "seed", "job", "model.name", "model.arch")
 
 
 @dataclass(frozen=True)
@@ -81,12 +84,43 @@ class Cell:
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
 
-    def params(self) -> dict[str, str]:
-        """The flattened cell as MLflow params: {'task.d': '8', 'T': 'inf', ...}. T is written as in run
-        names ('16', not '16.0'), so the UI's filter ``params.T = '16'`` finds it."""
+    def flat(self) -> dict[str, str]:
+        """Every setting of the cell, flattened, as strings: {'task.d': '8', 'T': 'inf', ...}. T is written
+        as in run names ('16', not '16.0'), so the UI's filter ``params.T = '16'`` finds it."""
         tree = self.to_dict()
         params = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(tree).items()}
         return {**params, "T": format_T(self.T)}
+
+    def params(self) -> dict[str, str]:
+        """The cell's MLflow params: the settings that apply to it (``applicable``), as ``flat`` writes
+        them. An MLP cell has no ``model.n_layer``, a linear task no ``task.hidden``; cell.yaml and the key
+        keep every setting."""
+        flat = self.flat()
+        return {k: flat[k] for k in self.applicable(flat)}
+
+    def applicable(self, flat: dict[str, str] | None = None) -> list[str]:
+        """The settings (``flat``'s dotted names) that apply to the cell: T, N, seed, job, model.name and
+        model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``),
+        where ``task`` stands for the family's settings (``TaskFamily.SETTINGS``, scaling.science.tasks)
+        and ``model`` for the architecture's (``ModelFacts.settings``, scaling.science.models) and a name
+        covers the settings under it (``train`` covers ``train.lr``); less the settings that go unread
+        under their values (scaling.config.unread: the curriculum while it is off, eval.lambdas without a
+        ridge scan)."""
+        flat = self.flat() if flat is None else flat
+        own = self.kind
+        skip = set(own.unused(self))
+        names = list(ALWAYS)
+        for name in own.reads:
+            if name in skip:
+                continue
+            if name == "task":
+                names += ["task.family", *(f"task.{s}" for s in FAMILIES[self.task.family].SETTINGS)]
+            elif name == "model":
+                names += [f"model.{s}" for s in model_facts(self.model.arch).applicable(self.model)]
+            else:
+                names.append(name)
+        off = unread(self) + [n for group, value in self.settings.items() for n in unread(value, group)]
+        return [k for k in flat if under(k, names) and not under(k, off)]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "") -> "Cell":
@@ -130,6 +164,12 @@ def _known_kinds() -> tuple[str, ...]:
 def kinds_of(group: str) -> list[str]:
     """The kinds whose settings are given under ``group``."""
     return [name for name in _known_kinds() if kind(name).group == group]
+
+
+def under(key: str, names) -> bool:
+    """Whether the dotted setting ``key`` is one of ``names`` or lies under one ('train' covers
+    'train.curriculum.dims_start')."""
+    return any(key == n or key.startswith(n + ".") for n in names)
 
 
 def format_T(T: float) -> str:

@@ -159,6 +159,26 @@ def canonical(obj: Any) -> Any:
     return to_dict(obj)
 
 
+def unread(obj: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the settings of a config (and of the configs inside it) that go unread under their
+    current values: the fields declared ``metadata={"applies": predicate}`` whose predicate, given the
+    config holding them, is false (e.g. the curriculum's steps while it is off). Cells leave them out of
+    their MLflow params (scaling.cells.Cell.params); the cell key and cell.yaml keep them. The predicate
+    reads a switch that is itself always a setting (the curriculum's start, eval.lambda_n), so an absent
+    param never carries information of its own: analysis may read absence as "does not apply"."""
+    out: list[str] = []
+    if not dataclasses.is_dataclass(obj):
+        return out
+    for f in dataclasses.fields(obj):
+        name = f"{prefix}.{f.name}" if prefix else f.name
+        applies = f.metadata.get("applies")
+        if applies is not None and not applies(obj):
+            out.append(name)
+        elif not f.metadata.get("inline"):
+            out += unread(getattr(obj, f.name), name)
+    return out
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted keys of a nested dict: {'task': {'d': 8}} -> {'task.d': 8}."""
     if not isinstance(tree, dict):

@@ -7,7 +7,8 @@ cell reuses its run instead of creating another. A cell run carries:
 - run name: the cell's label, given by its experiment kind (``<model> T=<T> N=<N> seed=<seed>`` for
   training); tags ``cell_key``, ``sweep``, ``kind``, ``status`` (``running`` -> ``complete`` only once
   everything below is logged; ``failed`` with ``error``);
-- params: the flattened cell (``task.d``, ``model.n_layer``, ``T``, ``N``, ``seed``, ``job``, ...);
+- params: the settings that apply to the cell's kind, model and task (scaling.cells.Cell.params:
+  ``task.d``, ``model.n_layer`` for a GPT-2 but not for an MLP, ``T``, ``N``, ``seed``, ``job``, ...);
 - metrics: ``train/loss`` (step = training step) and one metric per curve of ``curves.parquet``, named
   by the kind (``Kind.metric_key``): training logs ``eval/err`` (the model; step = context length n)
   and ``baseline/<name>``; the temperature kinds (scaling.kinds.temperature) log ``temperature/<name>``
@@ -595,8 +596,12 @@ def metric_name(name: str) -> str:
 
 def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:
     """(cell.yaml as a dict, model.pt state dict) of the one complete cell run of ``experiment`` whose
-    params match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match."""
+    settings match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match.
+    A setting the run logs is matched against its param; one it does not log (it does not apply to the
+    run's model and task: scaling.cells.Cell.params) against its cell.yaml, which keeps every setting."""
     import torch
+
+    from .cells import ALWAYS, Cell
 
     tracker = Tracker(resolve_tracking_uri(uri))
     experiment_id = tracker.experiment_id(experiment)
@@ -605,22 +610,32 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
             f"no MLflow experiment {experiment!r} in {redact(tracker.uri)}; run that sweep first"
         )
     clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
-    clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items())]
+    # every cell logs these; the others are matched run by run
+    clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items()) if k in ALWAYS]
     runs = sorted(tracker._search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)
-    if not runs:
-        raise TrackingError(f"no complete cell run in {experiment!r} has params {params}")
-    run_id = runs[0].info.run_id
     with tempfile.TemporaryDirectory() as tmp:
-        cell = yaml.safe_load(
-            Path(
-                retrying(
-                    lambda: tracker.client.download_artifacts(run_id, "cell.yaml", tmp),
-                    "downloading cell.yaml",
-                )
-            ).read_text()
-        )
-        path = retrying(
-            lambda: tracker.client.download_artifacts(run_id, "model.pt", tmp), "downloading model.pt"
-        )
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    return cell, state
+        for run in runs:
+            logged = run.data.params
+            if any(k in logged and logged[k] != str(v) for k, v in params.items()):
+                continue
+            run_id = run.info.run_id
+            Path(tmp, run_id).mkdir()
+            cell = yaml.safe_load(
+                Path(
+                    retrying(
+                        lambda: tracker.client.download_artifacts(run_id, "cell.yaml", f"{tmp}/{run_id}"),
+                        "downloading cell.yaml",
+                    )
+                ).read_text()
+            )
+            absent = [k for k in params if k not in logged]
+            if absent:
+                flat = Cell.from_dict(cell).flat()
+                if any(flat.get(k) != str(params[k]) for k in absent):
+                    continue
+            path = retrying(
+                lambda: tracker.client.download_artifacts(run_id, "model.pt", f"{tmp}/{run_id}"),
+                "downloading model.pt",
+            )
+            return cell, torch.load(path, map_location="cpu", weights_only=True)
+    raise TrackingError(f"no complete cell run in {experiment!r} has settings {params}")

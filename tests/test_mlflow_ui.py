@@ -63,6 +63,9 @@ def ui_sweep(tmp_path_factory) -> Sweep:
     """The tiny sweep ``ui`` (2 models x T in {16, inf}: 4 cells), run by the CLI with stdout to a file."""
     root = tmp_path_factory.mktemp("ui")
     doc = {**TINY_SWEEP, "name": "ui", "grid": {"model": ["mlp", "gpt2"], "T": [16, "inf"], "seed": [0]}}
+    # the GPT-2's n_layer given to the MLP too, which never reads it: its cells log no model.n_layer, so
+    # the filter on it below finds the GPT-2 cells alone
+    doc["models"] = {**doc["models"], "mlp": {**doc["models"]["mlp"], "n_layer": 1}}
     (root / "ui.yaml").write_text(yaml.safe_dump(doc))
     uri = f"sqlite:///{root}/store.db"  # not the default ./mlflow.db: the next commands name it
     with open(root / "out.log", "w") as out, open(root / "err.log", "w") as err:
@@ -212,6 +215,8 @@ def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(ui_
                     "params.`model.name` = 'gpt2' and params.N = '4'",
                     {"gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"},
                 ),
+                # the MLP cells (n_layer: 1 in their cell.yaml) log no n_layer: it does not apply to them
+                ("params.`model.n_layer` = '1'", {"gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"}),
                 ("tags.status = 'complete'", CELLS),
             ):
                 search.fill(query)

@@ -5,6 +5,7 @@ trains nothing, that cells added to a sweep file are the only ones to run, and t
 """
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -50,6 +51,12 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
         assert run.info.run_name in ("mlp T=4 N=4 seed=0", "mlp T=inf N=4 seed=0")
         assert params["task.d"] == "2" and params["model.arch"] == "mlp" and params["N"] == "4"
         assert params["T"] in ("4", "inf")  # as typed: the UI's filter params.T = '4' finds it
+        # only the settings that apply to an MLP on linear regression; cell.yaml keeps every setting
+        assert params["model.width"] == "16" and "eval.lambdas" in params  # lambda_n asks for the scan
+        assert {"model.n_layer", "model.n_head", "model.layout", "task.hidden", "task.depth"}.isdisjoint(
+            params
+        )
+        assert not {"train.curriculum.dims_inc", "train.curriculum.points_every"} & set(params)
         assert tags["mlflow.parentRunId"]
         losses = client.get_metric_history(run.info.run_id, "train/loss")
         assert [m.step for m in losses] == [5, 10, 15, 20, 25, 30]
@@ -58,6 +65,8 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
             assert len(client.get_metric_history(run.info.run_id, f"baseline/{name}")) == 4
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert artifacts == {"cell.yaml", "curves.parquet", "model.pt"}
+        full = yaml.safe_load(Path(client.download_artifacts(run.info.run_id, "cell.yaml")).read_text())
+        assert full["model"]["n_layer"] == 8 and full["task"]["hidden"] == 100  # every setting, unread too
         curves = pd.read_parquet(client.download_artifacts(run.info.run_id, "curves.parquet"))
         assert set(curves.columns) >= {"predictor", "n", "err", "err_lo", "err_hi", "prompts"}
         assert (curves["err_lo"] <= curves["err"]).all() and (curves["err"] <= curves["err_hi"]).all()

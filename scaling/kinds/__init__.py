@@ -54,7 +54,14 @@ class Kind:
     cell key under which a sweep file gives them (None: the kind has none). ``check(cell)`` raises
     ConfigErrors naming the setting; ``label(cell)`` is the run name; ``cost(cell)`` a CellCost or None
     (not estimated); ``packable(cell)`` whether cells of this kind may share a trial (scaling.packing);
-    ``path_fields``: settings of the group that are local paths, made absolute at planning."""
+    ``path_fields``: settings of the group that are local paths, made absolute at planning.
+
+    ``reads``: the cell's settings the kind reads, which its cells log as MLflow params
+    (scaling.cells.Cell.params; cell.yaml keeps every setting): ``task`` (the family's settings,
+    scaling.science.tasks), ``model`` (the architecture's, scaling.science.models.ModelFacts), ``train``,
+    ``eval``, a whole group (``construction``) or one setting (``task.d``, ``temperature.taus``);
+    ``unused(cell)`` names the entries of ``reads`` that this cell leaves unread (e.g. ``train`` for a scan
+    of a given model). T, N, seed, job, model.name and model.arch are every cell's."""
 
     name: str
     run: Callable[..., dict[str, Any]]
@@ -67,6 +74,8 @@ class Kind:
     packable: Callable[[Any], bool] = lambda cell: False
     metric_key: Callable[[str], str] | None = None  # None: scaling.tracking.curve_metric_key
     path_fields: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ("task", "model", "train", "eval")
+    unused: Callable[[Any], tuple[str, ...]] = lambda cell: ()
 
 
 _loaded: dict[str, Kind] = {}

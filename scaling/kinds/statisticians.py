@@ -239,6 +239,23 @@ def check_selection(cell) -> None:
         model_facts(cell.model.arch).check_positions(cell.model, cell.N)
 
 
+# the settings each construction reads (scaling.kinds.Kind.reads): its cells log only these as params
+GD_READS = ("task", "eval") + tuple(f"construction.{name}" for name in ("steps", "eta", "lam", "bound"))
+SELECTION_READS = (
+    "task",
+    "eval",
+    "model",
+    "train",
+    *(f"construction.{name}" for name in ("steps", "eta", "lambdas", "gamma", "val_fraction", "bound")),
+    "construction.train_model",
+)
+
+
+def selection_unused(cell) -> tuple[str, ...]:
+    """The model and its training only when the cell trains one (train_model)."""
+    return () if cell.construction.train_model else ("model", "train")
+
+
 GD_TRANSFORMER = Kind(
     name="gd_transformer",
     run=run_gd,
@@ -249,6 +266,7 @@ GD_TRANSFORMER = Kind(
     check=check_gd,
     cost=gd_cost,
     metric_key=metric_key,
+    reads=GD_READS,
 )
 SELECTION_TRANSFORMER = Kind(
     name="selection_transformer",
@@ -260,4 +278,6 @@ SELECTION_TRANSFORMER = Kind(
     check=check_selection,
     cost=selection_cost,
     metric_key=metric_key,
+    reads=SELECTION_READS,
+    unused=selection_unused,
 )

@@ -520,7 +520,9 @@ class JobKind(Kind):
     job: Callable[..., JobResult] | None = None
 
 
-def _kind(name, job, label, check=lambda cell: None, cost=no_training) -> JobKind:
+def _kind(
+    name, job, label, reads, check=lambda cell: None, cost=no_training, unused=lambda cell: ()
+) -> JobKind:
     return JobKind(
         name=name,
         run=runner(job),
@@ -532,8 +534,57 @@ def _kind(name, job, label, check=lambda cell: None, cost=no_training) -> JobKin
         cost=cost,
         metric_key=metric_key,
         path_fields=PATH_FIELDS,
+        reads=tuple(reads),
+        unused=unused,
         job=job,
     )
+
+
+def _temperature(*names: str) -> tuple[str, ...]:
+    return tuple(f"temperature.{name}" for name in names)
+
+
+# the settings each job reads (scaling.kinds.Kind.reads): its cells log only these as params
+THEORY = ("task.d", "task.noise_std")
+THEORY_CONTEXT_READS = THEORY + _temperature(
+    "shift", "shift_kwargs", "l_over_d", "m", "n_prompts", "params_source"
+)
+THEORY_NOISE_READS = THEORY + _temperature("sigma_tests", "m", "n_prompts", "params_source")
+THEORY_MEAN_SHIFT_READS = THEORY + _temperature("shift_kwargs", "ls", "n_prompts")
+HISTOGRAMS_READS = _temperature("taus", "hist_l", "bins")
+GPT2_SCAN_READS = ("task", "model", "train", "eval") + _temperature(
+    "taus", "checkpoint", "n_positions", "from_sweep", "from_params", "train_model"
+)
+LLM_SCAN_READS = _temperature(
+    "taus",
+    "llm",
+    "sciq_train",
+    "sciq_test",
+    "n_test",
+    "retriever",
+    "panel",
+    "n_demos",
+    "noisy_ratios",
+    "mc_runs",
+    "max_new_tokens",
+    "batch_size",
+)
+
+
+def gpt2_scan_unused(cell) -> tuple[str, ...]:
+    """The model source's settings but the one in use; the cell's model settings when the model comes from
+    another sweep's run (its cell.yaml gives them); train when nothing is trained here."""
+    t = cell.temperature
+    out = []
+    if not t.checkpoint:
+        out += _temperature("checkpoint", "n_positions")
+    if not t.from_sweep:
+        out += _temperature("from_sweep", "from_params")
+    else:
+        out.append("model")
+    if not t.train_model:
+        out.append("train")
+    return tuple(out)
 
 
 def run_job(cell, device: torch.device, report=None, tracking_uri: str | None = None) -> JobResult:
@@ -541,9 +592,11 @@ def run_job(cell, device: torch.device, report=None, tracking_uri: str | None = 
     return cell.kind.job(cell, device, report, tracking_uri)
 
 
-THEORY_CONTEXT = _kind("theory_context", theory_context, theory_label, check_theory)
-THEORY_NOISE = _kind("theory_noise", theory_noise, theory_label, check_theory)
-THEORY_MEAN_SHIFT = _kind("theory_mean_shift", theory_mean_shift, theory_label)
-ATTENTION_HISTOGRAMS = _kind("attention_histograms", attention_histograms, histograms_label)
-GPT2_SCAN = _kind("gpt2_scan", gpt2_scan, gpt2_label, check_gpt2_scan, gpt2_scan_cost)
-LLM_SCAN = _kind("llm_scan", llm_scan, llm_label, check_llm_scan, llm_scan_cost)
+THEORY_CONTEXT = _kind("theory_context", theory_context, theory_label, THEORY_CONTEXT_READS, check_theory)
+THEORY_NOISE = _kind("theory_noise", theory_noise, theory_label, THEORY_NOISE_READS, check_theory)
+THEORY_MEAN_SHIFT = _kind("theory_mean_shift", theory_mean_shift, theory_label, THEORY_MEAN_SHIFT_READS)
+ATTENTION_HISTOGRAMS = _kind("attention_histograms", attention_histograms, histograms_label, HISTOGRAMS_READS)
+GPT2_SCAN = _kind(
+    "gpt2_scan", gpt2_scan, gpt2_label, GPT2_SCAN_READS, check_gpt2_scan, gpt2_scan_cost, gpt2_scan_unused
+)
+LLM_SCAN = _kind("llm_scan", llm_scan, llm_label, LLM_SCAN_READS, check_llm_scan, llm_scan_cost)

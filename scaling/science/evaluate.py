@@ -34,7 +34,10 @@ class EvalConfig:
     # context lengths at which to scan ridge regression's error against lambda on the evaluation prompts
     # (seed 001 Figs. 2-3, right panels: rows ``ridge_lambda`` with a ``lam`` column); empty: no scan
     lambda_n: tuple[int, ...] = ()
-    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS  # the scan's grid (1e-4 .. 1e3, 4 per decade)
+    # the scan's grid (1e-4 .. 1e3, 4 per decade); a setting only where there is a scan
+    lambdas: tuple[float, ...] = field(
+        default=DEFAULT_LAMBDAS, metadata={"applies": lambda e: bool(e.lambda_n)}
+    )
 
     def __post_init__(self):
         check(self.prompts >= 2, "prompts", f"must be >= 2, got {self.prompts}")

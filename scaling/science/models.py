@@ -314,6 +314,16 @@ class ModelFacts:
     packable: bool = False
     max_positions: int | None = None  # tokens per prompt the model takes; None: no limit
     title: str = ""  # the name errors use (default: the arch's)
+    # the ModelConfig settings the architecture reads (arch and name are every model's); a cell logs only
+    # these as MLflow params (scaling.cells.Cell.params), its cell.yaml keeps every setting
+    settings: tuple[str, ...] = ()
+    unused: Callable[[ModelConfig], tuple[str, ...]] = lambda config: ()  # of those, unread under config
+
+    def applicable(self, config: ModelConfig) -> tuple[str, ...]:
+        """The settings of ``config`` that this architecture reads: arch, name and its ``settings`` but the
+        ones ``unused`` under this config."""
+        unused = set(self.unused(config))
+        return ("arch", "name", *(s for s in self.settings if s not in unused))
 
     def tokens(self, s) -> int:
         return _tokens(s)
@@ -348,18 +358,33 @@ MODELS: dict[str, ModelFacts] = {
         layers=lambda c: c.n_layer,
         max_positions=GPT2_MAX_POSITIONS,
         title="GPT-2",
+        settings=("n_layer", "n_head", "n_embd", "attn_implementation", "layout", "attention"),
     ),
-    "mlp": ModelFacts(PromptMLP, _head_params, lambda s: 2 * _head_params(s), packable=True),
+    "mlp": ModelFacts(
+        PromptMLP,
+        _head_params,
+        lambda s: 2 * _head_params(s),
+        packable=True,
+        settings=("width", "inputs", "feature_map"),
+        unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
+    ),
     "sgpt": ModelFacts(
         simplified_gpt,
         lambda s: s.layers * 2 * s.width**2 + s.width,
         _attention_flops(4),
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
+        settings=("n_layer", "n_embd", "attention"),
     ),
-    "onelayer": ModelFacts(one_layer, _head_params, lambda s: 2 * _head_params(s), packable=True),
+    "onelayer": ModelFacts(
+        one_layer,
+        _head_params,
+        lambda s: 2 * _head_params(s),
+        packable=True,
+        settings=("width", "feature_map"),
+    ),
     "linear_on_scalar": ModelFacts(
-        LinearOnScalar, _head_params, lambda s: 2 * _head_params(s), packable=True
+        LinearOnScalar, _head_params, lambda s: 2 * _head_params(s), packable=True, settings=("feature_map",)
     ),
 }
 

@@ -152,6 +152,9 @@ class TaskFamily:
     """
 
     GAUSSIAN: tuple[str, ...] = ()
+    # the TaskConfig settings the family reads (family is every task's); a cell logs only these as MLflow
+    # params (scaling.cells.Cell.params), its cell.yaml keeps every setting
+    SETTINGS: tuple[str, ...] = ("d", "noise_std")
     default_split: tuple[str, ...] = ()  # meta names evaluation splits by when EvalConfig.split_by is empty
 
     def __init__(self, config: TaskConfig, shift: ShiftConfig | None = None):
@@ -273,6 +276,7 @@ class LinearMixedNoise(LinearRegression):
     evaluation splits by it by default. E[y^2] = 1 + mean(sigma_l^2); given the level, 1 + sigma_l^2.
     """
 
+    SETTINGS = ("d", "noise_stds")
     default_split = ("noise_std",)
 
     def levels(self):
@@ -289,6 +293,7 @@ class SparseLinear(TaskFamily):
     values are N(mu, t^2): E[f^2] = s (mu^2 + t^2) E[x_i^2] + s (s - 1) mu^2 E[x_i x_j].
     """
 
+    SETTINGS = ("d", "noise_std", "sparsity")
     GAUSSIAN = ("values",)
 
     def draw_tasks(self, count, gen):
@@ -313,6 +318,7 @@ class ReluNet(TaskFamily):
     shift gives d (m^2 + s^2); a task shift falls back to a deterministic Monte Carlo.
     """
 
+    SETTINGS = ("d", "noise_std", "hidden")
     GAUSSIAN = ("w1", "w2")
 
     def draw_tasks(self, count, gen):
@@ -339,6 +345,7 @@ class DecisionTree(TaskFamily):
     (mu^2 + t^2 + sigma^2 with shifted leaves), whatever the input distribution.
     """
 
+    SETTINGS = ("d", "noise_std", "depth")
     GAUSSIAN = ("leaves",)
 
     def draw_tasks(self, count, gen):

@@ -37,12 +37,14 @@ class Curriculum:
     26 -> 101, +5 every 2000 (ReLU-network and tree tasks). Evaluation always uses the full d and N.
     """
 
+    # the starts are the switches (0 = off), always settings; the steps of a half that is off go unread
+    # (left out of the cell's MLflow params, scaling.config.unread: their absence is said by the switch)
     dims_start: int = 0
-    dims_inc: int = 1
-    dims_every: int = 2000
+    dims_inc: int = field(default=1, metadata={"applies": lambda c: c.dims_start > 0})
+    dims_every: int = field(default=2000, metadata={"applies": lambda c: c.dims_start > 0})
     points_start: int = 0
-    points_inc: int = 2
-    points_every: int = 2000
+    points_inc: int = field(default=2, metadata={"applies": lambda c: c.points_start > 0})
+    points_every: int = field(default=2000, metadata={"applies": lambda c: c.points_start > 0})
 
     def __post_init__(self):
         for name in ("dims_start", "points_start"):
