@@ -236,6 +236,52 @@ def test_generation_is_greedy_and_tempered(tiny_lm, train, test_items):
     assert generate_answers(model, tokenizer, prompts, max_new_tokens=12) != batched
 
 
+@pytest.fixture(scope="module")
+def shared_prompts(tiny_lm, train, test_items):
+    """4 questions x 3 Monte Carlo runs (prompts that share beginnings) and their answers by the plain
+    path (generate, one prompt at a time) at tau = 2."""
+    from scaling.temperature.scan import PromptSet
+
+    model, tokenizer = tiny_lm
+    demos = make_retriever("tfidf", train).top_k([query_text(item) for item in test_items[:4]], 3)
+    prompts = PromptSet.build(tokenizer, train, test_items[:4], demos, 0.5, n_runs=3, seed=0)
+    with attention_temperature(model, 2.0):
+        plain = generate_answers(model, tokenizer, prompts.prompts, max_new_tokens=8, batch_size=1)
+    return prompts, plain
+
+
+@pytest.mark.parametrize(
+    "batch_size, min_shared, call_overhead, chunk_tokens",
+    [(16, 4, 0.0, 100_000), (3, 4, 32.0, 3000), (4, 10_000, 8.0, 100_000), (1, 1, 0.0, 1500)],
+)
+def test_shared_prefix_decoding_is_greedy_decoding(
+    tiny_lm, shared_prompts, batch_size, min_shared, call_overhead, chunk_tokens
+):
+    """Shared beginnings computed once, segments in padded batches, in chunks of a few prompts, decoded
+    in batches with rows leaving as they finish: the answers are each prompt's own greedy decoding."""
+    from scaling.temperature.scan import generate_token_answers
+
+    model, tokenizer = tiny_lm
+    prompts, plain = shared_prompts
+    stats = {}
+    with attention_temperature(model, 2.0):
+        ours = generate_token_answers(
+            model,
+            tokenizer,
+            prompts.token_ids,
+            8,
+            batch_size,
+            stop_at_answer=False,
+            stats=stats,
+            min_shared=min_shared,
+            call_overhead=call_overhead,
+            chunk_tokens=chunk_tokens,
+        )
+    assert ours == plain
+    total = sum(len(ids) for ids in prompts.token_ids)
+    assert stats["prompt_tokens"] < total if min_shared < 100 else stats["prompt_tokens"] >= total
+
+
 def test_monte_carlo_scan_over_tau(tiny_lm, train, test_items):
     model, tokenizer = tiny_lm
     scales = [m.scaling for m in attention_modules(model)]

@@ -19,7 +19,13 @@ from scaling.temperature.llm_icl import (
     query_text,
 )
 from scaling.temperature.questions import TABLES, items, split
-from scaling.temperature.scan import PromptSet, answer_complete, generate_token_answers, length_batches
+from scaling.temperature.scan import (
+    PromptSet,
+    answer_complete,
+    call_groups,
+    generate_token_answers,
+    prefix_tree,
+)
 
 DATA = Path(__file__).parent.parent / "data" / "science_qa"
 
@@ -87,9 +93,63 @@ def test_an_answer_is_complete_once_more_text_cannot_change_it(text, complete):
         assert answer_from_generation(text + " more words\nand lines") == answer_from_generation(text)
 
 
-def test_length_batches_cover_every_prompt_once_by_length():
-    batches = length_batches([5, 3, 9, 3, 7], 2)
-    assert [list(b) for b in batches] == [[1, 3], [0, 4], [2]]
+def test_shared_prefixes_give_the_answers_of_the_plain_loop(smollm):
+    """3 questions x 2 Monte Carlo runs: the prompts' shared beginnings computed once, the rest in
+    batches, against transformers' generate on one prompt at a time (the plain loop), 10 new tokens."""
+    import torch
+
+    model, tokenizer = smollm
+    train, test = load_sciq(DATA / "train.jsonl"), load_sciq(DATA / "test.jsonl")[:3]
+    demos = make_retriever("tfidf", train).top_k([query_text(item) for item in test], 6)
+    prompts = PromptSet.build(tokenizer, train, test, demos, 0.6, n_runs=2, seed=0)
+    stats = {}
+    ours = generate_token_answers(model, tokenizer, prompts.token_ids, 10, 16, stats=stats)
+    plain = []
+    with torch.no_grad():
+        for ids in prompts.token_ids:
+            output = model.generate(
+                input_ids=torch.tensor([ids]),
+                attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=10,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            plain.append(
+                answer_from_generation(tokenizer.decode(output[0, len(ids) :], skip_special_tokens=True))
+            )
+    assert ours == plain
+    assert stats["prompt_tokens"] < sum(len(ids) for ids in prompts.token_ids)  # shared tokens once
+
+
+def test_prefix_tree_computes_each_shared_beginning_once():
+    prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6, 7], [1, 2], [8, 9], [1, 2, 3, 4, 5], [1, 2, 3, 9]]
+    tree = prefix_tree(prompts, min_shared=1)
+    assert all(s.parent < n for n, s in enumerate(tree))  # parents first
+    for index, ids in enumerate(prompts):  # every prompt: the segments on its path, in order
+        (end,) = [n for n, s in enumerate(tree) if index in s.ends]
+        path = []
+        while end >= 0:
+            path.insert(0, end)
+            end = tree[end].parent
+        assert [t for n in path for t in prompts[tree[n].source][tree[n].start : tree[n].stop]] == ids
+    distinct = {tuple(ids[:k]) for ids in prompts for k in range(1, len(ids) + 1)}
+    assert sum(s.stop - s.start for s in tree) == len(distinct)  # each distinct beginning once
+    assert [s.ends for s in tree if 0 in s.ends] == [(0, 4)]  # identical prompts: one end
+    # a shared stretch shorter than min_shared is computed per prompt; a prompt that is another's
+    # beginning still ends where it ends
+    coarse = prefix_tree(prompts, min_shared=3)
+    assert sum(s.stop - s.start for s in coarse) > len(distinct)
+    assert {(s.start, s.stop) for s in coarse if 2 in s.ends} == {(0, 2)}
+    with pytest.raises(ValueError, match="empty prompt"):
+        prefix_tree([[1], []])
+
+
+def test_call_groups_trade_padding_against_calls():
+    assert call_groups([10, 11, 100, 12], max_rows=4, call_overhead=0) == [[0], [1], [3], [2]]
+    assert call_groups([10, 11, 100, 12], max_rows=4, call_overhead=50) == [[0, 1, 3], [2]]
+    assert call_groups([10, 10, 100, 12], max_rows=2, call_overhead=50) == [[0, 1], [3], [2]]
+    assert call_groups([], max_rows=2, call_overhead=1) == []
 
 
 def test_prompt_set_keeps_each_distinct_prompt_once():

@@ -321,7 +321,7 @@ def monte_carlo_exact_match(
 
     Retrieval is deterministic and done once; run r draws its noise from numpy Generator (seed, r).
     Decoding is the scan's fast path (scaling.temperature.scan: each distinct prompt tokenised and
-    answered once, batches of similar length, stopped when the answer is complete); a scan over
+    answered once, shared prompt beginnings computed once, stopped when the answer is complete); a scan over
     several taus should call ``scan.scan_exact_match``, which builds the prompts once for all of them.
     """
     from scaling.temperature.scan import scan_exact_match
