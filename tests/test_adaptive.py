@@ -98,6 +98,7 @@ def cell_runs(uri, name):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~100 s: a real adaptive run, killed, resumed, continued in full, analysed, replayed
 def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(tmp_path, tiny_sweep):
     doc = lattice_sweep(tiny_sweep)
     path = write(tmp_path, doc)
