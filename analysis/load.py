@@ -8,8 +8,8 @@ count; the others are listed as missing.
 Columns: sweep, cell_key, run_id, model, T (float, inf = fresh tasks), N, seed, predictor ('model' for the
 trained model, else the baseline's name), n, err, err_lo, err_hi, prompts, then every cell param as
 ``param.<name>`` (e.g. ``param.task.d``; a cell logs only the settings that apply to it, so a setting is NaN
-in the rows of the cells it does not apply to: ``param.model.n_layer`` of an MLP); and ``lam`` when cells scanned ridge's lambda (``split_scans``
-takes those rows apart).
+in the rows of the cells it does not apply to: ``param.model.n_layer`` of an MLP); and ``lam`` when cells
+scanned ridge's lambda (``split_scans`` takes those rows apart).
 """
 
 from __future__ import annotations

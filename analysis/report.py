@@ -205,6 +205,31 @@ def _page(title: str, body: str) -> str:
     )
 
 
+def waves_html(waves: list[dict]) -> str:
+    """An adaptive sweep's path: one row per wave (the answers before it, the cells it ran and why)."""
+    if not waves:
+        return ""
+    rows = []
+    for w in waves:
+        why = "<br>".join(html.escape(r) for r in w.get("reasons", [])[:4])
+        more = len(w.get("reasons", [])) - 4
+        why += f"<br>... and {more} more" if more > 0 else ""
+        why = why or html.escape(f"stops: {w.get('stop', '')}")
+        rows.append(
+            f"<tr><td>{w['wave']}</td><td>{w['complete']}</td><td>{w['spent']:.0%}</td><td>{w['settled']}</td>"
+            f"<td>{w['open']}</td><td>{len(w['cells'])}</td><td>{why}</td></tr>"
+        )
+    budget = waves[-1].get("budget", float("nan"))
+    return (
+        f"<h2>Adaptive path</h2><p>Run with <code>--adaptive</code> (budget {budget:.0%} of the lattice's"
+        f" estimated compute): each wave's cells were chosen from the answers before it"
+        f" (scaling.adaptive). Per wave: cells complete and compute spent before it, answers settled and"
+        f" open then, the cells it ran and why.</p>"
+        '<table class="data"><tr><th>wave</th><th>cells before</th><th>compute before</th><th>settled</th>'
+        "<th>open</th><th>cells</th><th>why</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
 def sweep_sections(result, figures: bool = True) -> str:
     table = result.table
     figs = "".join(image_html(p) for p in result.files if p.suffix == ".png") if figures else ""
@@ -217,6 +242,7 @@ def sweep_sections(result, figures: bool = True) -> str:
     return f"""<p class="answer">{answer_html(result.answer())}</p>
 <p>{table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
 <h2>Verdicts</h2>{verdict_html(result.verdicts, getattr(result, "rule", None))}
+{waves_html(getattr(result, "waves", []))}
 {f"<h2>Figures</h2><ul>{notes}</ul>{figs}" if figures else ""}
 <h2>Scaling-law fits</h2>{fits_html(result.fits)}
 <h2>Cells not complete</h2>{table_html(result.missing, "every cell is complete")}

@@ -51,6 +51,7 @@ class AnalysisResult:
     rule: Rule = field(default_factory=Rule)  # how the verdicts were made (stated in the report)
     axes: tuple[str, ...] = provenance.DEFAULT_AXES  # the settings cells may differ in (the grid axes)
     ui_url: str = ""  # the MLflow UI's address, for links to runs
+    waves: list = field(default_factory=list)  # an adaptive sweep's wave records (scaling.adaptive)
 
     def answer(self) -> str:
         """The one-line answer for the trained models (not the baselines)."""
@@ -285,10 +286,19 @@ def analyse_training(
     names the analysis run it is logged in)."""
     source, uri, result = open_analysis(sweep, experiment, profile, overrides, tracking_uri, out)
     result.ui_url = ui_url or (uri if uri.startswith("http") else "")
+    result.waves = adaptive_waves(uri, source.name)
     fit_and_write(result, bootstrap)
     drawn = figures.draw(result.view(), source.name, layout, result.scans)
     result.notes += drawn.notes
     return save_report_and_log(result, uri, source.name, drawn.figures, write_report, log)
+
+
+def adaptive_waves(uri: str, experiment: str) -> list[dict]:
+    """The wave records on the sweep's parent run when it ran with --adaptive (else none)."""
+    tracker = Tracker(uri)
+    experiment_id = tracker.experiment_id(experiment)
+    parent = tracker.sweep_parent(experiment_id, experiment) if experiment_id else None
+    return tracker.adaptive_waves(parent) if parent else []
 
 
 def open_analysis(

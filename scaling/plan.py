@@ -41,13 +41,14 @@ from typing import Any
 
 import yaml
 
+from .adaptive.settings import AdaptiveSettings, check_against_lattice
 from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds import kind_of_group
 from .science.models import ModelConfig, model_facts
 
-TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "profiles")
+TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
 CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -132,6 +133,7 @@ class Plan:
     run: RunConfig
     cells: tuple[PlannedCell, ...]
     document: dict = field(compare=False, default_factory=dict)  # the resolved sweep document
+    adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive), checked
 
 
 # ---------------------------------------------------------------- YAML with line numbers
@@ -445,6 +447,7 @@ def plan_document(
         cells.append(PlannedCell(cell, resources, combo))
     if not cells:
         raise SweepError(f"{at()}: the sweep has no cells")
+    adaptive = _adaptive_settings(document, cells, at)
     return Plan(
         name=name,
         description=str(document.get("description") or ""),
@@ -453,7 +456,22 @@ def plan_document(
         run=run,
         cells=tuple(cells),
         document=document,
+        adaptive=adaptive,
     )
+
+
+def _adaptive_settings(document: dict, cells: list[PlannedCell], at: _Locator) -> AdaptiveSettings | None:
+    """The checked ``adaptive:`` section (None without one), its first wave filled in from the grid."""
+    if document.get("adaptive") is None:
+        return None
+    grid = document.get("grid") or {}
+    lattice = {
+        axis: sorted({getattr(p.cell, axis) for p in cells}) for axis in ("T", "N", "seed") if axis in grid
+    }
+    try:
+        return check_against_lattice(from_dict(AdaptiveSettings, document["adaptive"]), lattice)
+    except ConfigError as err:
+        raise at.error(("adaptive",), err) from None
 
 
 def load_plan(

@@ -267,6 +267,36 @@ def trial_keys(config: dict) -> list[str]:
     return [m["key"] for m in config["spec"]["members"]]
 
 
+def adaptive_policy(plan: Plan, path: str):
+    """The adaptive policy of a sweep run with --adaptive; a SweepError (before any work) when the file has
+    no ``adaptive:`` section or its first wave exceeds the budget."""
+    if plan.adaptive is None:
+        raise SweepError(
+            f"{path}: --adaptive needs an `adaptive:` section in the sweep file (a budget and the questions"
+            f" that"
+            f" matter; see scaling/adaptive/settings.py and the README's 'Adaptive sweeps')"
+        )
+    from .adaptive.policy import Policy
+
+    policy = Policy(plan)
+    problem = policy.first_wave_problem()
+    if problem:
+        raise SweepError(f"{path}: adaptive: {problem}")
+    return policy
+
+
+def describe_adaptive(policy, out: TextIO) -> None:
+    """The --dry-run --adaptive lines: budget, questions, the first wave."""
+    lattice, first = policy.lattice, policy.first_wave()
+    questions = "; ".join(q.name for q in policy.settings.questions)
+    out.write(
+        f"adaptive: budget {policy.settings.budget:.0%} of the lattice's estimated compute;"
+        f" questions: {questions};"
+        f" first wave {len(first)} cells ({lattice.cost(first) / lattice.total_cost:.0%} of the compute),"
+        f" then waves of {policy.settings.wave} cells\n"
+    )
+
+
 def check_sweep_name(tracker: Tracker | None, experiment_id: str | None, plan: Plan, path: str) -> None:
     """A sweep name is one sweep file's MLflow experiment: another file of that name is refused."""
     if experiment_id is None:
@@ -521,15 +551,18 @@ def run_sweep(
     max_cells: int | None = None,
     verbose: bool = False,
     live: bool | None = None,
+    adaptive: bool = False,
 ) -> SweepOutcome:
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring.
 
-    ``live``: the live view (None: when ``out`` is a terminal); ``verbose``: Ray's and Tune's own output.
+    ``live``: the live view (None: when ``out`` is a terminal); ``verbose``: Ray's and Tune's own output;
+    ``adaptive``: run the lattice in waves chosen by scaling.adaptive (the file's ``adaptive:`` section).
     """
     started = time.monotonic()
     out = out or sys.stdout
     check_flags(num_cpus, num_gpus, max_cells)
     plan = load_plan(path, profile, overrides, max_cells)
+    policy = adaptive_policy(plan, path) if adaptive else None
     head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     if head is not None and not address:
         address = head.ray_address
@@ -551,6 +584,8 @@ def run_sweep(
     pending = [p for p in plan.cells if p.cell.key not in complete]
     if dry_run:
         describe_plan(plan, cell_states(plan, complete, store_uri), out)
+        if policy is not None:
+            describe_adaptive(policy, out)
         return SweepOutcome(len(plan.cells), len(complete))
     outcome = SweepOutcome(len(plan.cells), len(plan.cells) - len(pending))
     if not pending:
@@ -559,6 +594,11 @@ def run_sweep(
         )
         return outcome
 
+    if policy is not None and experiment_id is not None:
+        from .adaptive.driver import ended_already
+
+        if ended_already(policy, plan, uri, tracker, experiment_id, out):
+            return outcome
     env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state
     quiet_ray(verbose)
     start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, env=env, verbose=verbose)
@@ -586,19 +626,37 @@ def run_sweep(
     }
     import ray
 
-    first = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
-    out.write(
-        f"[{plan.name}] {len(pending)} of {len(plan.cells)} cells to run"
-        f" ({len(plan.cells) - len(pending)} already complete) {describe_trials(first)};"
-        f" tracking {redact(uri)}\n"
-    )
-    out.flush()
-    progress = Progress(plan.name, len(plan.cells), outcome.skipped, out, live=live, trials=len(first))
-    try:
+    def run_cells(cells, total: int, skipped: int) -> list:
+        specs = trial_specs(cells, plan.run.pack, shared, trial_slots(cells, ray.cluster_resources()))
+        out.write(
+            f"[{plan.name}] {len(cells)} of {total} cells to run ({skipped} already complete)"
+            f" {describe_trials(specs)}; tracking {redact(uri)}\n"
+        )
+        out.flush()
+        trials.append(len(specs))
+        progress = Progress(plan.name, total, skipped, out, live=live, trials=len(specs))
         with progress:
-            unfinished = run_rounds(
-                pending, plan, store_uri, shared, tracker, experiment_id, outcome, progress, out
+            return run_rounds(cells, plan, store_uri, shared, tracker, experiment_id, outcome, progress, out)
+
+    trials: list[int] = []
+    try:
+        if policy is None:
+            unfinished = run_cells(pending, len(plan.cells), len(plan.cells) - len(pending))
+        else:
+            from .adaptive.driver import run_adaptive
+
+            ran = run_adaptive(
+                plan,
+                uri,
+                tracker,
+                experiment_id,
+                parent,
+                lambda cells: run_cells(cells, len(cells), 0),
+                out,
+                lambda: bool(outcome.failed),
             )
+            unfinished = ran["unfinished"]
+            outcome.total = outcome.skipped + len(outcome.completed) + len(outcome.failed) + len(unfinished)
     except KeyboardInterrupt:
         outcome.interrupted = True
         out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
@@ -619,7 +677,7 @@ def run_sweep(
         default_uri=resolve_tracking_uri(None),
     )
     elapsed = time.monotonic() - started
-    report_outcome(plan, pending, outcome, unfinished, len(first), elapsed, commands, redact(uri), out)
+    report_outcome(plan, pending, outcome, unfinished, sum(trials), elapsed, commands, redact(uri), out)
     clean_temp_files(store_uri, [p.cell.key for p in pending])
     tracker.end_sweep_run(parent, "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED")
     return outcome
@@ -642,6 +700,8 @@ examples:
   python -m scaling.sweep sweeps/smoke.yaml --set train.steps=200 \\
       --set grid.T=[16,64]
   python -m scaling.sweep sweeps/fig1.yaml --profile quick
+  python -m scaling.sweep sweeps/adaptive_mlp.yaml --adaptive    waves until
+      the file's questions are settled or its budget is spent
   python -m scaling.sweep sweeps/fig1.yaml --address auto \\
       --tracking-uri http://mlflow:5000 --storage s3://bucket/runs
 
@@ -698,6 +758,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the cluster adds nodes on demand: skip the check that every cell fits a node",
     )
     parser.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="run the lattice in waves that settle the file's `adaptive:` questions within its budget",
+    )
+    parser.add_argument(
         "--verbose", action="store_true", help="also show Ray's and Ray Tune's own messages and banners"
     )
     return parser.parse_args(argv)
@@ -725,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
             args.autoscaling,
             max_cells=args.max_cells,
             verbose=args.verbose,
+            adaptive=args.adaptive,
         )
     except (SweepError, TrackingError, GuardError) as err:
         print(f"error: {redact(str(err))}", file=sys.stderr)

@@ -27,6 +27,7 @@ or the cell fails and Tune retries it.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -330,6 +331,40 @@ class Tracker:
             "searching the sweep run",
         )
         return runs[0].info.run_id if runs else None
+
+    def log_adaptive_wave(self, run_id: str, record: dict, answers: pd.DataFrame) -> None:
+        """One wave of an adaptive sweep on its parent run: ``adaptive/wave_NN.json`` (the decision: cells,
+        why, compute spent), ``adaptive/answers_NN.json`` (the answers before it, a table the UI shows)
+        and the metrics ``adaptive.settled``, ``adaptive.open``, ``adaptive.spent`` at step NN."""
+        from mlflow.entities import Metric
+
+        wave = int(record["wave"])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"wave_{wave:02d}.json"
+            path.write_text(json.dumps(record, indent=1, default=str))
+            retrying(lambda: self.client.log_artifact(run_id, str(path), "adaptive"), "logging a wave")
+        retrying(
+            lambda: self.client.log_table(run_id, answers, f"adaptive/answers_{wave:02d}.json"),
+            "logging a wave's answers",
+        )
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(f"adaptive.{name}", float(record[name]), now, wave)
+            for name in ("settled", "open", "spent")
+        ]
+        retrying(lambda: self.client.log_batch(run_id, metrics=metrics), "logging a wave's metrics")
+
+    def adaptive_waves(self, run_id: str) -> list[dict]:
+        """The wave records of an adaptive sweep's parent run, in order (empty for a sweep run in full)."""
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per wave
+        files = retrying(lambda: self.client.list_artifacts(run_id, "adaptive"), "listing waves")
+        names = sorted(f.path for f in files if re.fullmatch(r"adaptive/wave_\d+\.json", f.path))
+        out = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in names:
+                local = self.download(run_id, name, tmp)
+                out.append(json.loads(Path(local).read_text()))
+        return out
 
     def log_outputs_run(
         self,

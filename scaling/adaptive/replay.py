@@ -1,0 +1,334 @@
+"""Replay the adaptive policy on a store that holds a sweep's whole lattice, without training.
+
+``python -m scaling.adaptive.replay sweeps/adaptive_mlp.yaml --tracking-uri sqlite:///full.db --out DIR``
+
+The lattice is read once (analysis.load). A replay runs the policy of the sweep file's ``adaptive:`` section
+with a given policy seed (the order its seeds are drawn in, its tie-breaks), where "running" a wave means
+reading its cells from the table; the answers after each wave are scored against the whole lattice's own
+answers (the same policy's assessment of every cell):
+
+- verdicts: the share of verdict answers whose label equals the lattice's ("context-scales",
+  "inconclusive", ...);
+- exponents: the share of exponent answers whose value lies within the lattice's interval (or that are moot
+  where the lattice's are);
+- widths: the median width of the verdicts' drop intervals and of the exponents' intervals (NaN where there is
+  none yet counts as the widest, 1 for a drop);
+- settled: the share of answers settled.
+
+Two references: random subsets of the lattice's cells (cells drawn in a random order until the next one would
+pass the cost), one at each replay's final cost and ``--random-seeds`` at each of several shares of the
+lattice's compute; and the whole lattice with fewer seeds (the first k of the grid's). Writes
+``replay.csv`` (a row per method, policy seed, wave or cost), ``summary.md`` and ``replay.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..plan import SweepError, load_plan
+from .policy import Answer, Policy
+
+NO_INTERVAL_WIDTH = 1.0  # a drop interval not yet measured counts as this wide (drops live in [-inf, 1])
+
+
+def run_cells(table: pd.DataFrame, keys: set[str]) -> pd.DataFrame:
+    return table[table["cell_key"].isin(keys)]
+
+
+def replay(policy: Policy, table: pd.DataFrame, max_waves: int = 200) -> list[dict]:
+    """The policy's path on a recorded lattice: after each wave, the cells run, compute spent and answers."""
+    available = set(table["cell_key"])
+    run: set[str] = set()
+    keys = policy.first_wave()
+    path = []
+    for wave in range(1, max_waves + 1):
+        run |= set(keys) & available
+        answers = policy.assess(run_cells(table, run), run)
+        path.append({"wave": wave, "cells": len(run), "spent": policy.lattice.cost(run), "answers": answers})
+        keys, _, stop = policy.next_wave(answers, run)
+        keys = [k for k in keys if k in available]
+        if not keys:
+            path[-1]["stop"] = stop
+            return path
+    path[-1]["stop"] = f"stopped after {max_waves} waves"
+    return path
+
+
+def random_subset(policy: Policy, available: set[str], cost: float, rng: np.random.Generator) -> set[str]:
+    """Cells drawn in a random order while the total stays within ``cost``."""
+    frame = policy.lattice.frame.loc[sorted(available)]
+    order = rng.permutation(len(frame))
+    costs = frame["cost"].to_numpy()[order]
+    take = np.cumsum(costs) <= cost + 1e-9
+    return set(frame.index[order[take]])
+
+
+def fewer_seeds(policy: Policy, available: set[str], k: int) -> set[str]:
+    f = policy.lattice.frame.loc[sorted(available)]
+    return set(f.index[f["seed"].isin(policy.lattice.seeds[:k])])
+
+
+def score(answers: list[Answer], reference: list[Answer]) -> dict:
+    """How ``answers`` compare with the whole lattice's (see the module docstring)."""
+    ref = {a.id: a for a in reference}
+    verdicts = [a for a in answers if a.question.verdict]
+    exponents = [a for a in answers if not a.question.verdict]
+    agree = [a.label == ref[a.id].label for a in verdicts]
+    within = []
+    for a in exponents:
+        r = ref[a.id]
+        if r.label == "moot" or a.label == "moot":
+            within.append(a.label == r.label)
+        else:
+            within.append(bool(math.isfinite(a.centre) and r.lo <= a.centre <= r.hi))
+    drop_w = [a.hi - a.lo if math.isfinite(a.lo) else NO_INTERVAL_WIDTH for a in verdicts]
+    exp_w = [a.hi - a.lo for a in exponents if a.label != "moot"]
+    exp_w = [w if math.isfinite(w) else math.inf for w in exp_w]
+    return {
+        "verdicts_agree": float(np.mean(agree)) if agree else math.nan,
+        "exponents_within": float(np.mean(within)) if within else math.nan,
+        "settled": float(np.mean([a.settled for a in answers])) if answers else math.nan,
+        "drop_width": float(np.median(drop_w)) if drop_w else math.nan,
+        "exponent_width": float(np.median(exp_w)) if exp_w else math.nan,
+    }
+
+
+def _policy_run(plan, table: pd.DataFrame, seed: int, reference: list[Answer]) -> tuple[list[dict], str]:
+    """One replay with policy seed ``seed`` and the random subset of its cost: their rows, and a line."""
+    started = time.monotonic()
+    policy = Policy(plan, seed=seed)
+    total = policy.lattice.total_cost
+    path = replay(policy, table)
+    rows = [
+        {
+            "method": "adaptive",
+            "seed": seed,
+            "wave": step["wave"],
+            "spent": step["spent"] / total,
+            "final": step is path[-1],
+            "stop": step.get("stop", ""),
+            **score(step["answers"], reference),
+        }
+        for step in path
+    ]
+    available = set(table["cell_key"])
+    subset = random_subset(policy, available, path[-1]["spent"], np.random.default_rng(10_000 + seed))
+    answers = policy.assess(run_cells(table, subset), subset)
+    rows.append(
+        {"method": "random, same cost", "seed": seed, "spent": policy.lattice.cost(subset) / total}
+        | score(answers, reference)
+    )
+    last, rnd = rows[-2], rows[-1]
+    line = (
+        f"policy seed {seed}: {len(path)} waves, {last['spent']:.0%} of the compute, verdicts as the"
+        f" lattice's {last['verdicts_agree']:.0%}, exponents within {last['exponents_within']:.0%}; a random"
+        f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}"
+        f" ({time.monotonic() - started:.0f} s)"
+    )
+    return rows, line
+
+
+def _subset_run(plan, table: pd.DataFrame, keys: set[str], method: str, seed: int, reference) -> list[dict]:
+    policy = Policy(plan)
+    answers = policy.assess(run_cells(table, keys), keys)
+    spent = policy.lattice.cost(keys) / policy.lattice.total_cost
+    return [{"method": method, "seed": seed, "spent": spent} | score(answers, reference)]
+
+
+def evaluate(
+    plan,
+    table: pd.DataFrame,
+    policy_seeds: list[int],
+    fractions: list[float],
+    out=sys.stdout,
+    jobs: int = 1,
+    random_seeds: int = 10,
+) -> pd.DataFrame:
+    """Replays for each policy seed with a random subset of each one's cost, random subsets at ``fractions``
+    of the lattice's compute, the lattice with fewer seeds, and the whole lattice: one row each (``jobs``
+    processes)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    base = Policy(plan)
+    available = set(table["cell_key"]) & set(base.lattice.frame.index)
+    if len(available) < len(base.lattice.frame):
+        raise SweepError(f"the store holds {len(available)} of the lattice's {len(base.lattice.frame)} cells")
+    table = run_cells(table, available)
+    reference = base.assess(table, available)
+    rows = [{"method": "full lattice", "seed": -1, "wave": 0, "spent": 1.0, **score(reference, reference)}]
+    subsets = [
+        (
+            random_subset(base, available, f * base.lattice.total_cost, np.random.default_rng(20_000 + s)),
+            "random",
+            s,
+        )
+        for f in fractions
+        for s in range(random_seeds)
+    ]
+    subsets += [
+        (fewer_seeds(base, available, k), f"lattice, {k} seeds", -1)
+        for k in range(2, len(base.lattice.seeds))
+    ]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        replays = [pool.submit(_policy_run, plan, table, seed, reference) for seed in policy_seeds]
+        others = [pool.submit(_subset_run, plan, table, k, m, s, reference) for k, m, s in subsets]
+        for future in replays:
+            more, line = future.result()
+            rows += more
+            out.write(line + "\n")
+            out.flush()
+        for future in others:
+            rows += future.result()
+    return pd.DataFrame(rows)
+
+
+def summarise(frame: pd.DataFrame) -> str:
+    """The markdown summary: medians and spreads (10th-90th percentile) over policy seeds."""
+
+    def spread(x: pd.Series, fmt: str) -> str:
+        x = x.replace([np.inf], np.nan).dropna()
+        if x.empty:
+            return "n/a"
+        q = np.percentile(x, [10, 50, 90])
+        return f"{format(q[1], fmt)} [{format(q[0], fmt)}, {format(q[2], fmt)}]"
+
+    def one(x: float, fmt: str) -> str:
+        return format(x, fmt) if np.isfinite(x) else "n/a"
+
+    final = frame[(frame["method"] == "adaptive") & (frame["final"] == True)]  # noqa: E712
+    same = frame[frame["method"] == "random, same cost"]
+    lines = [
+        f"{len(final)} replays (policy seeds). Median [10th, 90th percentile] over them.",
+        "",
+        "| method | compute (share of the lattice) | verdicts as the lattice's |"
+        " exponents within the lattice's"
+        " interval | answers settled | drop interval width | exponent interval width |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, part in (("adaptive (final wave)", final), ("random subset, same cost", same)):
+        lines.append(
+            f"| {name} | {spread(part['spent'], '.0%')} | {spread(part['verdicts_agree'], '.0%')} |"
+            f" {spread(part['exponents_within'], '.0%')} | {spread(part['settled'], '.0%')} |"
+            f" {spread(part['drop_width'], '.3f')} | {spread(part['exponent_width'], '.3f')} |"
+        )
+    for name, part in frame[
+        frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
+    ].groupby("method", sort=False):
+        r = part.iloc[0]
+        cols = ("verdicts_agree", "exponents_within", "settled")
+        lines.append(
+            f"| {name} | {r['spent']:.0%} | "
+            + " | ".join(one(r[c], ".0%") for c in cols)
+            + f" | {one(r['drop_width'], '.3f')} | {one(r['exponent_width'], '.3f')} |"
+        )
+    stops = final["stop"].value_counts()
+    lines += ["", "Why the replays stopped: " + "; ".join(f"{n} x {why}" for why, n in stops.items())]
+    return "\n".join(lines) + "\n"
+
+
+def draw(frame: pd.DataFrame, path: Path) -> None:
+    """Compute spent against the answers' interval width and agreement: adaptive vs random vs lattice."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    panels = (
+        ("drop_width", "median width of the verdicts' drop intervals"),
+        ("verdicts_agree", "verdicts as the full lattice's"),
+    )
+    for ax, (col, title) in zip(axes, panels):
+        ad = frame[frame["method"] == "adaptive"]
+        for i, (_, run) in enumerate(ad.groupby("seed")):
+            ax.plot(
+                run["spent"],
+                run[col],
+                color="tab:blue",
+                alpha=0.25,
+                lw=1,
+                label="adaptive (each policy seed)" if i == 0 else None,
+            )
+        final = ad[ad["final"] == True]  # noqa: E712
+        ax.scatter(
+            final["spent"], final[col], color="tab:blue", s=14, zorder=3, label="adaptive, where it stopped"
+        )
+        rnd = frame[frame["method"] == "random"].copy()
+        rnd["bin"] = rnd["spent"].round(2)
+        stats = rnd.groupby("bin")[col].quantile(0.5).rename("mid").to_frame()
+        stats["lo"] = rnd.groupby("bin")[col].quantile(0.1)
+        stats["hi"] = rnd.groupby("bin")[col].quantile(0.9)
+        ax.plot(stats.index, stats["mid"], color="tab:orange", lw=2, label="random subsets (median, 10-90%)")
+        ax.fill_between(stats.index, stats["lo"], stats["hi"], color="tab:orange", alpha=0.2)
+        fewer = frame[
+            frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
+        ].sort_values("spent")
+        seeds = f"2..{len(fewer) + 1}" if len(fewer) > 1 else "all"
+        ax.plot(fewer["spent"], fewer[col], "s--", color="black", ms=5, label=f"whole lattice, {seeds} seeds")
+        ax.set_xlabel("compute spent (share of the full lattice's estimate)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.set_xlim(0, 1.03)
+    axes[1].set_ylim(0, 1.03)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scaling.adaptive.replay",
+        description="Replay a sweep's adaptive policy on a store holding its whole lattice (no training), "
+        "against random subsets of the same compute and the lattice with fewer seeds.",
+    )
+    parser.add_argument(
+        "sweep", help="the sweep file (with an `adaptive:` section), e.g. sweeps/adaptive_mlp.yaml"
+    )
+    parser.add_argument(
+        "--tracking-uri", required=True, help="the MLflow store holding every cell of the lattice"
+    )
+    parser.add_argument("--profile", default="")
+    parser.add_argument(
+        "--policy-seeds", type=int, default=20, help="replays, one per policy seed (default 20)"
+    )
+    parser.add_argument("--out", required=True, help="folder for replay.csv, summary.md and replay.png")
+    parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    parser.add_argument(
+        "--random-seeds", type=int, default=10, help="random subsets per share of the compute (default 10)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.policy_seeds < 1 or args.jobs < 1:
+            raise SweepError(f"--policy-seeds and --jobs must be >= 1, got {args.policy_seeds}, {args.jobs}")
+        plan = load_plan(args.sweep, args.profile)
+        if plan.adaptive is None:
+            raise SweepError(f"{args.sweep}: no `adaptive:` section to replay")
+        from analysis.load import load_table
+
+        table, _ = load_table(args.tracking_uri, plan.name)
+        fractions = [0.15, 0.25, 0.35, 0.5, 0.65, 0.8]
+        seeds = list(range(args.policy_seeds))
+        frame = evaluate(plan, table, seeds, fractions, jobs=args.jobs, random_seeds=args.random_seeds)
+    except SweepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "replay.csv", index=False)
+    (out / "summary.md").write_text(summarise(frame))
+    draw(frame, out / "replay.png")
+    print((out / "summary.md").read_text())
+    print(f"wrote {out / 'replay.csv'}, {out / 'summary.md'}, {out / 'replay.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

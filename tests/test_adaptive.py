@@ -1,0 +1,222 @@
+"""Adaptive sweeps (scaling.adaptive): the `adaptive:` section is checked before any work; a real `--adaptive`
+run on a local Ray and MLflow store runs its waves, records them on the sweep's parent run, and, killed
+mid-wave and rerun, finishes without training any cell twice; the replay evaluator replays the policy on a
+store holding the whole lattice."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+from drivers import start_driver
+from mlflow.tracking import MlflowClient
+
+from scaling.plan import SweepError, load_plan
+from scaling.sweep import main
+
+ADAPTIVE = {
+    "budget": 0.9,
+    "questions": [{"verdict": "context"}, {"verdict": "task"}],
+    "first": {"seeds": 2},
+    "wave": 4,
+    "min_seeds": 3,
+}
+
+
+def lattice_sweep(tiny_sweep, name="adaptive", steps=100) -> dict:
+    """A fig7-style lattice small enough for a test: MLPs over T x N x 3 seeds, cells of ~1 s."""
+    doc = tiny_sweep
+    doc["name"] = name
+    doc["defaults"]["train"].update(steps=steps, checkpoint_every=50, log_every=25, lr=3e-3)
+    doc["defaults"]["eval"] = {"prompts": 128, "bootstrap": 50, "baselines": ["zero"]}
+    doc["defaults"].pop("N", None)
+    doc["grid"] = {"model": ["mlp"], "T": [2, 16, "inf"], "N": [2, 8], "seed": [0, 1, 2]}
+    doc["adaptive"] = dict(ADAPTIVE)
+    return doc
+
+
+def write(tmp_path, doc, name="sweep.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"budget": 0}, "adaptive.budget: a fraction of the full lattice's compute in (0, 1], got 0"),
+        ({"wave": 0}, "adaptive.wave: must be >= 1 cell"),
+        ({"min_seeds": 4}, "adaptive.min_seeds: the grid's seed axis has 3 value(s)"),
+        ({"first": {"T": [16, "inf"]}}, "adaptive.first.T: must include the grid's ends 2.0 and inf"),
+        ({"first": {"N": [3]}}, "adaptive.first.N: [3] not among the grid's values [2, 8]"),
+        ({"questions": [{"exponent": "alpha"}]}, "adaptive.questions[0].within: must be > 0, got 0.0"),
+        ({"questions": [{"verdict": "speed"}]}, "adaptive.questions[0].verdict: unknown value 'speed'"),
+        (
+            {"questions": [{"verdict": "task", "exponent": "beta", "within": 1}]},
+            "either a verdict (context or task) or an exponent",
+        ),
+        ({"speed": 2}, "adaptive.speed: unknown"),
+    ],
+)
+def test_a_bad_adaptive_section_is_refused_with_its_line(tmp_path, tiny_sweep, change, message):
+    doc = lattice_sweep(tiny_sweep)
+    doc["adaptive"].update(change)
+    path = write(tmp_path, doc)
+    with pytest.raises(SweepError) as err:
+        load_plan(path)
+    assert message in str(err.value)
+    assert re.match(rf"{re.escape(str(path))}:\d+: ", str(err.value)), str(err.value)
+
+
+def test_adaptive_without_a_section_or_over_budget_exits_2_writing_nothing(tmp_path, tiny_sweep, capsys):
+    doc = lattice_sweep(tiny_sweep)
+    del doc["adaptive"]
+    plain = write(tmp_path, doc, "plain.yaml")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["--tracking-uri", uri, "--storage", str(tmp_path / "runs"), "--adaptive"]
+    assert main([str(plain), *args]) == 2
+    assert "--adaptive needs an `adaptive:` section" in capsys.readouterr().err
+    doc["adaptive"] = {**ADAPTIVE, "budget": 0.5}  # the first wave is 2 of 3 seeds
+    tight = write(tmp_path, doc, "tight.yaml")
+    assert main([str(tight), *args]) == 2
+    assert "the first wave costs 67% of the lattice's estimated compute" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+def cell_runs(uri, name):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    return client, exp, client.search_runs([exp.experiment_id], "tags.kind = 'cell'")
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~100 s: a real adaptive run, killed, resumed, continued in full, analysed, replayed
+def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(tmp_path, tiny_sweep):
+    doc = lattice_sweep(tiny_sweep)
+    path = write(tmp_path, doc)
+    uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
+    with open(tmp_path / "first.log", "w") as log:
+        first = start_driver(path, uri, storage, log, "--num-cpus", "2", "--adaptive")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # kill once the second wave has begun
+            text = (tmp_path / "first.log").read_text()
+            if re.search(r"wave 2: \d+ cells", text) or first.poll() is not None:
+                break
+            time.sleep(0.3)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    text = (tmp_path / "first.log").read_text()
+    assert "wave 1: 12 cells" in text and "first wave: T in {2, 16, inf}, N in {2, 8}" in text, text
+    assert "answers:" in text and "context verdict: mlp (T=2)" in text, text
+    _, _, before = cell_runs(uri, "adaptive")
+    done_before = {
+        r.data.tags["cell_key"]: r.info.end_time for r in before if r.data.tags["status"] == "complete"
+    }
+    assert len(done_before) >= 12
+
+    with open(tmp_path / "second.log", "w") as log:
+        second = start_driver(path, uri, storage, log, "--num-cpus", "2", "--adaptive")
+        assert second.wait(timeout=400) == 0, (tmp_path / "second.log").read_text()
+    text = (tmp_path / "second.log").read_text()
+    assert "adaptive sweep ends: " in text, text
+    client, exp, after = cell_runs(uri, "adaptive")
+    keys = [r.data.tags["cell_key"] for r in after]
+    assert len(keys) == len(set(keys))  # one run per cell: nothing trained twice
+    for run in after:
+        assert run.data.tags["status"] == "complete"
+        if run.data.tags["cell_key"] in done_before:
+            assert run.info.end_time == done_before[run.data.tags["cell_key"]]
+    assert 12 < len(after) <= 18
+
+    parent = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")[0]
+    names = sorted(a.path for a in client.list_artifacts(parent.info.run_id, "adaptive"))
+    waves = [n for n in names if re.fullmatch(r"adaptive/wave_\d+\.json", n)]
+    assert waves[0] == "adaptive/wave_01.json" and len(waves) >= 2
+    records = [
+        json.loads(open(client.download_artifacts(parent.info.run_id, w, str(tmp_path))).read())
+        for w in waves
+    ]
+    assert [r["wave"] for r in records] == list(range(1, len(records) + 1))
+    assert records[-1]["cells"] == [] and records[-1]["stop"]
+    ran = set().union(*(r["cells"] for r in records))
+    assert ran == set(keys)  # every cell run belongs to a recorded wave, and every wave's cells ran
+    assert any(n.startswith("adaptive/answers_") for n in names)
+    settled = client.get_metric_history(parent.info.run_id, "adaptive.settled")
+    assert len(settled) == len(records)
+
+    # Once more: the answers are read again, no cell runs, no new wave is recorded.
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scaling.sweep",
+            str(path),
+            "--tracking-uri",
+            uri,
+            "--storage",
+            storage,
+            "--adaptive",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "the adaptive sweep has ended: " in again.stdout and "answers: " in again.stdout, again.stdout
+    _, _, final = cell_runs(uri, "adaptive")
+    assert len(final) == len(after)
+    assert len(
+        [a for a in client.list_artifacts(parent.info.run_id, "adaptive") if "wave_" in a.path]
+    ) == len(waves)
+
+    # The analysis report shows the path the waves took.
+    from analysis.run import analyse_training
+
+    out = tmp_path / "analysis"
+    result = analyse_training(str(path), tracking_uri=uri, out=out, bootstrap=200, log=False)
+    report = (tmp_path / "analysis" / "report.html").read_text()
+    assert len(result.waves) == len(records) and "<h2>Adaptive path</h2>" in report
+    assert "first wave: T in {2, 16, inf}" in report
+
+    # Continued as a full sweep: only the cells the policy never ran are trained.
+    full = subprocess.run(
+        [sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri, "--storage", storage],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+    )
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert f"{18 - len(after)} of 18 cells to run ({len(after)} already complete)" in full.stdout, full.stdout
+    _, _, whole = cell_runs(uri, "adaptive")
+    assert len(whole) == 18 and len({r.data.tags["cell_key"] for r in whole}) == 18
+
+    # The replay evaluator on the store that now holds the whole lattice.
+    from scaling.adaptive.replay import main as replay_main
+
+    assert (
+        replay_main(
+            [str(path), "--tracking-uri", uri, "--policy-seeds", "3", "--out", str(tmp_path / "replay")]
+        )
+        == 0
+    )
+    frame = pd.read_csv(tmp_path / "replay" / "replay.csv")
+    reference = frame[frame["method"] == "full lattice"].iloc[0]
+    assert reference["verdicts_agree"] == 1.0 and reference["spent"] == 1.0
+    final = frame[(frame["method"] == "adaptive") & (frame["final"] == True)]  # noqa: E712
+    assert sorted(final["seed"]) == [0, 1, 2]
+    assert (final["spent"] <= ADAPTIVE["budget"] + 1e-9).all()
+    same = frame[frame["method"] == "random, same cost"].set_index("seed")
+    assert (same["spent"] <= final.set_index("seed")["spent"] + 1e-9).all()
+    assert (tmp_path / "replay" / "replay.png").stat().st_size > 10_000
+    assert "adaptive (final wave)" in (tmp_path / "replay" / "summary.md").read_text()
