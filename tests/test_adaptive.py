@@ -6,11 +6,8 @@ store holding the whole lattice."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pandas as pd
@@ -91,6 +88,14 @@ def test_adaptive_without_a_section_or_over_budget_exits_2_writing_nothing(tmp_p
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
 
 
+def run_driver(tmp_path, name, path, uri, storage, *flags) -> tuple[int, str]:
+    """The driver run to its end (scaling.sweep via tests/drivers.py); its exit status and output."""
+    log_path = tmp_path / f"{name}.log"
+    with open(log_path, "w") as log:
+        rc = start_driver(path, uri, storage, log, *flags).wait(timeout=300)
+    return rc, log_path.read_text()
+
+
 def cell_runs(uri, name):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(name)
@@ -153,25 +158,9 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert len(settled) == len(records)
 
     # Once more: the answers are read again, no cell runs, no new wave is recorded.
-    again = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scaling.sweep",
-            str(path),
-            "--tracking-uri",
-            uri,
-            "--storage",
-            storage,
-            "--adaptive",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "the adaptive sweep has ended: " in again.stdout and "answers: " in again.stdout, again.stdout
+    rc, again = run_driver(tmp_path, "again", path, uri, storage, "--adaptive")  # no Ray is started
+    assert rc == 0, again
+    assert "the adaptive sweep has ended: " in again and "answers: " in again, again
     _, _, final = cell_runs(uri, "adaptive")
     assert len(final) == len(after)
     assert len(
@@ -188,16 +177,9 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert "first wave: T in {2, 16, inf}" in report
 
     # Continued as a full sweep: only the cells the policy never ran are trained.
-    full = subprocess.run(
-        [sys.executable, "-m", "scaling.sweep", str(path), "--tracking-uri", uri, "--storage", storage],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-    )
-    assert full.returncode == 0, full.stdout + full.stderr
-    assert f"{18 - len(after)} of 18 cells to run ({len(after)} already complete)" in full.stdout, full.stdout
+    rc, full = run_driver(tmp_path, "full", path, uri, storage)
+    assert rc == 0, full
+    assert f"{18 - len(after)} of 18 cells to run ({len(after)} already complete)" in full, full
     _, _, whole = cell_runs(uri, "adaptive")
     assert len(whole) == 18 and len({r.data.tags["cell_key"] for r in whole}) == 18
 

@@ -267,6 +267,12 @@ class Policy:
             )
         return answers
 
+    def _key(self, values: dict, held: list[str]) -> tuple:
+        """An answer's group as a lookup key, from a lattice group or an analysis row (whose N is ``n``: the
+        lattice's verdict and fit groups over N are judged at n = N)."""
+        axes = (float(values[h] if h in values else values["n"]) for h in held)
+        return (values["model"], *axes, *(str(values[s]) for s in self.lattice.settings))
+
     def _verdict_rows(self, q: AdaptiveQuestion, view: pd.DataFrame) -> dict:
         if view.empty:
             return {}
@@ -274,12 +280,8 @@ class Policy:
         if v.empty:
             return {}
         v = v[is_trained(v["predictor"])]
-        held = "T" if q.verdict == "context" else "n"
-        out = {}
-        for row in v.to_dict("records"):
-            key = (row["model"], float(row[held]), *(str(row[s]) for s in self.lattice.settings))
-            out[key] = row
-        return out
+        held = [HELD_OF[q.verdict]]
+        return {self._key(row, held): row for row in v.to_dict("records")}
 
     def _verdicts(self, q: AdaptiveQuestion, view: pd.DataFrame, run: set[str]) -> list[Answer]:
         held, axis = HELD_OF[q.verdict], AXIS_OF[q.verdict]
@@ -289,8 +291,7 @@ class Policy:
             cells = self._select(group)
             ends = cells[cells[axis].isin([cells[axis].min(), cells[axis].max()])]
             a = Answer(q, group, points=sorted(ends["point"].unique()))
-            key = (group["model"], float(group[held]), *(str(group[s]) for s in self.lattice.settings))
-            row = rows.get(key)
+            row = rows.get(self._key(group, [held]))
             if row is not None and row["x_min"] == cells[axis].min() and row["x_max"] == cells[axis].max():
                 self._judge(a, row)
             elif row is not None:
@@ -354,9 +355,7 @@ class Policy:
         models = view[is_trained(view["predictor"])] if not view.empty else view
         if not models.empty:
             f = fit_scaling(models, q.form, n_boot=self.settings.bootstrap, rng=self.settings.seed)
-            for row in f.to_dict("records"):
-                key = (row["model"], *(float(row["n"] if h == "N" else row[h]) for h in held))
-                fits[key + tuple(str(row[s]) for s in self.lattice.settings)] = row
+            fits = {self._key(row, held): row for row in f.to_dict("records")}
         sampled = set(self.lattice.frame.loc[list(run), "point"]) if run else set()
         axis_question = "context" if q.exponent == "alpha" else "task"
         out = []
@@ -381,12 +380,7 @@ class Policy:
                 )
                 out.append(a)
                 continue
-            key = (
-                group["model"],
-                *(float(group[h]) for h in held),
-                *(str(group[s]) for s in self.lattice.settings),
-            )
-            row = fits.get(key)
+            row = fits.get(self._key(group, held))
             if row is None:
                 a.seeds_needed = float(self.settings.min_seeds)
                 out.append(a)

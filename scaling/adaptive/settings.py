@@ -20,7 +20,7 @@ will sample (scaling.plan calls it, so a bad section stops the planner before an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import check, check_choice
 
@@ -148,12 +148,4 @@ def check_against_lattice(settings: AdaptiveSettings, axes: dict[str, list]) -> 
         if q.verdict:
             axis = "N" if q.verdict == "context" else "T"
             check(len(axes.get(axis, [])) > 1, "questions", f"a {q.verdict} verdict needs an {axis} axis")
-    return AdaptiveSettings(
-        settings.budget,
-        settings.questions,
-        FirstWave(settings.first.seeds, first.get("T", ()), first.get("N", ())),
-        settings.wave,
-        settings.min_seeds,
-        settings.seed,
-        settings.bootstrap,
-    )
+    return replace(settings, first=replace(settings.first, T=first.get("T", ()), N=first.get("N", ())))
