@@ -24,7 +24,8 @@ STYLE = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em aut
 table.data{border-collapse:collapse;font-size:12px}table.data td,table.data th{padding:2px 7px;
 border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}figure{margin:1em 0}img{max-width:100%}
 .wide{overflow-x:auto}pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}
-.answer{font-size:1.1em;background:#eef5ff;padding:.6em 1em;border-left:4px solid #36c}"""
+.answer{font-size:1.1em;background:#eef5ff;padding:.6em 1em;border-left:4px solid #36c}
+table.data td.text{text-align:left;white-space:normal}"""
 VERDICT_COLUMNS = [
     "sweep",
     "question",
@@ -217,7 +218,7 @@ def waves_html(waves: list[dict]) -> str:
         why = why or html.escape(f"stops: {w.get('stop', '')}")
         rows.append(
             f"<tr><td>{w['wave']}</td><td>{w['complete']}</td><td>{w['spent']:.0%}</td><td>{w['settled']}</td>"
-            f"<td>{w['open']}</td><td>{len(w['cells'])}</td><td>{why}</td></tr>"
+            f'<td>{w["open"]}</td><td>{len(w["cells"])}</td><td class="text">{why}</td></tr>'
         )
     budget = waves[-1].get("budget", float("nan"))
     return (

@@ -435,7 +435,7 @@ class Policy:
                 nxt = next((s for s in self.seed_order if s not in common), None)
                 if nxt is not None:
                     keys = [k for k in self.lattice.keys_at(a.points, nxt) if k not in present]
-                    out.append((f"seed {nxt}", keys))
+                    out.append(("one more seed", keys))
             else:
                 low = min(len(s) for s in sets)
                 keys = []
