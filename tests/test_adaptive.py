@@ -6,10 +6,12 @@ store holding the whole lattice."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -200,5 +202,55 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert (final["spent"] <= ADAPTIVE["budget"] + 1e-9).all()
     same = frame[frame["method"] == "random, same cost"].set_index("seed")
     assert (same["spent"] <= final.set_index("seed")["spent"] + 1e-9).all()
+    # both ends of N are the whole N axis here: the oracle reads every cell on all 3 seeds (min_seeds)
+    bound = frame[frame["method"] == "oracle"]
+    assert sorted(bound["seed"]) == [0, 1, 2] and (bound["spent"] == pytest.approx(1.0)).all()
     assert (tmp_path / "replay" / "replay.png").stat().st_size > 10_000
-    assert "adaptive (final wave)" in (tmp_path / "replay" / "summary.md").read_text()
+    summary = (tmp_path / "replay" / "summary.md").read_text()
+    assert "adaptive (final wave)" in summary and "oracle for the verdicts" in summary
+
+
+def test_the_replay_oracle_reads_each_verdict_off_the_fewest_seeds_that_give_the_lattices_label(
+    tmp_path, tiny_sweep
+):
+    """The replay's oracle (a lower bound on the compute any policy drawing seeds in this order needs for
+    the lattice's verdicts) on a lattice with known answers: every verdict is clear on the first 3 seeds of
+    the policy's order except the context verdict at T = 16, whose first 3 seeds do not drop at all while the
+    other 3 drop by 80%: the whole lattice says it context-scales, and only its last seeds show it."""
+    from scaling.adaptive.policy import Policy
+    from scaling.adaptive.replay import oracle
+
+    doc = lattice_sweep(tiny_sweep)
+    doc["grid"].update(T=[2, 16, "inf"], N=[2, 4, 8], seed=[0, 1, 2, 3, 4, 5])
+    plan = load_plan(write(tmp_path, doc))
+    policy = Policy(plan)
+    late = set(policy.seed_order[3:])
+    noise = np.random.default_rng(0)
+    rows = []
+    for c in policy.lattice.frame.itertuples():
+        drop = (0.8 if c.seed in late else 0.0) if c.T == 16 else 0.3
+        share = {2: 0.0, 4: 0.5, 8: 1.0}[c.N]  # the drop's share reached at N
+        err = (0.6 if math.isinf(c.T) else 0.78) * (1 - drop * share) * math.exp(0.01 * noise.normal())
+        for predictor, value in (("model", err), ("zero", 1.0)):
+            rows.append(
+                dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model, T=c.T,
+                     N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
+            )  # fmt: skip
+    table = pd.DataFrame(rows)
+    whole = set(table["cell_key"])
+    reference = policy.assess(table, whole)
+    labels = {a.id: a.label for a in reference}
+    assert labels["context verdict: mlp (T=16)"] == "context-scales", labels
+    share, seeds = oracle(policy, table, reference)
+    k = seeds.pop("context verdict: mlp (T=16)")
+    assert k > 3
+    assert sorted(seeds) == sorted(a for a in labels if a != "context verdict: mlp (T=16)")
+    assert set(seeds.values()) == {3}, seeds
+    # its cells: 3 seeds at every end a verdict reads, more at T = 16's two ends, none at T = 16, N = 4
+    f = policy.lattice.frame
+    ends = f[(f["T"].isin([2, math.inf]) | f["N"].isin([2, 8])) & (f["T"] != 16)]
+    at16 = f[(f["T"] == 16) & f["N"].isin([2, 8])]
+    want = ends[ends["seed"].isin(policy.seed_order[:3])]["cost"].sum()
+    want += at16[at16["seed"].isin(policy.seed_order[:k])]["cost"].sum()
+    assert share == pytest.approx(want / policy.lattice.total_cost)
+    assert 0 < share < 1

@@ -240,15 +240,16 @@ class Policy:
             keep &= (f[k] == v).to_numpy()
         return f[keep]
 
-    def assess(self, table: pd.DataFrame, run: set[str]) -> list[Answer]:
-        """Every answer of the lattice, from the complete cells' table (``run``: their keys)."""
+    def assess(self, table: pd.DataFrame, run: set[str], exponents: bool = True) -> list[Answer]:
+        """Every answer of the lattice, from the complete cells' table (``run``: their keys); the verdicts
+        alone with ``exponents=False``."""
         view = self.view(table)
         answers: list[Answer] = []
         for q in self.settings.questions:
             if q.verdict:
                 answers += self._verdicts(q, view, run)
         for q in self.settings.questions:
-            if q.exponent:
+            if q.exponent and exponents:
                 answers += self._exponents(q, view, run, answers)
         seeds = len(self.lattice.seeds)
         for a in answers:

@@ -15,9 +15,12 @@ answers (the same policy's assessment of every cell):
   none yet counts as the widest, 1 for a drop);
 - settled: the share of answers settled.
 
-Two references: random subsets of the lattice's cells (cells drawn in a random order until the next one would
-pass the cost), one at each replay's final cost and ``--random-seeds`` at each of several shares of the
-lattice's compute; and the whole lattice with fewer seeds (the first k of the grid's). Writes
+Three references: random subsets of the lattice's cells (cells drawn in a random order until the next one
+would pass the cost), one at each replay's final cost and ``--random-seeds`` at each of several shares of the
+lattice's compute; the whole lattice with fewer seeds (the first k of the grid's); and, for each policy seed,
+an *oracle* (``oracle``): the least compute at which the lattice's verdicts can be read off the first seeds
+of that seed order, if one knew for each verdict how many seeds it takes (a lower bound for any policy that
+draws seeds in that order and settles nothing on fewer than ``min_seeds``; exponents aside). Writes
 ``replay.csv`` (a row per method, policy seed, wave or cost), ``summary.md`` and ``replay.png``.
 """
 
@@ -75,6 +78,32 @@ def fewer_seeds(policy: Policy, available: set[str], k: int) -> set[str]:
     return set(f.index[f["seed"].isin(policy.lattice.seeds[:k])])
 
 
+def oracle(policy: Policy, table: pd.DataFrame, reference: list[Answer]) -> tuple[float, dict[str, int]]:
+    """(share of the lattice's compute, seeds per verdict): for each verdict answer, the first k >= min_seeds
+    of the policy's seed order at which its label on those k seeds equals the lattice's (all of the lattice's
+    seeds if none does); at each point, the most seeds any answer reading it takes. Any set of cells that
+    holds a prefix of the seed order at each point and gives every verdict the lattice's label on at least
+    min_seeds seeds costs at least this much."""
+    lattice, available = policy.lattice, set(table["cell_key"])
+    want = {a.id: a.label for a in reference if a.question.verdict}
+    labels: dict[str, list[tuple[int, str]]] = {}
+    points: dict[str, list[str]] = {}
+    for k in range(policy.settings.min_seeds, len(lattice.seeds) + 1):
+        keys = set(lattice.frame.index[lattice.frame["seed"].isin(policy.seed_order[:k])]) & available
+        for a in policy.assess(run_cells(table, keys), keys, exponents=False):
+            labels.setdefault(a.id, []).append((k, a.label))
+            points[a.id] = a.points
+    seeds, need = {}, {}
+    for answer, found in labels.items():
+        seeds[answer] = next((k for k, label in found if label == want[answer]), len(lattice.seeds))
+        for point in points[answer]:
+            need[point] = max(need.get(point, 0), seeds[answer])
+    keys = [
+        key for point, k in need.items() for s in policy.seed_order[:k] for key in lattice.keys_at([point], s)
+    ]
+    return lattice.cost(keys) / lattice.total_cost, seeds
+
+
 def score(answers: list[Answer], reference: list[Answer]) -> dict:
     """How ``answers`` compare with the whole lattice's (see the module docstring)."""
     ref = {a.id: a for a in reference}
@@ -126,11 +155,16 @@ def _policy_run(plan, table: pd.DataFrame, seed: int, reference: list[Answer]) -
         | score(answers, reference)
     )
     last, rnd = rows[-2], rows[-1]
+    bound, seeds = oracle(policy, table, reference)
+    rows.append({"method": "oracle", "seed": seed, "spent": bound})
+    more = sorted(f"{a} {k}" for a, k in seeds.items() if k > policy.settings.min_seeds)
     line = (
         f"policy seed {seed}: {len(path)} waves, {last['spent']:.0%} of the compute, verdicts as the"
         f" lattice's {last['verdicts_agree']:.0%}, exponents within {last['exponents_within']:.0%}; a random"
-        f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}"
-        f" ({time.monotonic() - started:.0f} s)"
+        f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}; the oracle"
+        f" for this seed order: {bound:.0%}"
+        + (f" (seeds: {'; '.join(more)})" if more else "")
+        + f" ({time.monotonic() - started:.0f} s)"
     )
     return rows, line
 
@@ -228,6 +262,19 @@ def summarise(frame: pd.DataFrame) -> str:
             + " | ".join(one(r[c], ".0%") for c in cols)
             + f" | {one(r['drop_width'], '.3f')} | {one(r['exponent_width'], '.3f')} |"
         )
+    bound = frame[frame["method"] == "oracle"]
+    if not bound.empty:
+        lines.append(
+            "| oracle for the verdicts (least compute on each seed order) |"
+            f" {spread(bound['spent'], '.0%')} | | | | | |"
+        )
+        pairs = final.set_index("seed")["spent"] - bound.set_index("seed")["spent"]
+        lines += [
+            "",
+            f"The adaptive policy spent {spread(pairs.dropna(), '+.0%')} of the lattice's compute more than"
+            " the oracle for its seed order (an oracle knows how many seeds each verdict takes; it counts no"
+            " exponent).",
+        ]
     stops = final["stop"].value_counts()
     lines += ["", "Why the replays stopped: " + "; ".join(f"{n} x {why}" for why, n in stops.items())]
     return "\n".join(lines) + "\n"
@@ -267,6 +314,17 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
         stats["hi"] = rnd.groupby("bin")[col].quantile(0.9)
         ax.plot(stats.index, stats["mid"], color="tab:orange", lw=2, label="random subsets (median, 10-90%)")
         ax.fill_between(stats.index, stats["lo"], stats["hi"], color="tab:orange", alpha=0.2)
+        bound = frame[frame["method"] == "oracle"]
+        if col == "verdicts_agree" and not bound.empty:
+            ax.scatter(
+                bound["spent"],
+                np.ones(len(bound)),
+                marker="|",
+                s=120,
+                color="black",
+                zorder=4,
+                label="oracle: least compute with the lattice's verdicts (each seed order)",
+            )
         fewer = frame[
             frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
         ].sort_values("spent")
@@ -278,6 +336,8 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
         ax.set_xlim(0, 1.03)
     axes[1].set_ylim(0, 1.03)
     axes[0].legend(fontsize=8)
+    if not frame[frame["method"] == "oracle"].empty:
+        axes[1].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
