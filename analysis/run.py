@@ -297,8 +297,7 @@ def adaptive_waves(uri: str, experiment: str) -> list[dict]:
     """The wave records on the sweep's parent run when it ran with --adaptive (else none)."""
     tracker = Tracker(uri)
     experiment_id = tracker.experiment_id(experiment)
-    parent = tracker.sweep_parent(experiment_id, experiment) if experiment_id else None
-    return tracker.adaptive_waves(parent) if parent else []
+    return tracker.adaptive_waves(experiment_id, experiment) if experiment_id else []
 
 
 def open_analysis(

@@ -273,8 +273,7 @@ def adaptive_policy(plan: Plan, path: str):
     if plan.adaptive is None:
         raise SweepError(
             f"{path}: --adaptive needs an `adaptive:` section in the sweep file (a budget and the questions"
-            f" that"
-            f" matter; see scaling/adaptive/settings.py and the README's 'Adaptive sweeps')"
+            " that matter; see scaling/adaptive/settings.py and the README's 'Adaptive sweeps')"
         )
     from .adaptive.policy import Policy
 
@@ -579,8 +578,7 @@ def run_sweep(
     tracker, _ = open_tracking(uri)  # nothing is created before the checks below pass
     experiment_id = tracker.experiment_id(plan.name) if tracker is not None else None
     check_sweep_name(tracker, experiment_id, plan, path)
-    records = tracker.cell_records(experiment_id) if experiment_id is not None else {}
-    complete = {k for k, r in records.items() if r.status == STATUS_COMPLETE}
+    complete = tracker.complete_keys(experiment_id) if experiment_id is not None else set()
     pending = [p for p in plan.cells if p.cell.key not in complete]
     if dry_run:
         describe_plan(plan, cell_states(plan, complete, store_uri), out)
@@ -594,10 +592,12 @@ def run_sweep(
         )
         return outcome
 
+    waves: list[dict] = []  # an adaptive sweep's wave records, read once
     if policy is not None and experiment_id is not None:
         from .adaptive.driver import ended_already
 
-        if ended_already(policy, plan, uri, tracker, experiment_id, out):
+        waves = tracker.adaptive_waves(experiment_id, plan.name)
+        if ended_already(policy, plan, uri, waves, complete, out):
             return outcome
     env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state
     quiet_ray(verbose)
@@ -651,6 +651,7 @@ def run_sweep(
                 tracker,
                 experiment_id,
                 parent,
+                waves,
                 lambda cells: run_cells(cells, len(cells), 0),
                 out,
                 lambda: bool(outcome.failed),

@@ -354,8 +354,12 @@ class Tracker:
         ]
         retrying(lambda: self.client.log_batch(run_id, metrics=metrics), "logging a wave's metrics")
 
-    def adaptive_waves(self, run_id: str) -> list[dict]:
-        """The wave records of an adaptive sweep's parent run, in order (empty for a sweep run in full)."""
+    def adaptive_waves(self, experiment_id: str, sweep: str) -> list[dict]:
+        """The wave records on the sweep's parent run, in order (empty for a sweep run in full or not yet
+        run)."""
+        run_id = self.sweep_parent(experiment_id, sweep)
+        if run_id is None:
+            return []
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per wave
         files = retrying(lambda: self.client.list_artifacts(run_id, "adaptive"), "listing waves")
         names = sorted(f.path for f in files if re.fullmatch(r"adaptive/wave_\d+\.json", f.path))
@@ -394,6 +398,10 @@ class Tracker:
             )
         retrying(lambda: self.client.set_terminated(run.info.run_id, "FINISHED"), "ending run")
         return run.info.run_id
+
+    def complete_keys(self, experiment_id: str) -> set[str]:
+        """The keys of the cells with a complete run."""
+        return {k for k, r in self.cell_records(experiment_id).items() if r.status == STATUS_COMPLETE}
 
     def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""

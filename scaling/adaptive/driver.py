@@ -21,14 +21,12 @@ from analysis.verdicts import value_text
 
 from ..plan import Plan
 from ..redact import redact
-from ..tracking import STATUS_COMPLETE, Tracker
+from ..tracking import Tracker
 from .policy import Answer, Policy
 
 
 def complete_keys(tracker: Tracker, experiment_id: str, policy: Policy) -> set[str]:
-    records = tracker.cell_records(experiment_id)
-    lattice = policy.lattice.frame.index
-    return {k for k, r in records.items() if r.status == STATUS_COMPLETE and k in lattice}
+    return tracker.complete_keys(experiment_id) & set(policy.lattice.frame.index)
 
 
 def answers_frame(answers: list[Answer]) -> pd.DataFrame:
@@ -51,13 +49,12 @@ def assess_store(policy: Policy, uri: str, plan: Plan, complete: set[str]) -> li
 
 
 def ended_already(
-    policy: Policy, plan: Plan, uri: str, tracker: Tracker, experiment_id: str, out: TextIO
+    policy: Policy, plan: Plan, uri: str, records: list[dict], complete: set[str], out: TextIO
 ) -> bool:
-    """Whether this adaptive sweep already ended with the cells now complete (its last wave record says why
-    and no cell completed since); if so, say so with its answers, so a rerun starts no Ray."""
-    parent = tracker.sweep_parent(experiment_id, plan.name)
-    records = tracker.adaptive_waves(parent) if parent else []
-    complete = complete_keys(tracker, experiment_id, policy)
+    """Whether this adaptive sweep already ended with the cells now complete (``complete``: the sweep's
+    complete cells; its last wave record says why and no lattice cell completed since); if so, say so with
+    its answers, so a rerun starts no Ray."""
+    complete = complete & set(policy.lattice.frame.index)
     if not records or records[-1]["cells"] or records[-1]["complete"] != len(complete):
         return False
     print_answers(plan.name, assess_store(policy, uri, plan, complete), out)
@@ -82,18 +79,19 @@ def run_adaptive(
     tracker: Tracker,
     experiment_id: str,
     parent: str,
+    records: list[dict],
     run_wave: Callable[[list], list],
     out: TextIO,
     failed: Callable[[], bool],
 ) -> dict:
     """Run waves until every answer is settled, the budget is spent, or a wave fails or is interrupted
-    (``run_wave(planned cells)`` trains them and returns those left unfinished; ``failed()`` says whether a
-    cell failed). The final state: cells, spent (share of the lattice's compute), answers, stop, unfinished
-    cells."""
+    (``records``: the waves already on ``parent``, as Tracker.adaptive_waves reads them; ``run_wave(planned
+    cells)`` trains them and returns those left unfinished; ``failed()`` says whether a cell failed). The
+    final state: cells, spent (share of the lattice's compute), answers, stop, unfinished cells."""
     policy = Policy(plan)
     name, total = plan.name, policy.lattice.total_cost
     by_key = {p.cell.key: p for p in plan.cells}
-    records = tracker.adaptive_waves(parent)
+    records = list(records)
     complete = complete_keys(tracker, experiment_id, policy)
     keys, reasons, resuming = None, [], False
     if records and records[-1]["cells"] and not set(records[-1]["cells"]) <= complete:

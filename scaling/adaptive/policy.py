@@ -215,9 +215,9 @@ class Policy:
         if cost <= self.budget:
             return ""
         return (
-            f"the first wave costs {cost / self.lattice.total_cost:.0%} of the lattice's estimated compute,"
-            f" more"
-            f" than adaptive.budget ({self.settings.budget:g}); raise the budget or shrink adaptive.first"
+            f"the first wave costs {cost / self.lattice.total_cost:.0%} of the lattice's estimated"
+            f" compute, more than adaptive.budget ({self.settings.budget:g}); raise the budget or shrink"
+            " adaptive.first"
         )
 
     # ------------------------------------------------------------------ answers
