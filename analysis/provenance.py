@@ -26,6 +26,8 @@ from __future__ import annotations
 import pandas as pd
 import yaml
 
+from scaling.cells import settings_not_in_key, under
+
 DEFAULT_AXES = ("model", "T", "N", "seed", "task")
 # settings that say how a cell ran, not what it computes: never a reason to split or refuse
 BOOKKEEPING = (
@@ -36,24 +38,11 @@ BOOKKEEPING = (
     "eval.batch_size",
     "train.precision",
 )
-# settings that are no part of a cell's key (scaling.config.canonical): cells differing only in them are one
-NOT_IN_KEY = (
-    "train.device",
-    "train.checkpoint_every",
-    "train.log_every",
-    "eval.batch_size",
-    "temperature.batch_size",
-)
 OWN_COLUMNS = ("T", "N", "seed")  # the table's own columns; their params never split anything
 
 
 class PoolingError(ValueError):
     """Cells that differ in settings beyond the grid axes would be pooled; the message names them."""
-
-
-def covered(setting: str, axes) -> bool:
-    """Whether ``setting`` (e.g. 'task.d') is an axis or lies under one ('task' covers 'task.d')."""
-    return any(setting == a or setting.startswith(a + ".") for a in axes)
 
 
 def values(column: pd.Series) -> pd.Series:
@@ -89,7 +78,7 @@ def differing_settings(table: pd.DataFrame, axes) -> dict[str, list[str]]:
     for setting in varying(cells):
         if (
             setting in OWN_COLUMNS
-            or covered(setting, axes)
+            or under(setting, axes)  # an axis or under one ('task' covers 'task.d')
             or setting in BOOKKEEPING
             or by_model(cells, setting)
         ):
@@ -148,7 +137,8 @@ def drop_repeats(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if "cell_key" not in table or not any(c.startswith("param.") for c in table.columns):
         return table, []
     cells = cell_settings(table).sort_values("cell_key")
-    same = [c for c in cells.columns if c != "cell_key" and c.removeprefix("param.") not in NOT_IN_KEY]
+    exempt = settings_not_in_key()  # cells differing only in them are one computation
+    same = [c for c in cells.columns if c != "cell_key" and c.removeprefix("param.") not in exempt]
     keep = set(cells.astype(str).drop_duplicates(same)["cell_key"])
     if len(keep) == len(cells):
         return table, []
@@ -191,6 +181,6 @@ def setting_columns(table: pd.DataFrame, axes) -> dict[str, str]:
         for s in varying(cells)
         if s not in OWN_COLUMNS
         and s not in BOOKKEEPING
-        and (s.startswith("task.") or covered(s, beyond))
+        and (s.startswith("task.") or under(s, beyond))
         and not by_model(cells, s)
     }

@@ -13,13 +13,14 @@ dict, as if it were a field. Resources and the sweep's name are not part of a ce
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, canonical, check, flatten, from_dict, to_dict, unread
+from .config import ConfigError, canonical, check, flatten, from_dict, not_in_key, to_dict, unread
 from .kinds import DEFAULT_KIND, kind, kind_of_group
 from .science.evaluate import EvalConfig
 from .science.models import ModelConfig, model_facts
@@ -164,6 +165,15 @@ def _known_kinds() -> tuple[str, ...]:
 def kinds_of(group: str) -> list[str]:
     """The kinds whose settings are given under ``group``."""
     return [name for name in _known_kinds() if kind(name).group == group]
+
+
+@functools.cache
+def settings_not_in_key() -> tuple[str, ...]:
+    """Dotted names of the settings that are no part of a cell's key (``metadata={"key": False}``: device,
+    checkpoint cadence, batch sizes), in the cell's groups and every kind's group."""
+    groups = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig, "eval": EvalConfig}
+    groups.update({kind(k).group: kind(k).settings for k in _known_kinds() if kind(k).group})
+    return tuple(name for group, cls in groups.items() for name in not_in_key(cls, group))
 
 
 def under(key: str, names) -> bool:

@@ -159,6 +159,20 @@ def canonical(obj: Any) -> Any:
     return to_dict(obj)
 
 
+def not_in_key(cls: type, prefix: str) -> list[str]:
+    """Dotted names of the fields of a config class (and of the config classes inside it) declared
+    ``metadata={"key": False}``: how a cell runs, not what it computes (``canonical`` leaves them out)."""
+    hints = typing.get_type_hints(cls)
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}.{f.name}"
+        if not f.metadata.get("key", True):
+            out.append(name)
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out += not_in_key(hints[f.name], name)
+    return out
+
+
 def unread(obj: Any, prefix: str = "") -> list[str]:
     """Dotted names of the settings of a config (and of the configs inside it) that go unread under their
     current values: the fields declared ``metadata={"applies": predicate}`` whose predicate, given the
