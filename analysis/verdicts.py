@@ -111,6 +111,11 @@ def question_named(name: str) -> Question:
     return QUESTIONS[name]
 
 
+def seed_table(points: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """(S, X) seed x axis-value table of a group's mean measure, axis values ascending (inf last)."""
+    return points.pivot_table(index="seed", columns=axis, values="err", aggfunc="mean").sort_index(axis=1)
+
+
 def paired_drops(wide: pd.DataFrame) -> np.ndarray:
     """(S,) per-seed relative drop 1 - err(largest)/err(smallest) of a seed x axis-value table
     (columns sorted ascending), over the seeds that have both ends."""
@@ -177,8 +182,7 @@ def judge_points(
     rule = rule or Rule(**rule_fields)
     q = question_named(question)
     rng = np.random.default_rng(rng)
-    wide = points.pivot_table(index="seed", columns=q.axis, values="err", aggfunc="mean")
-    wide = wide.sort_index(axis=1)  # (S, X) ascending axis values (inf last)
+    wide = seed_table(points, q.axis)
     drops = paired_drops(wide)
     curve = wide.mean(axis=0)
     end_lo, end_hi = mean_interval(wide.iloc[:, -1].dropna().to_numpy(), rule.n_boot, rule.level, rng)
@@ -284,6 +288,23 @@ def verdict_points(table: pd.DataFrame, question: Question, keys: list[str], rul
     return rows.groupby(cols, dropna=False, sort=True)["err"].mean().reset_index()
 
 
+def judged_points(
+    table: pd.DataFrame, question: str, *, by: tuple[str, ...] | None, rule: Rule, against_zero: bool
+) -> tuple[list[str], list[pd.DataFrame]]:
+    """(group keys, (the trained models' points, the baselines' points)) as scaling_verdicts judges them:
+    one row per (keys, seed, axis value) with its mean measure (``verdict_points``); a part without rows
+    stays empty."""
+    q = question_named(question)
+    keys = group_keys(table, FORMS[question], by)
+    table = relative_to_zero(table, keys) if against_zero else table.assign(measure="err")
+    keys = [*keys, "measure"]  # constant within a group: carried into the verdict rows
+    if "predictor" in table:  # the zero predictor is the yardstick (err/zero = 1), not a candidate
+        table = table[table["predictor"].astype(str).str.partition("|")[0] != "zero"]
+    trained = is_model(table["predictor"]) if "predictor" in table else pd.Series(True, index=table.index)
+    parts = [table[trained], collapse_baselines(table[~trained], keys, q)]
+    return keys, [part if part.empty else verdict_points(part, q, keys, rule) for part in parts]
+
+
 def scaling_verdicts(
     table: pd.DataFrame,
     question: str,
@@ -299,23 +320,40 @@ def scaling_verdicts(
     err / err_zero where the zero predictor ran on the same prompts (the module docstring says why).
     Keywords as judge_points build the rule when ``rule`` is not given."""
     rule = rule or Rule(**rule_fields)
-    q = question_named(question)
     rng = np.random.default_rng(rng)
-    keys = group_keys(table, FORMS[question], by)
-    table = relative_to_zero(table, keys) if against_zero else table.assign(measure="err")
-    keys = [*keys, "measure"]  # constant within a group: carried into the verdict rows
-    if "predictor" in table:  # the zero predictor is the yardstick (err/zero = 1), not a candidate
-        table = table[table["predictor"].astype(str).str.partition("|")[0] != "zero"]
-    trained = is_model(table["predictor"]) if "predictor" in table else pd.Series(True, index=table.index)
-    parts = [table[trained], collapse_baselines(table[~trained], keys, q)]
+    keys, parts = judged_points(table, question, by=by, rule=rule, against_zero=against_zero)
     rows = []
-    for part in parts:
-        if part.empty:
+    for pts in parts:
+        if pts.empty:
             continue
-        pts = verdict_points(part, q, keys, rule)
         for key, group in pts.groupby(keys, dropna=False, sort=True):
             rows.append({**dict(zip(keys, key)), **judge_points(group, question, rule=rule, rng=rng)})
     return pd.DataFrame(rows)
+
+
+def seed_drops(
+    table: pd.DataFrame,
+    question: str,
+    *,
+    by: tuple[str, ...] | None = None,
+    rule: Rule | None = None,
+    against_zero: bool = True,
+) -> pd.DataFrame:
+    """The per-seed drops behind the trained models' verdicts (``paired_drops`` of each group that
+    scaling_verdicts judges): one row per (group keys, seed) with column ``drop``."""
+    rule = rule or Rule()
+    q = question_named(question)
+    keys, (trained, _) = judged_points(table, question, by=by, rule=rule, against_zero=against_zero)
+    rows = []
+    for key, group in trained.groupby(keys, dropna=False, sort=True) if not trained.empty else ():
+        wide = seed_table(group, q.axis)
+        if wide.shape[1] < 2:
+            continue
+        seeds = wide.iloc[:, [0, -1]].dropna().index
+        rows += [
+            {**dict(zip(keys, key)), "seed": s, "drop": float(d)} for s, d in zip(seeds, paired_drops(wide))
+        ]
+    return pd.DataFrame(rows, columns=[*keys, "seed", "drop"])
 
 
 def context_verdicts(table: pd.DataFrame, **kwargs) -> pd.DataFrame:

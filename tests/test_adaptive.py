@@ -254,3 +254,62 @@ def test_the_replay_oracle_reads_each_verdict_off_the_fewest_seeds_that_give_the
     want += at16[at16["seed"].isin(policy.seed_order[:k])]["cost"].sum()
     assert share == pytest.approx(want / policy.lattice.total_cost)
     assert 0 < share < 1
+
+
+def test_pooled_spread_counts_the_degrees_of_freedom_that_correlated_groups_carry():
+    """One group: its own sd on S - 1; two groups whose drops are uncorrelated over their seeds: twice the
+    degrees of freedom; two groups whose drops move together seed by seed: no more than one group's."""
+    from scaling.adaptive.policy import pooled_spread
+
+    a = pd.Series([0.1, -0.1, 0.0], index=[4, 5, 6])
+    b = pd.Series([1.0, 1.0, -2.0], index=[4, 5, 6]) / 10 / math.sqrt(3)  # sd 0.1, uncorrelated with a
+    one = pooled_spread({"a": a})
+    assert one.sd == pytest.approx(0.1) and one.dof == pytest.approx(2)
+    apart = pooled_spread({"a": a, "b": b})
+    assert apart.sd == pytest.approx(0.1) and apart.dof == pytest.approx(4)
+    together = pooled_spread({"a": a, "b": a + 1.0})
+    assert together.sd == pytest.approx(0.1) and together.dof == pytest.approx(2)
+    assert apart.half_width(3, 0.9) < one.half_width(3, 0.9) == pytest.approx(together.half_width(3, 0.9))
+    assert pooled_spread({"a": a.iloc[:1]}).dof == 0 and math.isinf(pooled_spread({}).half_width(3, 0.9))
+
+
+def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for_its_spread(
+    tmp_path, tiny_sweep
+):
+    """Two task verdicts (N = 2 and N = 8) on 3 seeds, each drop 12% with sd 5%: on its own t interval
+    (2 degrees of freedom) neither clears the 5% threshold; with the two groups' spread pooled (their drops
+    uncorrelated over the seeds: 4 degrees of freedom) both settle. The same drops made to move together
+    seed by seed pool to no more than one group's degrees of freedom, and stay open."""
+    from scaling.adaptive.policy import Policy
+
+    doc = lattice_sweep(tiny_sweep)
+    doc["grid"].update(T=[2, 16, "inf"], N=[2, 8], seed=[0, 1, 2, 3, 4, 5])
+    plan = load_plan(write(tmp_path, doc))
+    policy = Policy(plan)
+    first = policy.seed_order[:3]
+    shape = {2: [1.0, -1.0, 0.0], 8: [1.0 / math.sqrt(3), 1.0 / math.sqrt(3), -2.0 / math.sqrt(3)]}
+
+    def table(together: bool) -> tuple[pd.DataFrame, set[str]]:
+        rows, run = [], set()
+        for c in policy.lattice.frame.itertuples():
+            if c.seed not in first:
+                continue
+            run.add(c.cell_key)
+            deviation = shape[2 if together else c.N][first.index(c.seed)]
+            drop = 0.122 + 0.05 * deviation  # task drop at this N: from T = 2 to T = inf
+            err = 0.8 * {2.0: 1.0, 16.0: 1 - drop / 2}.get(c.T, 1 - drop) * (1.0 if c.N == 2 else 0.6)
+            for predictor, value in (("model", err), ("zero", 1.0)):
+                rows.append(
+                    dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model,
+                         T=c.T, N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value,
+                         err_hi=value)
+                )  # fmt: skip
+        return pd.DataFrame(rows), run
+
+    for together, settled in ((False, True), (True, False)):
+        answers = {a.id: a for a in policy.assess(*table(together), exponents=False)}
+        for N in (2, 8):
+            a = answers[f"task verdict: mlp (N={N})"]
+            assert a.label == "task-scales" and a.n_seeds == 3, a.line()
+            assert a.centre == pytest.approx(0.122)
+            assert a.settled is settled, (together, a.line())

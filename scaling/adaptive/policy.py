@@ -34,6 +34,7 @@ fit's bound, is *beyond* the lattice: reported open, no longer pursued.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ from scipy.stats import t as student_t
 
 from analysis.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
 from analysis.provenance import setting_columns
-from analysis.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, value_text
+from analysis.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 
 from ..plan import Plan
 from .settings import AdaptiveQuestion, AdaptiveSettings
@@ -177,6 +178,46 @@ def widen(S: int, level: float) -> float:
     return float(student_t.ppf(q, S - 1) / norm.ppf(q) * math.sqrt(S / (S - 1)))
 
 
+@dataclass(frozen=True)
+class Spread:
+    """The seed-to-seed spread of a model's drops for one question, pooled over its groups (the values of the
+    axis the question holds fixed): sd, and the degrees of freedom of that sd."""
+
+    sd: float
+    dof: float
+
+    def half_width(self, S: int, level: float) -> float:
+        """The Student t half-width of a mean over S seeds at ``level``, from the pooled sd."""
+        if not (self.dof > 0 and math.isfinite(self.sd)) or S < 1:
+            return math.inf
+        return float(student_t.ppf(0.5 + level / 2, self.dof) * self.sd / math.sqrt(S))
+
+
+def pooled_spread(drops: dict[object, pd.Series]) -> Spread:
+    """The pooled sd of per-seed drops (one Series per group, indexed by seed) and its effective degrees of
+    freedom. Groups share seeds, and a seed's drops can move together across groups (the plain MLP's do
+    across T on adaptive_mlp: correlation 0.85), which makes their sample variances correlated (rho^2 for
+    normal data): k groups of S seeds then carry k (S - 1) / (1 + (k - 1) rho^2) degrees of freedom, not
+    k (S - 1) (Satterthwaite's match of the variance of the pooled variance). rho^2 is the mean squared
+    correlation of the groups' drops over common seeds (pairs with 3 or more; 1 when there is none), which
+    over few seeds is biased up (1 / (S - 1) for independent groups): the estimate errs on the narrow side
+    of the degrees of freedom, not the wide one. One group gives its own sd on S - 1."""
+    groups = [d for d in drops.values() if len(d) >= 2]
+    dof = sum(len(d) - 1 for d in groups)
+    if not dof:
+        return Spread(math.nan, 0.0)
+    squares = sum(float(((d - d.mean()) ** 2).sum()) for d in groups)
+    r2 = []
+    for a, b in itertools.combinations(groups, 2):
+        common = a.index.intersection(b.index)
+        if len(common) >= 3:
+            x, y = a[common].to_numpy(), b[common].to_numpy()
+            r = np.corrcoef(x, y)[0, 1] if x.std() > 0 and y.std() > 0 else 1.0
+            r2.append(float(r) ** 2)
+    rho2 = float(np.mean(r2)) if r2 else 1.0
+    return Spread(math.sqrt(squares / dof), dof / (1 + (len(groups) - 1) * rho2))
+
+
 def _seeds_needed(S: int, h: float, g: float, min_seeds: int) -> float:
     """Seeds at which a half-width h at S seeds shrinks (as 1/sqrt(seeds)) to g."""
     if not (math.isfinite(h) and h > 0):
@@ -284,9 +325,26 @@ class Policy:
         held = [HELD_OF[q.verdict]]
         return {self._key(row, held): row for row in v.to_dict("records")}
 
+    def _spreads(self, q: AdaptiveQuestion, view: pd.DataFrame) -> dict:
+        """The pooled seed-to-seed spread of each model's drops (per setting) for verdict question q."""
+        if view.empty:
+            return {}
+        drops = seed_drops(view, q.verdict, rule=self.rule)
+        if drops.empty:
+            return {}
+        held = "n" if HELD_OF[q.verdict] == "N" else HELD_OF[q.verdict]
+        model = ["model", *self.lattice.settings]
+        out = {}
+        for key, part in drops.groupby(model, dropna=False, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            series = {h: g.set_index("seed")["drop"] for h, g in part.groupby(held)}
+            out[(key[0], *(str(k) for k in key[1:]))] = pooled_spread(series)
+        return out
+
     def _verdicts(self, q: AdaptiveQuestion, view: pd.DataFrame, run: set[str]) -> list[Answer]:
         held, axis = HELD_OF[q.verdict], AXIS_OF[q.verdict]
         rows = self._verdict_rows(q, view)
+        spreads = self._spreads(q, view)
         out = []
         for group in self.groups([held]):
             cells = self._select(group)
@@ -294,7 +352,8 @@ class Policy:
             a = Answer(q, group, points=sorted(ends["point"].unique()))
             row = rows.get(self._key(group, [held]))
             if row is not None and row["x_min"] == cells[axis].min() and row["x_max"] == cells[axis].max():
-                self._judge(a, row)
+                model = (group["model"], *(str(group[k]) for k in self.lattice.settings))
+                self._judge(a, row, spreads.get(model))
             elif row is not None:
                 a.why = f"the {axis} ends of the lattice are not both run yet"
             if not a.settled and not math.isfinite(a.seeds_needed):
@@ -302,9 +361,11 @@ class Policy:
             out.append(a)
         return out
 
-    def _judge(self, a: Answer, row: dict) -> None:
+    def _judge(self, a: Answer, row: dict, spread: Spread | None = None) -> None:
         """Fill a verdict answer from its row. Settled: a decided label on min_seeds seeds that also holds
-        on the small-sample interval (``widen``), else open with the seeds it needs."""
+        on the small-sample interval, else open with the seeds it needs. The small-sample interval of the
+        drop is the Student t interval from the model's spread pooled over its groups (``pooled_spread``),
+        never narrower than the bootstrap's own side; without a spread, the bootstrap side ``widen``-ed."""
         s = self.settings
         a.label, a.n_seeds = row["verdict"], int(row["n_seeds"])
         a.centre, a.lo, a.hi = row["drop"], row["drop_lo"], row["drop_hi"]
@@ -317,10 +378,13 @@ class Policy:
             pass  # a point rule: the end at or above chance
         elif math.isfinite(a.lo) and math.isfinite(w):
             c = a.centre
-            side = (c - a.lo) * w if c > t else (a.hi - c) * w  # the half-width towards the threshold
+            raw = (c - a.lo) if c > t else (a.hi - c)  # the bootstrap's half-width towards the threshold
+            side = raw * w
+            if spread is not None and spread.dof > 0:
+                side = max(raw, spread.half_width(a.n_seeds, self.rule.level))
+                raw = max(raw, norm.ppf(0.5 + self.rule.level / 2) * spread.sd / math.sqrt(a.n_seeds))
             ok &= side < abs(c - t) and a.label in SETTLED_LABELS
-            if side >= abs(c - t):  # the seeds it needs, from the bootstrap interval (widen shrinks with S)
-                raw = (c - a.lo) if c > t else (a.hi - c)
+            if side >= abs(c - t):  # the seeds it needs, from the large-sample width (t shrinks with S)
                 need.append(max(_seeds_needed(a.n_seeds, raw, abs(c - t), s.min_seeds), a.n_seeds + 1.0))
             if c > t and math.isfinite(row["end_hi"]):
                 h_end = (row["end_hi"] - row["end"]) * w
@@ -491,6 +555,8 @@ class Policy:
                     gain, served = 0.0, []
                     for b in open_:
                         need = b.seeds_needed if math.isfinite(b.seeds_needed) else 1e9
+                        if b.question.verdict or b.n_seeds < self.settings.min_seeds:
+                            need = min(need, len(self.lattice.seeds))  # what the lattice can give
                         need = max(need, start[id(b)] + 1)  # open past its estimate: one more seed at least
                         lo, hi = before[id(b)], self._level(b, after_at)
                         if hi <= lo or lo >= need:
