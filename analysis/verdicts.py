@@ -340,7 +340,8 @@ def seed_drops(
     against_zero: bool = True,
 ) -> pd.DataFrame:
     """The per-seed drops behind the trained models' verdicts (``paired_drops`` of each group that
-    scaling_verdicts judges): one row per (group keys, seed) with column ``drop``."""
+    scaling_verdicts judges): one row per (group keys, seed) with columns ``drop`` and the group's ends along
+    the axis, ``x_min`` and ``x_max``."""
     rule = rule or Rule()
     q = question_named(question)
     keys, (trained, _) = judged_points(table, question, by=by, rule=rule, against_zero=against_zero)
@@ -350,10 +351,12 @@ def seed_drops(
         if wide.shape[1] < 2:
             continue
         seeds = wide.iloc[:, [0, -1]].dropna().index
+        ends = {"x_min": wide.columns[0], "x_max": wide.columns[-1]}
         rows += [
-            {**dict(zip(keys, key)), "seed": s, "drop": float(d)} for s, d in zip(seeds, paired_drops(wide))
+            {**dict(zip(keys, key)), "seed": s, "drop": float(d), **ends}
+            for s, d in zip(seeds, paired_drops(wide))
         ]
-    return pd.DataFrame(rows, columns=[*keys, "seed", "drop"])
+    return pd.DataFrame(rows, columns=[*keys, "seed", "drop", "x_min", "x_max"])
 
 
 def context_verdicts(table: pd.DataFrame, **kwargs) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from analysis.verdicts import (
     judge_points,
     paired_drops,
     question_named,
+    seed_drops,
     task_verdicts,
     trend_p_value,
 )
@@ -44,6 +45,26 @@ def test_paired_drops_and_interval_against_direct_formula():
     lo, hi = drop_interval(drops, 500, 0.9, np.random.default_rng(0))
     assert min(drops) <= lo < drops.mean() < hi <= max(drops)
     assert all(math.isnan(v) for v in drop_interval(drops[:1], 500, 0.9, np.random.default_rng(0)))
+
+
+def test_seed_drops_are_the_per_seed_drops_each_verdict_averages():
+    """The per-seed drops behind every trained group's verdict: as many as its seeds, averaging to the
+    verdict's drop, between the ends the verdict reads."""
+    both = pd.concat(
+        [
+            table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "gpt2", seed=1),
+            table(saturating_law(E=0.4, B=2.0, beta=0.5), "mlp", seeds=range(3)),
+        ]
+    )
+    for question in ("context", "task"):
+        verdicts = (context_verdicts if question == "context" else task_verdicts)(both, n_boot=50)
+        drops = seed_drops(both, question)
+        held = "T" if question == "context" else "n"
+        assert len(drops) == sum({"gpt2": 4, "mlp": 3}[m] for m in verdicts["model"])
+        for row in verdicts.itertuples():
+            mine = drops[(drops["model"] == row.model) & (drops[held] == getattr(row, held))]
+            assert len(mine) == row.n_seeds and mine["drop"].mean() == pytest.approx(row.drop)
+            assert (mine["x_min"] == row.x_min).all() and (mine["x_max"] == row.x_max).all()
 
 
 def test_page_trend_p_value_for_perfect_order_is_one_over_factorial_power():

@@ -10,26 +10,34 @@ lattice defines which answers exist (a context verdict for every model and T of 
 for every model and N, an exponent per model), data or not. An answer is *settled* when
 
 - verdict: it is "scales", "does not scale" or "at chance" on at least ``min_seeds`` seeds, and a scaling
-  label still holds when its interval is widened to a Student t interval (``widen``: percentile bootstrap
-  intervals over 3 seeds run narrow, and settled wrong labels in replays);
+  label still holds on a Student t interval of its drop (percentile bootstrap intervals over 3 seeds run
+  narrow, and settled wrong labels in replays). The t interval's sd is the seed-to-seed spread of the
+  model's drops pooled over the question's groups (every T of a context verdict, every N of a task
+  verdict), with the degrees of freedom that groups sharing seeds really carry (``pooled_spread``): a task
+  verdict's groups barely co-vary over seeds and lend each other degrees of freedom; a context verdict's
+  groups move together seed by seed and lend almost none (on adaptive_mlp the plain MLP's drops correlate
+  0.85 across T, 0.15 across N);
 - exponent: its (widened) interval's half-width is at most ``within`` on at least ``min_seeds`` seeds and
   the interval stays inside the fit's bounds; or the model does not scale along that axis (every verdict
   of the model on the exponent's axis is settled, none of them "scales"): moot.
 
-Every unsettled answer estimates the seeds it needs, from its interval's half-width h now (S seeds) and
-the half-width g that would settle it (the distance of a verdict's drop from the threshold, of its end
-from chance; an exponent's ``within``), with intervals shrinking as 1/sqrt(seeds): S_need = S (h / g)^2,
-at least ``min_seeds``. A candidate action adds cells: one more seed at the points an answer reads (a
-verdict: its two ends along the axis; an exponent: every point of its fit so far), or, for an exponent,
-a missing value of T or N (the points it adds count as seeds in the proportion of points). The value of an
-action is the fraction of the remaining way to S_need it covers, summed over every unsettled answer it
-serves, divided by its estimated cost (scaling.cost, the cost model of ``--dry-run``). Waves are built
-greedily from the best-valued action, with the answers' seeds advanced as if the chosen cells had run,
-until the wave holds ``wave`` cells; never beyond the budget. S_need is estimated from the bootstrap
-half-width (the widened one shrinks faster than 1/sqrt(S)), and is at least one seed more than the answer
-has. An open answer whose S_need exceeds REACH times the lattice's seeds (a drop sitting on the threshold)
-on 2/3 of the lattice's seeds, or 10 times that on ``min_seeds``, or an exponent whose interval reaches the
-fit's bound, is *beyond* the lattice: reported open, no longer pursued.
+Every unsettled answer estimates the seeds it needs, from its interval's half-width h now (S seeds) and the
+half-width g that would settle it (the distance of a verdict's drop from the threshold, of its end from
+chance; an exponent's ``within``), with intervals shrinking as 1/sqrt(seeds): S_need = S (h / g)^2, at least
+``min_seeds`` (h: a verdict's large-sample half-width from the pooled spread, or its bootstrap side where
+wider). A candidate action adds cells: one more seed at the points an answer reads (a verdict: its two ends
+along the axis; an exponent: every point of its fit so far), or, for an exponent, a missing value of T or N
+(the points it adds count as seeds in the proportion of points). The value of an action is the fraction of the
+remaining way to S_need it covers, summed over every unsettled answer it serves, divided by its estimated cost
+(scaling.cost, the cost model of ``--dry-run``); a verdict's S_need counts at most the lattice's seeds there
+(no wave can give it more), and so does any answer's on fewer than ``min_seeds`` seeds (too few to tell a
+hopeless one), so that a verdict that looks hopeless on its first seeds is not starved. Waves are built
+greedily from the best-valued action, with the answers' seeds advanced as if the chosen cells had run, until
+the wave holds ``wave`` cells; never beyond the budget. S_need is estimated from large-sample half-widths (a t
+one shrinks faster than 1/sqrt(S)), and is at least one seed more than the answer has. An open answer whose
+S_need exceeds REACH times the lattice's seeds (a drop sitting on the threshold) on 2/3 of the lattice's
+seeds, or 10 times that on ``min_seeds``, or an exponent whose interval reaches the fit's bound, is *beyond*
+the lattice: reported open, no longer pursued.
 """
 
 from __future__ import annotations
@@ -326,10 +334,13 @@ class Policy:
         return {self._key(row, held): row for row in v.to_dict("records")}
 
     def _spreads(self, q: AdaptiveQuestion, view: pd.DataFrame) -> dict:
-        """The pooled seed-to-seed spread of each model's drops (per setting) for verdict question q."""
+        """The pooled seed-to-seed spread of each model's drops (per setting) for verdict question q, over the
+        groups whose drops span the lattice's whole axis (as the verdicts it settles do)."""
         if view.empty:
             return {}
         drops = seed_drops(view, q.verdict, rule=self.rule)
+        axis = self.lattice.frame[AXIS_OF[q.verdict]]
+        drops = drops[(drops["x_min"] == axis.min()) & (drops["x_max"] == axis.max())]
         if drops.empty:
             return {}
         held = "n" if HELD_OF[q.verdict] == "N" else HELD_OF[q.verdict]
