@@ -334,6 +334,8 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.set_xlim(0, 1.03)
+    axes[0].set_ylabel(f"drop interval width ({NO_INTERVAL_WIDTH:g}: a verdict with no interval yet)")
+    axes[1].set_ylabel("share of the verdicts with the lattice's label")
     axes[1].set_ylim(0, 1.03)
     axes[0].legend(fontsize=8)
     if not frame[frame["method"] == "oracle"].empty:
