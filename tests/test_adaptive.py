@@ -63,6 +63,7 @@ def write(tmp_path, doc, name="sweep.yaml"):
             "either a verdict (context or task) or an exponent",
         ),
         ({"speed": 2}, "adaptive.speed: unknown"),
+        ({"seed": -1}, "adaptive.seed: must be >= 0 (it seeds numpy's generator), got -1"),
     ],
 )
 def test_a_bad_adaptive_section_is_refused_with_its_line(tmp_path, tiny_sweep, change, message):
@@ -210,15 +211,11 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert "adaptive (final wave)" in summary and "oracle for the verdicts" in summary
 
 
-def test_the_replay_oracle_reads_each_verdict_off_the_fewest_seeds_that_give_the_lattices_label(
-    tmp_path, tiny_sweep
-):
-    """The replay's oracle (a lower bound on the compute any policy drawing seeds in this order needs for
-    the lattice's verdicts) on a lattice with known answers: every verdict is clear on the first 3 seeds of
-    the policy's order except the context verdict at T = 16, whose first 3 seeds do not drop at all while the
-    other 3 drop by 80%: the whole lattice says it context-scales, and only its last seeds show it."""
+def known_lattice(tmp_path, tiny_sweep):
+    """(plan, policy, table): a 6-seed lattice whose every verdict is clear on the first 3 seeds of the
+    policy's order except the context verdict at T = 16, whose first 3 seeds do not drop at all while the
+    other 3 drop by 80%."""
     from scaling.adaptive.policy import Policy
-    from scaling.adaptive.replay import oracle
 
     doc = lattice_sweep(tiny_sweep)
     doc["grid"].update(T=[2, 16, "inf"], N=[2, 4, 8], seed=[0, 1, 2, 3, 4, 5])
@@ -237,6 +234,19 @@ def test_the_replay_oracle_reads_each_verdict_off_the_fewest_seeds_that_give_the
                      N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
             )  # fmt: skip
     table = pd.DataFrame(rows)
+    return plan, policy, table
+
+
+def test_the_replay_oracle_reads_each_verdict_off_the_fewest_seeds_that_give_the_lattices_label(
+    tmp_path, tiny_sweep
+):
+    """The replay's oracle (a lower bound on the compute any policy drawing seeds in this order needs for
+    the lattice's verdicts) on a lattice with known answers: every verdict is clear on the first 3 seeds of
+    the policy's order except the context verdict at T = 16, whose first 3 seeds do not drop at all while the
+    other 3 drop by 80%: the whole lattice says it context-scales, and only its last seeds show it."""
+    from scaling.adaptive.replay import oracle
+
+    plan, policy, table = known_lattice(tmp_path, tiny_sweep)
     whole = set(table["cell_key"])
     reference = policy.assess(table, whole)
     labels = {a.id: a.label for a in reference}
@@ -313,3 +323,26 @@ def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for
             assert a.label == "task-scales" and a.n_seeds == 3, a.line()
             assert a.centre == pytest.approx(0.122)
             assert a.settled is settled, (together, a.line())
+
+
+def test_a_resumed_policy_chooses_the_wave_an_uninterrupted_one_would(tmp_path, tiny_sweep):
+    """A driver restarted between waves builds a new Policy; its choices (ties between equally good cells
+    included) are the ones the policy that ran every wave makes, so an interrupted adaptive sweep takes the
+    same path as one left alone."""
+    from scaling.adaptive.policy import Policy
+    from scaling.adaptive.replay import run_cells
+
+    plan, policy, table = known_lattice(tmp_path, tiny_sweep)
+
+    def path(fresh: bool) -> list[list[str]]:
+        keys, run, waves = policy.first_wave(), set(), []
+        while keys and len(waves) < 12:
+            waves.append(sorted(keys))
+            run |= set(keys)
+            p = Policy(plan) if fresh else policy
+            keys, _, _ = p.next_wave(p.assess(run_cells(table, run), run, exponents=False), run)
+        return waves
+
+    alone = path(fresh=False)
+    assert len(alone) >= 3, alone
+    assert path(fresh=True) == alone

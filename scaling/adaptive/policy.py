@@ -242,8 +242,8 @@ class Policy:
         self.plan = plan
         self.settings = settings or plan.adaptive or AdaptiveSettings()
         self.lattice = Lattice(plan)
-        self.rng = np.random.default_rng(self.settings.seed if seed is None else seed)
-        self.seed_order = [int(s) for s in self.rng.permutation(self.lattice.seeds)]
+        self.seed = self.settings.seed if seed is None else seed
+        self.seed_order = [int(s) for s in np.random.default_rng(self.seed).permutation(self.lattice.seeds)]
         self.rule = Rule(n_boot=self.settings.bootstrap)
         self.budget = self.settings.budget * self.lattice.total_cost
 
@@ -549,6 +549,10 @@ class Policy:
             return [], [], "every answer is settled"
         spent = self.lattice.cost(run)
         room = self.budget - spent
+        # ties broken at random, drawn from the policy's seed and the cells run: a resumed driver (a new
+        # Policy) chooses the wave an uninterrupted one would
+        ran = self.lattice.frame.index.get_indexer(list(run))
+        rng = np.random.default_rng([self.seed, *sorted(int(i) for i in ran if i >= 0)])
         start = {id(a): self._level(a, self._seeds_at(run)) for a in open_}
         chosen: list[str] = []
         reasons: list[str] = []
@@ -577,7 +581,7 @@ class Policy:
                         served.append(b)
                     if gain <= 0:
                         continue
-                    score = gain / cost * (1 + 1e-9 * self.rng.random())  # ties: at random
+                    score = gain / cost * (1 + 1e-9 * rng.random())  # ties: at random
                     if score > best_score:
                         best, best_score = (a, what, keys, served), score
             if best is None:

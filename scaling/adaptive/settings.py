@@ -101,6 +101,7 @@ class AdaptiveSettings:
             f"must be >= 2 (an interval needs 2 seeds), got {self.min_seeds}",
         )
         check(self.bootstrap >= 50, "bootstrap", f"must be >= 50, got {self.bootstrap}")
+        check(self.seed >= 0, "seed", f"must be >= 0 (it seeds numpy's generator), got {self.seed}")
         names = [q.name for q in self.questions]
         dupes = sorted({n for n in names if names.count(n) > 1})
         check(not dupes, "questions", f"asked twice: {', '.join(dupes)}")
