@@ -116,11 +116,11 @@ def seed_table(points: pd.DataFrame, axis: str) -> pd.DataFrame:
     return points.pivot_table(index="seed", columns=axis, values="err", aggfunc="mean").sort_index(axis=1)
 
 
-def paired_drops(wide: pd.DataFrame) -> np.ndarray:
+def paired_drops(wide: pd.DataFrame) -> pd.Series:
     """(S,) per-seed relative drop 1 - err(largest)/err(smallest) of a seed x axis-value table
-    (columns sorted ascending), over the seeds that have both ends."""
+    (columns sorted ascending), over the seeds that have both ends; indexed by seed."""
     ends = wide.iloc[:, [0, -1]].dropna()
-    return (1.0 - ends.iloc[:, 1] / ends.iloc[:, 0]).to_numpy()
+    return 1.0 - ends.iloc[:, 1] / ends.iloc[:, 0]
 
 
 def mean_interval(
@@ -350,11 +350,10 @@ def seed_drops(
         wide = seed_table(group, q.axis)
         if wide.shape[1] < 2:
             continue
-        seeds = wide.iloc[:, [0, -1]].dropna().index
         ends = {"x_min": wide.columns[0], "x_max": wide.columns[-1]}
         rows += [
             {**dict(zip(keys, key)), "seed": s, "drop": float(d), **ends}
-            for s, d in zip(seeds, paired_drops(wide))
+            for s, d in paired_drops(wide).items()
         ]
     return pd.DataFrame(rows, columns=[*keys, "seed", "drop", "x_min", "x_max"])
 

@@ -106,6 +106,17 @@ def run_adaptive(
         keys, reasons, wave = policy.first_wave(), [first_reason(policy)], 1
     answers: list[Answer] = []
     stop = ""
+
+    def final(stop: str, unfinished: list) -> dict:
+        spent = policy.lattice.cost(complete) / total
+        return {
+            "cells": len(complete),
+            "spent": spent,
+            "answers": answers,
+            "stop": stop,
+            "unfinished": unfinished,
+        }
+
     while True:
         answers = assess_store(policy, uri, plan, complete)
         spent = policy.lattice.cost(complete) / total
@@ -144,13 +155,7 @@ def run_adaptive(
                 f" ({spent:.0%} of the lattice's estimated compute)\n"
             )
             out.flush()
-            return {
-                "cells": len(complete),
-                "spent": spent,
-                "answers": answers,
-                "stop": stop,
-                "unfinished": [],
-            }
+            return final(stop, [])
         todo = [by_key[k] for k in keys if k not in complete]
         cost = policy.lattice.cost([p.cell.key for p in todo]) / total
         out.write(f"[{name}] wave {wave}: {len(todo)} cells ({cost:.0%} of the compute)\n")
@@ -160,12 +165,5 @@ def run_adaptive(
         unfinished = run_wave(todo) if todo else []
         complete = complete_keys(tracker, experiment_id, policy)
         if unfinished or failed():
-            spent = policy.lattice.cost(complete) / total
-            return {
-                "cells": len(complete),
-                "spent": spent,
-                "answers": answers,
-                "stop": "",
-                "unfinished": unfinished,
-            }
+            return final("", unfinished)
         keys, reasons, stop = None, [], ""

@@ -347,9 +347,8 @@ class Policy:
         model = ["model", *self.lattice.settings]
         out = {}
         for key, part in drops.groupby(model, dropna=False, sort=True):
-            key = key if isinstance(key, tuple) else (key,)
             series = {h: g.set_index("seed")["drop"] for h, g in part.groupby(held)}
-            out[(key[0], *(str(k) for k in key[1:]))] = pooled_spread(series)
+            out[self._key(dict(zip(model, key)), [])] = pooled_spread(series)  # key: a tuple (by a list)
         return out
 
     def _verdicts(self, q: AdaptiveQuestion, view: pd.DataFrame, run: set[str]) -> list[Answer]:
@@ -363,8 +362,7 @@ class Policy:
             a = Answer(q, group, points=sorted(ends["point"].unique()))
             row = rows.get(self._key(group, [held]))
             if row is not None and row["x_min"] == cells[axis].min() and row["x_max"] == cells[axis].max():
-                model = (group["model"], *(str(group[k]) for k in self.lattice.settings))
-                self._judge(a, row, spreads.get(model))
+                self._judge(a, row, spreads.get(self._key(group, [])))
             elif row is not None:
                 a.why = f"the {axis} ends of the lattice are not both run yet"
             if not a.settled and not math.isfinite(a.seeds_needed):
