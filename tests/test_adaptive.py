@@ -88,7 +88,16 @@ def test_adaptive_without_a_section_or_over_budget_exits_2_writing_nothing(tmp_p
     tight = write(tmp_path, doc, "tight.yaml")
     assert main([str(tight), *args]) == 2
     assert "the first wave costs 67% of the lattice's estimated compute" in capsys.readouterr().err
+    # the replay plans the lattice as it was swept, --set included, and refuses a bad one the same way
+    from scaling.adaptive.replay import main as replay_main
+
+    replay = ["--tracking-uri", uri, "--out", str(tmp_path / "replay")]
+    assert replay_main([str(plain), *replay, "--set", "grid.seed=[0,1,2,3]"]) == 2
+    assert "no `adaptive:` section to replay" in capsys.readouterr().err
+    assert replay_main([str(tight), *replay, "--set", "adaptive.budget=2"]) == 2
+    assert "--set adaptive.budget=2: adaptive.budget: " in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+    assert not (tmp_path / "replay").exists()
 
 
 def run_driver(tmp_path, name, path, uri, storage, *flags) -> tuple[int, str]:

@@ -357,7 +357,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tracking-uri", required=True, help="the MLflow store holding every cell of the lattice"
     )
-    parser.add_argument("--profile", default="")
+    parser.add_argument("--profile", default="", help="the sweep's profile, as the lattice was swept")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting as the lattice was swept with it, e.g. --set 'grid.seed=[0,1,2,3]' (repeatable)",
+    )
     parser.add_argument(
         "--policy-seeds", type=int, default=20, help="replays, one per policy seed (default 20)"
     )
@@ -370,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.policy_seeds < 1 or args.jobs < 1:
             raise SweepError(f"--policy-seeds and --jobs must be >= 1, got {args.policy_seeds}, {args.jobs}")
-        plan = load_plan(args.sweep, args.profile)
+        plan = load_plan(args.sweep, args.profile, args.overrides)
         if plan.adaptive is None:
             raise SweepError(f"{args.sweep}: no `adaptive:` section to replay")
         from analysis.load import load_table
