@@ -51,6 +51,8 @@ exit status:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from scaling.plan import add_set_argument
+
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description=DESCRIPTION,
@@ -71,13 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="compare two sweeps: each a sweep file or an experiment name",
     )
     parser.add_argument("--profile", default="", help="the sweep's profile (its experiment is NAME-PROFILE)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the cells made with this --set (sweep file), or with this setting (--experiment)",
+    add_set_argument(
+        parser, "the cells made with this --set (sweep file), or with this setting (--experiment)"
     )
     parser.add_argument(
         "--paper",

@@ -198,6 +198,14 @@ def deep_merge(base: Any, over: Any) -> Any:
     return copy.deepcopy(over)
 
 
+def add_set_argument(parser, help: str) -> None:
+    """The repeatable ``--set KEY=VALUE`` option of every command that plans a sweep file (collected in
+    ``overrides``, applied by :func:`load_plan`)."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 def apply_override(document: dict, assignment: str) -> dict:
     """Apply one ``key=value`` (value in YAML syntax) to the document, as described in the module doc."""
     if "=" not in assignment:

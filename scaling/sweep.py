@@ -45,7 +45,7 @@ from .cost import describe_compute
 from .guards import GuardError, check_address, check_flags, probe_storage
 from .leases import Leases, driver_id
 from .packing import pack_groups, pack_key
-from .plan import Plan, SweepError, load_plan
+from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
 from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
@@ -725,13 +725,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the cells, their resources and state; run nothing"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)",
+    add_set_argument(
+        parser, "override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)"
     )
     parser.add_argument("--profile", default="", help="a named profile of the sweep file, e.g. quick")
     parser.add_argument("--address", default=None, help="join an existing Ray cluster ('auto' or host:port)")

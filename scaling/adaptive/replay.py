@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..plan import SweepError, load_plan
+from ..plan import SweepError, add_set_argument, load_plan
 from .policy import Answer, Policy
 
 NO_INTERVAL_WIDTH = 1.0  # a drop interval not yet measured counts as this wide (drops live in [-inf, 1])
@@ -358,13 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tracking-uri", required=True, help="the MLflow store holding every cell of the lattice"
     )
     parser.add_argument("--profile", default="", help="the sweep's profile, as the lattice was swept")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting as the lattice was swept with it, e.g. --set 'grid.seed=[0,1,2,3]' (repeatable)",
+    add_set_argument(
+        parser, "a setting as the lattice was swept with it, e.g. --set 'grid.seed=[0,1,2,3]' (repeatable)"
     )
     parser.add_argument(
         "--policy-seeds", type=int, default=20, help="replays, one per policy seed (default 20)"
