@@ -194,11 +194,13 @@ class Spread:
     sd: float
     dof: float
 
-    def half_width(self, S: int, level: float) -> float:
-        """The Student t half-width of a mean over S seeds at ``level``, from the pooled sd."""
+    def half_width(self, S: int, level: float, large_sample: bool = False) -> float:
+        """The Student t half-width of a mean over S seeds at ``level``, from the pooled sd (``large_sample``:
+        the normal one, which S_need extrapolates)."""
         if not (self.dof > 0 and math.isfinite(self.sd)) or S < 1:
             return math.inf
-        return float(student_t.ppf(0.5 + level / 2, self.dof) * self.sd / math.sqrt(S))
+        q = 0.5 + level / 2
+        return float((norm.ppf(q) if large_sample else student_t.ppf(q, self.dof)) * self.sd / math.sqrt(S))
 
 
 def pooled_spread(drops: dict[object, pd.Series]) -> Spread:
@@ -391,7 +393,7 @@ class Policy:
             side = raw * w
             if spread is not None and spread.dof > 0:
                 side = max(raw, spread.half_width(a.n_seeds, self.rule.level))
-                raw = max(raw, norm.ppf(0.5 + self.rule.level / 2) * spread.sd / math.sqrt(a.n_seeds))
+                raw = max(raw, spread.half_width(a.n_seeds, self.rule.level, large_sample=True))
             ok &= side < abs(c - t) and a.label in SETTLED_LABELS
             if side >= abs(c - t):  # the seeds it needs, from the large-sample width (t shrinks with S)
                 need.append(max(_seeds_needed(a.n_seeds, raw, abs(c - t), s.min_seeds), a.n_seeds + 1.0))
