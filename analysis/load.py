@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,13 +56,13 @@ def _curves(tracker: Tracker, run_id: str, cache: Path) -> tuple[pd.DataFrame, b
     if cached.exists():
         return pd.read_parquet(cached), False
     cache.mkdir(parents=True, exist_ok=True)
-    local = tracker.download(run_id, "curves.parquet", cache / f".{run_id}")
-    frame = pd.read_parquet(local)
-    tmp = cache / f".{run_id}.parquet.tmp"
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(cached)
-    Path(local).unlink(missing_ok=True)
-    Path(local).parent.rmdir()
+    # a folder of this call's own: another process (a second analysis, a replay) may be reading the same
+    # run into the same cache at this moment; the last one's rename wins, both with the same file
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f".{run_id}.") as own:
+        frame = pd.read_parquet(tracker.download(run_id, "curves.parquet", own))
+        tmp = Path(own) / "curves.parquet.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(cached)
     return frame, True
 
 

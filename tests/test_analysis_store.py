@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main
-from analysis.load import load_table
+from analysis.load import cell_runs, load_table
 from analysis.report import answer_html
 from analysis.run import analyse
 
@@ -46,6 +46,23 @@ def count_downloads(monkeypatch) -> list:
 
     monkeypatch.setattr(MlflowClient, "download_artifacts", spy)
     return calls
+
+
+def test_a_cold_read_beside_another_reader_of_the_same_cache_reads_every_run(store, tmp_path):
+    """Two processes reading one store into one cache (an analysis beside a replay) download the same runs
+    at once; each downloads into a folder of its own. Here the other reader is mid-download of every run
+    (its partial files lie in the cache) when this one reads: it still reads every run, leaves the other's
+    files alone and caches each run once."""
+    uri, expected = store
+    cache = tmp_path / "cache"
+    runs = [r.info.run_id for r in cell_runs(uri, "fig1-quick") if r.data.tags.get("status") == "complete"]
+    for run_id in runs:  # the other reader's downloads in flight, under the names it would use
+        (cache / f".{run_id}").mkdir(parents=True)
+        (cache / f".{run_id}" / "curves.parquet").write_bytes(b"partial")
+    table, _ = load_table(uri, "fig1-quick", cache_dir=cache)
+    assert table["cell_key"].nunique() == expected["cell_key"].nunique()
+    assert all((cache / f".{run_id}" / "curves.parquet").read_bytes() == b"partial" for run_id in runs)
+    assert sorted(p.name for p in cache.glob("*.parquet")) == sorted(f"{r}.parquet" for r in runs)
 
 
 def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, monkeypatch):
