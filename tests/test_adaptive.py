@@ -359,3 +359,38 @@ def test_a_resumed_policy_chooses_the_wave_an_uninterrupted_one_would(tmp_path, 
     alone = path(fresh=False)
     assert len(alone) >= 3, alone
     assert path(fresh=True) == alone
+
+
+def test_the_replay_reads_the_even_design_at_the_budget_on_each_seed_order(tmp_path, tiny_sweep):
+    """Beside each replay, the even design of the budget's compute: every point of the lattice on the first k
+    seeds of that replay's seed order (k the most the budget holds: 5 of 6 at 90%), scored like the policy's
+    answers, exponents included; the summary counts the replays whose every verdict and exponent is the
+    lattice's, and the figure gains the exponents' panel."""
+    from scaling.adaptive.replay import _policy_run, draw, run_cells, score, summarise
+
+    questions = [{"verdict": "context"}, {"verdict": "task"}, {"exponent": "alpha", "within": 0.05}]
+    plan, policy, table = known_lattice(tmp_path, tiny_sweep, questions=questions)
+    whole = set(table["cell_key"])
+    reference = policy.assess(table, whole)
+    rows, line = _policy_run(plan, table, 3, reference)
+    even = [r for r in rows if r["method"] == "balanced, its seed order"]
+    assert len(even) == 1 and even[0]["k"] == 5 and even[0]["spent"] == pytest.approx(5 / 6), even
+    from scaling.adaptive.policy import Policy
+
+    order = Policy(plan, seed=3).seed_order
+    f = policy.lattice.frame
+    keys = set(f.index[f["seed"].isin(order[:5])])
+    assert {k: even[0][k] for k in score([], [])} == score(
+        policy.assess(run_cells(table, keys), keys), reference
+    )
+    assert "its first 5 seeds at every point" in line
+    frame = pd.DataFrame(
+        [{"method": "full lattice", "seed": -1, "spent": 1.0} | score(reference, reference), *rows]
+    )
+    summary = summarise(frame)
+    assert "every point on the first 5 seeds of each seed order (at the budget)" in summary
+    assert re.search(
+        r"- adaptive \(final wave\): every verdict in [01] of 1, every exponent in [01]", summary
+    )
+    draw(frame, tmp_path / "replay.png")
+    assert (tmp_path / "replay.png").stat().st_size > 10_000

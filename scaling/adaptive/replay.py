@@ -15,9 +15,12 @@ answers (the same policy's assessment of every cell):
   none yet counts as the widest, 1 for a drop);
 - settled: the share of answers settled.
 
-Three references: random subsets of the lattice's cells (cells drawn in a random order until the next one
+Four references: random subsets of the lattice's cells (cells drawn in a random order until the next one
 would pass the cost), one at each replay's final cost and ``--random-seeds`` at each of several shares of the
-lattice's compute; the whole lattice with fewer seeds (the first k of the grid's); and, for each policy seed,
+lattice's compute; the whole lattice with fewer seeds (the first k of the grid's); for each policy seed, the
+even design at the budget (``balanced``: every point on the first k seeds of that seed order, k the most the
+budget holds), which reads every answer, exponents included, on the same seeds as the lattice; and,
+for each policy seed,
 an *oracle* (``oracle``): the least compute at which the lattice's verdicts can be read off the first seeds
 of that seed order, if one knew for each verdict how many seeds it takes (a lower bound for any policy that
 draws seeds in that order and settles nothing on fewer than ``min_seeds``; exponents aside). Writes
@@ -76,6 +79,18 @@ def random_subset(policy: Policy, available: set[str], cost: float, rng: np.rand
 def fewer_seeds(policy: Policy, available: set[str], k: int) -> set[str]:
     f = policy.lattice.frame.loc[sorted(available)]
     return set(f.index[f["seed"].isin(policy.lattice.seeds[:k])])
+
+
+def balanced(policy: Policy, available: set[str]) -> tuple[int, set[str]]:
+    """(k, cells): every point of the lattice on the first k seeds of the policy's seed order, k the most
+    seeds whose cells stay within the budget: the even design of that compute, which reads every answer
+    (exponents included) on the same seeds, as the whole lattice does on all of them."""
+    f = policy.lattice.frame
+    for k in range(len(policy.lattice.seeds), 0, -1):
+        keys = set(f.index[f["seed"].isin(policy.seed_order[:k])]) & available
+        if policy.lattice.cost(keys) <= policy.budget + 1e-9:
+            return k, keys
+    return 0, set()
 
 
 def oracle(policy: Policy, table: pd.DataFrame, reference: list[Answer]) -> tuple[float, dict[str, int]]:
@@ -155,13 +170,25 @@ def _policy_run(plan, table: pd.DataFrame, seed: int, reference: list[Answer]) -
         | score(answers, reference)
     )
     last, rnd = rows[-2], rows[-1]
+    k, even = balanced(policy, available)
+    answers = policy.assess(run_cells(table, even), even)
+    row = {
+        "method": "balanced, its seed order",
+        "seed": seed,
+        "k": k,
+        "spent": policy.lattice.cost(even) / total,
+    }
+    rows.append(row | score(answers, reference))
+    even_row = rows[-1]
     bound, seeds = oracle(policy, table, reference)
     rows.append({"method": "oracle", "seed": seed, "spent": bound})
     more = sorted(f"{a} {k}" for a, k in seeds.items() if k > policy.settings.min_seeds)
     line = (
         f"policy seed {seed}: {len(path)} waves, {last['spent']:.0%} of the compute, verdicts as the"
         f" lattice's {last['verdicts_agree']:.0%}, exponents within {last['exponents_within']:.0%}; a random"
-        f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}; the oracle"
+        f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}; its first {k}"
+        f" seeds at every point: {even_row['verdicts_agree']:.0%} / {even_row['exponents_within']:.0%}; the"
+        " oracle"
         f" for this seed order: {bound:.0%}"
         + (f" (seeds: {'; '.join(more)})" if more else "")
         + f" ({time.monotonic() - started:.0f} s)"
@@ -246,7 +273,11 @@ def summarise(frame: pd.DataFrame) -> str:
         " interval | answers settled | drop interval width | exponent interval width |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, part in (("adaptive (final wave)", final), ("random subset, same cost", same)):
+    even = frame[frame["method"] == "balanced, its seed order"]
+    ks = "/".join(str(int(k)) for k in sorted(even["k"].unique())) if not even.empty else ""
+    parts = [("adaptive (final wave)", final), ("random subset, same cost", same)]
+    parts += [(f"every point on the first {ks} seeds of each seed order (at the budget)", even)] if ks else []
+    for name, part in parts:
         lines.append(
             f"| {name} | {spread(part['spent'], '.0%')} | {spread(part['verdicts_agree'], '.0%')} |"
             f" {spread(part['exponents_within'], '.0%')} | {spread(part['settled'], '.0%')} |"
@@ -275,6 +306,18 @@ def summarise(frame: pd.DataFrame) -> str:
             " the oracle for its seed order (an oracle knows how many seeds each verdict takes; it counts no"
             " exponent).",
         ]
+    lines += [
+        "",
+        "Replays whose every answer of a kind is the lattice's (verdicts: the same label; exponents: the"
+        " value inside the lattice's interval), of those run:",
+        "",
+    ]
+    for name, part in parts:
+        verdicts, exponents = (part[c] == 1.0 for c in ("verdicts_agree", "exponents_within"))
+        lines.append(
+            f"- {name}: every verdict in {int(verdicts.sum())} of {len(part)}, every exponent in"
+            f" {int(exponents.sum())}, both in {int((verdicts & exponents).sum())}"
+        )
     stops = final["stop"].value_counts()
     lines += ["", "Why the replays stopped: " + "; ".join(f"{n} x {why}" for why, n in stops.items())]
     return "\n".join(lines) + "\n"
@@ -287,10 +330,11 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
     panels = (
         ("drop_width", "median width of the verdicts' drop intervals"),
         ("verdicts_agree", "verdicts as the full lattice's"),
+        ("exponents_within", "exponents within the full lattice's intervals"),
     )
     for ax, (col, title) in zip(axes, panels):
         ad = frame[frame["method"] == "adaptive"]
@@ -325,6 +369,18 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
                 zorder=4,
                 label="oracle: least compute with the lattice's verdicts (each seed order)",
             )
+        even = frame[frame["method"] == "balanced, its seed order"]
+        if col != "drop_width" and not even.empty:
+            jitter = np.random.default_rng(0).uniform(-0.012, 0.012, len(even))
+            ax.scatter(
+                even["spent"] + jitter,
+                even[col],
+                marker="x",
+                s=22,
+                color="tab:green",
+                zorder=4,
+                label="every point on the first k seeds of each seed order",
+            )
         fewer = frame[
             frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
         ].sort_values("spent")
@@ -337,6 +393,8 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
     axes[0].set_ylabel(f"drop interval width ({NO_INTERVAL_WIDTH:g}: a verdict with no interval yet)")
     axes[1].set_ylabel("share of the verdicts with the lattice's label")
     axes[1].set_ylim(0, 1.03)
+    axes[2].set_ylabel("share of the exponents within the lattice's interval")
+    axes[2].set_ylim(-0.03, 1.03)
     axes[0].legend(fontsize=8)
     if not frame[frame["method"] == "oracle"].empty:
         axes[1].legend(fontsize=8, loc="lower right")
