@@ -19,11 +19,11 @@ Four references: random subsets of the lattice's cells (cells drawn in a random 
 would pass the cost), one at each replay's final cost and ``--random-seeds`` at each of several shares of the
 lattice's compute; the whole lattice with fewer seeds (the first k of the grid's); for each policy seed, the
 even design at the budget (``balanced``: every point on the first k seeds of that seed order, k the most the
-budget holds), which reads every answer, exponents included, on the same seeds as the lattice; and,
-for each policy seed,
-an *oracle* (``oracle``): the least compute at which the lattice's verdicts can be read off the first seeds
-of that seed order, if one knew for each verdict how many seeds it takes (a lower bound for any policy that
-draws seeds in that order and settles nothing on fewer than ``min_seeds``; exponents aside). Writes
+budget holds), which reads every answer, exponents included, on the same seeds as the lattice; and, for
+each policy seed, an *oracle* (``oracle``): the least compute at which the lattice's verdicts can be read off
+the first seeds of that seed order, if one knew for each verdict how many seeds it takes (a lower bound for
+any policy that draws seeds in that order and settles nothing on fewer than ``min_seeds``; exponents aside).
+Writes
 ``replay.csv`` (a row per method, policy seed, wave or cost), ``summary.md`` and ``replay.png``.
 """
 
@@ -172,14 +172,10 @@ def _policy_run(plan, table: pd.DataFrame, seed: int, reference: list[Answer]) -
     last, rnd = rows[-2], rows[-1]
     k, even = balanced(policy, available)
     answers = policy.assess(run_cells(table, even), even)
-    row = {
-        "method": "balanced, its seed order",
-        "seed": seed,
-        "k": k,
-        "spent": policy.lattice.cost(even) / total,
-    }
-    rows.append(row | score(answers, reference))
-    even_row = rows[-1]
+    spent = policy.lattice.cost(even) / total
+    even_row = {"method": "balanced, its seed order", "seed": seed, "k": k, "spent": spent}
+    even_row |= score(answers, reference)
+    rows.append(even_row)
     bound, seeds = oracle(policy, table, reference)
     rows.append({"method": "oracle", "seed": seed, "spent": bound})
     more = sorted(f"{a} {k}" for a, k in seeds.items() if k > policy.settings.min_seeds)
@@ -187,9 +183,8 @@ def _policy_run(plan, table: pd.DataFrame, seed: int, reference: list[Answer]) -
         f"policy seed {seed}: {len(path)} waves, {last['spent']:.0%} of the compute, verdicts as the"
         f" lattice's {last['verdicts_agree']:.0%}, exponents within {last['exponents_within']:.0%}; a random"
         f" subset of that cost: {rnd['verdicts_agree']:.0%} / {rnd['exponents_within']:.0%}; its first {k}"
-        f" seeds at every point: {even_row['verdicts_agree']:.0%} / {even_row['exponents_within']:.0%}; the"
-        " oracle"
-        f" for this seed order: {bound:.0%}"
+        f" seeds at every point: {even_row['verdicts_agree']:.0%} / {even_row['exponents_within']:.0%};"
+        f" the oracle for this seed order: {bound:.0%}"
         + (f" (seeds: {'; '.join(more)})" if more else "")
         + f" ({time.monotonic() - started:.0f} s)"
     )
