@@ -76,18 +76,18 @@ def random_subset(policy: Policy, available: set[str], cost: float, rng: np.rand
     return set(frame.index[order[take]])
 
 
-def fewer_seeds(policy: Policy, available: set[str], k: int) -> set[str]:
+def fewer_seeds(policy: Policy, available: set[str], k: int, order: list[int] | None = None) -> set[str]:
+    """The available cells of the first k seeds of ``order`` (the grid's seeds unless given)."""
     f = policy.lattice.frame.loc[sorted(available)]
-    return set(f.index[f["seed"].isin(policy.lattice.seeds[:k])])
+    return set(f.index[f["seed"].isin((policy.lattice.seeds if order is None else order)[:k])])
 
 
 def balanced(policy: Policy, available: set[str]) -> tuple[int, set[str]]:
     """(k, cells): every point of the lattice on the first k seeds of the policy's seed order, k the most
     seeds whose cells stay within the budget: the even design of that compute, which reads every answer
     (exponents included) on the same seeds, as the whole lattice does on all of them."""
-    f = policy.lattice.frame
     for k in range(len(policy.lattice.seeds), 0, -1):
-        keys = set(f.index[f["seed"].isin(policy.seed_order[:k])]) & available
+        keys = fewer_seeds(policy, available, k, policy.seed_order)
         if policy.lattice.cost(keys) <= policy.budget + 1e-9:
             return k, keys
     return 0, set()
@@ -104,7 +104,7 @@ def oracle(policy: Policy, table: pd.DataFrame, reference: list[Answer]) -> tupl
     labels: dict[str, list[tuple[int, str]]] = {}
     points: dict[str, list[str]] = {}
     for k in range(policy.settings.min_seeds, len(lattice.seeds) + 1):
-        keys = set(lattice.frame.index[lattice.frame["seed"].isin(policy.seed_order[:k])]) & available
+        keys = fewer_seeds(policy, available, k, policy.seed_order)
         for a in policy.assess(run_cells(table, keys), keys, exponents=False):
             labels.setdefault(a.id, []).append((k, a.label))
             points[a.id] = a.points
