@@ -30,8 +30,9 @@ FEATURE_BLOCK_NUMBERS = 1 << 22
 class StackedAdam:
     """torch.optim.Adam's update (no weight decay, no amsgrad) on parameters stacked over K members.
 
-    Each member keeps its own learning rate (a (K, 1, ...) tensor) and its own moments, so member k's
-    slice moves exactly as its own Adam would move it alone. Moments and the step count are read from the
+    Each member keeps its own learning rate (a (K, 1, ...) tensor, its cell's ``train.lr``) and its own
+    moments, so member k's slice moves exactly as its own Adam would move it alone; ``update`` takes the
+    schedule's factor of the step, common to the members. Moments and the step count are read from the
     members' torch Adam states and written back to them (``write_back``): a member's checkpoint stays that
     of an unpacked cell, and a segment may start from members resumed from checkpoints.
     """
@@ -53,7 +54,7 @@ class StackedAdam:
                 f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
             )
         self.step = steps.pop()
-        lr = torch.tensor([m.optimizer.param_groups[0]["lr"] for m in members], dtype=torch.float32)
+        lr = torch.tensor([m.cell.train.lr for m in members], dtype=torch.float32)
         self.lr = {name: lr.to(p.device).view(-1, *[1] * (p.dim() - 1)) for name, p in params.items()}
 
     @staticmethod
@@ -61,8 +62,9 @@ class StackedAdam:
         return torch.stack([st[key] if key in st else torch.zeros_like(like[0]) for st in states])
 
     @torch.no_grad()
-    def update(self, grads: dict[str, torch.Tensor]) -> None:
-        """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
+    def update(self, grads: dict[str, torch.Tensor], factor: float = 1.0) -> None:
+        """One Adam step of every member from the stacked gradients (name -> (K, ...)), at ``factor`` times
+        each member's learning rate (TrainConfig.lr_factor)."""
         self.step += 1
         names = list(self.params)
         params, grads = [self.params[n] for n in names], [grads[n] for n in names]
@@ -75,7 +77,7 @@ class StackedAdam:
         torch._foreach_add_(denom, self.eps)
         steps = torch._foreach_div(m, denom)
         torch._foreach_mul_(steps, [self.lr[n] for n in names])
-        torch._foreach_div_(steps, 1 - self.beta1**self.step)
+        torch._foreach_div_(steps, (1 - self.beta1**self.step) / factor)
         torch._foreach_sub_(params, steps)
 
     def write_back(self, members: Sequence[CellTrainer]) -> None:
@@ -203,7 +205,7 @@ class StackedMembers:
 
     def train_step(self) -> torch.Tensor:
         losses, grads = self.losses_and_grads()
-        self.optimizer.update(grads)
+        self.optimizer.update(grads, self.members[0].cell.train.lr_factor(self.step))
         self.step += 1
         return losses
 
