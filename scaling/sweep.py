@@ -48,7 +48,9 @@ from .packing import pack_groups, pack_key
 from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
-from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
+from .tracking import STATUS_COMPLETE, Tracker, TrackingError, resolve_tracking_uri
+from .tracking.adaptive_waves import read_waves
+from .tracking.store_template import preload
 from .trial import TrialMember, TrialSpec, tune_trainable
 
 log = logging.getLogger(__name__)
@@ -596,7 +598,7 @@ def run_sweep(
     if policy is not None and experiment_id is not None:
         from .adaptive.driver import ended_already
 
-        waves = tracker.adaptive_waves(experiment_id, plan.name)
+        waves = read_waves(tracker, experiment_id, plan.name)
         if ended_already(policy, plan, uri, waves, complete, out):
             return outcome
     env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state

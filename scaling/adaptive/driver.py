@@ -2,7 +2,7 @@
 
 Each wave: read the complete cells of the lattice from MLflow (analysis.load, cached), judge them
 (scaling.adaptive.policy), print the answers with their intervals and the next wave with its reasons, log both
-on the sweep's parent run (scaling.tracking: ``adaptive/wave_NN.json``, the MLflow table
+on the sweep's parent run (scaling.tracking.adaptive_waves: ``adaptive/wave_NN.json``, the MLflow table
 ``adaptive/answers_NN.json``, metrics ``adaptive.settled/open/spent``), then run the wave. The wave record is
 logged before its cells run, so a driver that dies mid-wave resumes that wave's remaining cells on the rerun
 (complete cells are never run again, partial ones resume from their checkpoints); a wave that finished is
@@ -22,6 +22,7 @@ from analysis.verdicts import value_text
 from ..plan import Plan
 from ..redact import redact
 from ..tracking import Tracker
+from ..tracking.adaptive_waves import log_wave
 from .policy import Answer, Policy
 
 
@@ -85,9 +86,10 @@ def run_adaptive(
     failed: Callable[[], bool],
 ) -> dict:
     """Run waves until every answer is settled, the budget is spent, or a wave fails or is interrupted
-    (``records``: the waves already on ``parent``, as Tracker.adaptive_waves reads them; ``run_wave(planned
-    cells)`` trains them and returns those left unfinished; ``failed()`` says whether a cell failed). The
-    final state: cells, spent (share of the lattice's compute), answers, stop, unfinished cells."""
+    (``records``: the waves already on ``parent``, as scaling.tracking.adaptive_waves.read_waves reads
+    them; ``run_wave(planned cells)`` trains them and returns those left unfinished; ``failed()`` says
+    whether a cell failed). The final state: cells, spent (share of the lattice's compute), answers, stop,
+    unfinished cells."""
     policy = Policy(plan)
     name, total = plan.name, policy.lattice.total_cost
     by_key = {p.cell.key: p for p in plan.cells}
@@ -146,7 +148,7 @@ def run_adaptive(
         )
         if not resuming and not repeat:
             frame = answers_frame(answers) if answers else pd.DataFrame({"answer": []})
-            tracker.log_adaptive_wave(parent, record, frame)
+            log_wave(tracker, parent, record, frame)
             records.append(record)
         resuming = False
         if not keys:

@@ -39,6 +39,7 @@ from ..science.evaluate import evaluate
 from ..science.models import ModelConfig, build_model
 from ..science.tasks import fresh_prompts, make_family
 from ..science.train import CellTrainer
+from ..sweep_models import load_complete_model
 from ..temperature.curves import (
     PARAMS_SOURCES,
     error_vs_context_curves,
@@ -327,8 +328,6 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
         )
         return model, None
     if t.from_sweep:
-        from ..tracking import load_complete_model  # MLflow: only a scan of a sweep's model
-
         source, state = load_complete_model(t.from_sweep, t.from_params, tracking_uri)
         if source["task"]["d"] != d or int(source["N"]) < cell.N:
             raise ValueError(
