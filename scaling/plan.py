@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from .adaptive.settings import AdaptiveSettings, check_against_lattice
+from .adaptive_settings import AdaptiveSettings, check_against_lattice
 from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
@@ -133,7 +133,7 @@ class Plan:
     run: RunConfig
     cells: tuple[PlannedCell, ...]
     document: dict = field(compare=False, default_factory=dict)  # the resolved sweep document
-    adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive), checked
+    adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive_settings), checked
 
 
 # ---------------------------------------------------------------- YAML with line numbers

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from .tracking import experiment_ui_link, ui_command
+
 # Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice
 # at every start, Tune's hints. Errors still show.
 RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray._private")
@@ -307,8 +309,6 @@ def next_commands(
     default_uri: str | None = None,
 ) -> list[str]:
     """The commands to run after a sweep: its analysis, and the MLflow UI on its runs table."""
-    from .tracking import experiment_ui_link, ui_command
-
     where = [] if uri == default_uri else ["--tracking-uri", uri]
     analysis = ["python", "-m", "analysis", sweep] + (["--profile", profile] if profile else [])
     for override in overrides:  # the analysis plans the same cells, and reads only those

@@ -275,9 +275,9 @@ def adaptive_policy(plan: Plan, path: str):
     if plan.adaptive is None:
         raise SweepError(
             f"{path}: --adaptive needs an `adaptive:` section in the sweep file (a budget and the questions"
-            " that matter; see scaling/adaptive/settings.py and the README's 'Adaptive sweeps')"
+            " that matter; see scaling/adaptive_settings.py and the README's 'Adaptive sweeps')"
         )
-    from .adaptive.policy import Policy
+    from .adaptive.policy import Policy  # defers scipy and analysis's fits (~1 s): only --adaptive
 
     policy = Policy(plan)
     problem = policy.first_wave_problem()
@@ -596,7 +596,7 @@ def run_sweep(
 
     waves: list[dict] = []  # an adaptive sweep's wave records, read once
     if policy is not None and experiment_id is not None:
-        from .adaptive.driver import ended_already
+        from .adaptive.driver import ended_already  # defers scipy and analysis (~1 s): only --adaptive
 
         waves = read_waves(tracker, experiment_id, plan.name)
         if ended_already(policy, plan, uri, waves, complete, out):
@@ -645,7 +645,7 @@ def run_sweep(
         if policy is None:
             unfinished = run_cells(pending, len(plan.cells), len(plan.cells) - len(pending))
         else:
-            from .adaptive.driver import run_adaptive
+            from .adaptive.driver import run_adaptive  # defers scipy and analysis (~1 s)
 
             ran = run_adaptive(
                 plan,

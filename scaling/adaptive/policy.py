@@ -55,8 +55,8 @@ from analysis.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
 from analysis.provenance import setting_columns
 from analysis.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 
+from ..adaptive_settings import AdaptiveQuestion, AdaptiveSettings
 from ..plan import Plan
-from .settings import AdaptiveQuestion, AdaptiveSettings
 
 SETTLED_LABELS = {AT_CHANCE, *(q.yes for q in QUESTIONS.values()), *(q.no for q in QUESTIONS.values())}
 AXIS_OF = {"context": "N", "task": "T"}  # the lattice axis a verdict varies (n = N on a lattice of N)

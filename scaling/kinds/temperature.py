@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from ..config import ConfigError, check, check_choice, from_dict
+from ..cost import CellCost, training_cost
 from ..science.baselines import applicable_baselines
 from ..science.evaluate import evaluate
 from ..science.models import ModelConfig, build_model
@@ -47,9 +48,10 @@ from ..temperature.curves import (
     figure4_curves,
     figure5_histograms,
 )
+from ..temperature.garg import load_garg_gpt2
 from ..temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
 from ..tracking import curve_metric_key, metric_name
-from . import CellCost, Kind
+from . import Kind
 
 Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
 LLM_PANELS = ("demos", "noisy_ratio")
@@ -315,8 +317,6 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
     t = cell.temperature
     d = cell.task.d
     if t.checkpoint:
-        from ..temperature.garg import load_garg_gpt2
-
         model = load_garg_gpt2(
             t.checkpoint,
             n_dims=d,
@@ -364,7 +364,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    from ..temperature.patch import attention_temperature, score_moments  # imports transformers
+    from ..temperature.patch import attention_temperature, score_moments  # defers transformers (seconds)
 
     t = cell.temperature
     model, weights = _gpt2_model(cell, device, report, tracking_uri)
@@ -410,6 +410,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     mc_runs Monte Carlo runs, as the paper's error bars), prompts (questions x runs), em, em_std, tau,
     noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
     Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
+    # both import transformers and scikit-learn (seconds): only an LLM scan loads them
     from ..temperature.llm_icl import (
         load_causal_lm,
         load_sciq,
@@ -501,9 +502,7 @@ def no_training(cell) -> CellCost:
 def gpt2_scan_cost(cell) -> CellCost:
     """Training cost when the scan trains its model here; otherwise a scan of a given model."""
     if cell.temperature.train_model:
-        from .train import cost
-
-        return cost(cell)
+        return training_cost(cell)
     return CellCost(what="no training (a temperature scan of a given GPT-2)")
 
 
