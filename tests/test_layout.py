@@ -1,8 +1,9 @@
 """The layout's rules, checked over the source (issue 16), and an old checkpoint resumed by today's code.
 
-- No import cycle among the project's modules: the module-level imports of scaling/, analysis/,
-  benchmarks/ and cluster/ form a graph without cycles (imports inside functions are lazy by design:
-  heavy or optional packages, and the kinds' registry resolving "module:ATTR" entries).
+- No import cycle among the project's modules: the imports of scaling/, analysis/, benchmarks/ and
+  cluster/ form a graph without cycles, imports inside functions included (a module that imports another
+  inside a function still needs it: a circle through such an import is a circle). The kinds' registry
+  resolves "module:ATTR" strings, which are no imports.
 - MLflow is spoken by the scaling/tracking/ package alone; the science folders import neither Ray nor MLflow.
 - No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
@@ -23,40 +24,49 @@ PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
 FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
 
 
-def sources(*packages: str) -> dict[str, Path]:
-    """Dotted module name -> file, for the project's packages."""
+def sources(*packages: str, root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for the project's packages (under ``root``)."""
     found = {}
     for package in packages:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
     return found
 
 
+def imported_by(name: str, path: Path, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The modules one import statement of module ``name`` names (relative imports resolved; ``from a import
+    b`` names a and a.b, which may be a module)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - node.level + 1]
+        stem = ".".join(base + ([node.module] if node.module else []))
+    else:
+        stem = node.module or ""
+    return {stem} | {f"{stem}.{alias.name}" for alias in node.names}  # `from . import tracking`
+
+
 def imports(name: str, path: Path, top_level_only: bool) -> set[str]:
     """The modules ``name`` imports (absolute dotted names; relative imports resolved)."""
     tree = ast.parse(path.read_text(), str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found = set()
     for node in nodes:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                stem = ".".join(base + ([node.module] if node.module else []))
-            else:
-                stem = node.module or ""
-            found.add(stem)
-            found.update(f"{stem}.{alias.name}" for alias in node.names)  # `from . import tracking`
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= imported_by(name, path, node)
     return found
 
 
-def project_graph(top_level_only: bool = True) -> dict[str, set[str]]:
-    modules = sources(*PACKAGES)
+def project_graph(
+    top_level_only: bool = False, packages: tuple[str, ...] = PACKAGES, root: Path = ROOT
+) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (at the top, and with ``top_level_only`` False also inside
+    functions and classes)."""
+    modules = sources(*packages, root=root)
     graph = {}
     for name, path in modules.items():
         targets = set()
@@ -100,9 +110,37 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
+def plant(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_the_import_graph_sees_a_cycle_made_through_an_import_inside_a_function(tmp_path):
+    """The shape of the llm_icl <-> scan circle this test once missed: one side imports at the top, the
+    other inside a function."""
+    plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/llm.py": (
+                "def monte_carlo():\n    from pkg.scan import scan_all\n\n    return scan_all()\n"
+            ),
+            "pkg/scan.py": "from pkg.llm import monte_carlo\n\n\ndef scan_all():\n    return 1\n",
+            "pkg/leaf.py": "import json\n\n\ndef f():\n    from . import scan  # deferred, no circle\n",
+        },
+    )
+    graph = project_graph(packages=("pkg",), root=tmp_path)
+    assert graph["pkg.llm"] == {"pkg", "pkg.scan"} and graph["pkg.leaf"] == {"pkg", "pkg.scan"}
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"pkg.llm", "pkg.scan"}
+    assert find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path)) is None
+
+
 def test_no_import_cycle_among_the_projects_modules():
     graph = project_graph()
     assert "scaling.trial" in graph and "scaling.science.train" in graph["scaling.kinds.train"]
+    assert "scaling.temperature.patch" in graph["scaling.kinds.temperature"]  # imported inside gpt2_scan
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 

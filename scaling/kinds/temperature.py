@@ -418,7 +418,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
         prompt_score_moments,
         query_text,
     )
-    from ..temperature.scan import PromptSet
+    from ..temperature.scan import PromptSet  # transformers too
 
     t = cell.temperature
     model, tokenizer = load_causal_lm(t.llm, device=str(device))  # loaded once for every x, tau and run
