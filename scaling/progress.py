@@ -321,33 +321,38 @@ def next_commands(
     return commands
 
 
-def summary_lines(
-    name: str,
-    total: int,
-    skipped: int,
-    completed: int,
-    failed: dict[str, str],
-    unfinished: int,
-    elapsed: float,
-    trials: int,
-    uri: str,
-    experiment: str,
-    commands: list[str],
-) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """What a sweep's closing summary reports (scaling.sweep_run.SweepRun.summary builds it)."""
+
+    name: str  # the sweep, which is also its MLflow experiment
+    total: int  # cells of the sweep
+    skipped: int  # complete before this run
+    completed: int  # completed by this run
+    failed: dict[str, str]  # "<cell name> (<key>)" -> its error
+    unfinished: int  # left unfinished (interrupted)
+    elapsed: float  # seconds
+    trials: int  # Tune trials run (a pack of cells is one)
+    uri: str  # the tracking store, redacted
+    commands: list[str]  # what to run next (next_commands)
+
+
+def summary_lines(summary: Summary) -> list[str]:
     """The closing summary: what ran, what failed (with its error), how long, where the runs are, next."""
-    ran = f"{completed} cell{'s' if completed != 1 else ''} trained"
-    if trials and trials != completed + len(failed) + unfinished:
-        ran += f" in {trials} trials (small cells packed together)"
+    s = summary
+    ran = f"{s.completed} cell{'s' if s.completed != 1 else ''} trained"
+    if s.trials and s.trials != s.completed + len(s.failed) + s.unfinished:
+        ran += f" in {s.trials} trials (small cells packed together)"
     lines = [
-        f"[{name}] {ran}, {len(failed)} failed"
-        + (f", {unfinished} unfinished" if unfinished else "")
-        + (f", {skipped} already complete" if skipped else "")
-        + f"; {skipped + completed}/{total} cells complete; took {format_duration(elapsed)}."
+        f"[{s.name}] {ran}, {len(s.failed)} failed"
+        + (f", {s.unfinished} unfinished" if s.unfinished else "")
+        + (f", {s.skipped} already complete" if s.skipped else "")
+        + f"; {s.skipped + s.completed}/{s.total} cells complete; took {format_duration(s.elapsed)}."
     ]
-    for label, error in failed.items():
-        lines.append(f"[{name}] FAILED {label}: {error_line(error)}")
-    lines.append(f"[{name}] runs: MLflow experiment {experiment!r} in {uri}")
-    if not failed and not unfinished:
+    for label, error in s.failed.items():
+        lines.append(f"[{s.name}] FAILED {label}: {error_line(error)}")
+    lines.append(f"[{s.name}] runs: MLflow experiment {s.name!r} in {s.uri}")
+    if not s.failed and not s.unfinished:
         lines.append("next:")
-        lines += [f"  {command}" for command in commands]
+        lines += [f"  {command}" for command in s.commands]
     return lines

@@ -9,7 +9,7 @@ import re
 
 from rich.console import Console
 
-from scaling.progress import Progress, error_line, next_commands, summary_lines
+from scaling.progress import Progress, Summary, error_line, next_commands, summary_lines
 
 
 def cell_config(name, steps=1000):
@@ -129,24 +129,38 @@ def test_summary_names_failures_time_place_and_next_commands():
         "open http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning",
     ]
 
-    ok = summary_lines("smoke", 24, 4, 20, {}, 0, 75.0, 9, "sqlite:////w/m.db", "smoke", commands)
+    ok = summary_lines(
+        Summary(
+            name="smoke",
+            total=24,
+            skipped=4,
+            completed=20,
+            failed={},
+            unfinished=0,
+            elapsed=75.0,
+            trials=9,
+            uri="sqlite:////w/m.db",
+            commands=commands,
+        )
+    )
     assert ok[0] == (
         "[smoke] 20 cells trained in 9 trials (small cells packed together), 0 failed,"
         " 4 already complete; 24/24 cells complete; took 1m15s."
     )
     assert ok[-4:] == ["next:"] + [f"  {command}" for command in commands]
     bad = summary_lines(
-        "smoke",
-        3,
-        0,
-        2,
-        {"gpt2 T=16 N=8 seed=0 (abc)": "Traceback\n  x\nKeyError: 'd'"},
-        0,
-        5.0,
-        3,
-        "sqlite:////w/m.db",
-        "smoke",
-        commands,
+        Summary(
+            name="smoke",
+            total=3,
+            skipped=0,
+            completed=2,
+            failed={"gpt2 T=16 N=8 seed=0 (abc)": "Traceback\n  x\nKeyError: 'd'"},
+            unfinished=0,
+            elapsed=5.0,
+            trials=3,
+            uri="sqlite:////w/m.db",
+            commands=commands,
+        )
     )
     assert bad[0].startswith("[smoke] 2 cells trained, 1 failed; 2/3 cells complete")
     assert bad[1] == "[smoke] FAILED gpt2 T=16 N=8 seed=0 (abc): KeyError: 'd'"
