@@ -104,12 +104,16 @@ class RunConfig:
     # cells trained together as one batched ensemble (scaling.packing): auto (small cells, up to 8),
     # off, or K (up to K cells of a packable architecture); results equal those of unpacked cells
     pack: bool | int | str = "auto"
+    # seconds between the heartbeat lines (each running cell's step, the time left) that a driver whose
+    # output is not a terminal prints while cells run (scaling.progress)
+    heartbeat: float = 60.0
 
     def __post_init__(self):
         if isinstance(self.pack, bool):  # YAML reads a bare `off` as false, `on` as true
             object.__setattr__(self, "pack", "auto" if self.pack else "off")
         check(self.max_failures >= 0, "max_failures", f"must be >= 0, got {self.max_failures}")
         check(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
+        check(self.heartbeat > 0, "heartbeat", f"must be > 0 seconds, got {self.heartbeat}")
         check(
             self.pack in ("auto", "off") or (type(self.pack) is int and self.pack >= 1),
             "pack",

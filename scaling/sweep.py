@@ -440,6 +440,7 @@ def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
         run.out,
         live=run.options.live,
         trials=len(specs),
+        heartbeat=run.plan.run.heartbeat,
     )
     with progress:
         return run_rounds(run, cells, progress)

@@ -6,6 +6,7 @@ These drive the Progress object directly (no Ray); tests/test_sweep_e2e.py check
 import io
 import pickle
 import re
+import time
 
 from rich.console import Console
 
@@ -52,6 +53,39 @@ def test_plain_output_is_one_line_per_change_with_consistent_counts():
     assert "done pack of 3" in lines[2] and "5/12 cells done (42%), 1 running, 6 pending" in lines[2]
     assert "FAILED gpt2 T=16 N=8 seed=0: ValueError: lr must be positive" in lines[3]
     assert "5/12 cells done (42%), 0 running, 6 pending, 1 failed" in lines[3]
+
+
+def test_plain_output_has_a_heartbeat_with_each_running_trials_step_at_its_interval():
+    out = io.StringIO()
+    with Progress("smoke", total=12, skipped=2, out=out, heartbeat=0.1) as progress:
+        progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))
+        progress.result("a", cell_config("gpt2 T=16 N=8 seed=0"), {"step": 250, "progress": 0.25})
+        progress.started("b", cell_config("theory_context none d=10 seed=0", steps=0))
+        progress.started("c", cell_config("mlp T=inf N=16 seed=1"))
+        progress.result("c", cell_config("mlp T=inf N=16 seed=1"), {"step": 1000, "progress": 1.0})
+        time.sleep(0.55)
+    time.sleep(0.25)  # closed: no more heartbeats
+    beats = [line for line in out.getvalue().splitlines() if line.startswith("[smoke] running ")]
+    assert 2 <= len(beats) <= 6, out.getvalue()  # 0.55 s at one per 0.1 s: at most 5 (and one late)
+    assert re.fullmatch(
+        r"\[smoke\] running gpt2 T=16 N=8 seed=0 step 250/1000, mlp T=inf N=16 seed=1 evaluating,"
+        r" theory_context none d=10 seed=0 \| 2/12 cells done \(17%\), 3 running, 7 pending, 0 failed"
+        r" \| \d+s elapsed, ~\S+ left",
+        beats[0],
+    ), beats[0]
+    assert len(out.getvalue().splitlines()) == 3 + len(beats)  # the change lines are as before
+
+
+def test_heartbeat_is_off_by_default_and_in_the_live_view():
+    plain, terminal = io.StringIO(), io.StringIO()
+    terminal.isatty = lambda: True
+    for out, heartbeat in ((plain, None), (terminal, 0.05)):
+        with Progress("smoke", total=2, skipped=0, out=out, heartbeat=heartbeat) as progress:
+            progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))
+            time.sleep(0.3)
+            copy = pickle.loads(pickle.dumps(progress))  # Tune pickles its callbacks mid-run
+    assert "running gpt2" not in plain.getvalue() and "running gpt2" not in terminal.getvalue()
+    assert copy.running and copy.heartbeat == 0.05
 
 
 def test_work_fraction_counts_running_cells_by_steps_and_never_reaches_one_while_they_run():
