@@ -19,10 +19,8 @@ SHELL_FENCES = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 # a line that starts a command a user would type, for fences not marked as shell (which then fail)
 COMMAND_START = re.compile(r"^\s*(\$ )?(python3?|pip|ray|mlflow|docker|ssh|aws|export)\s")
-# in a sweep file's comment: a command from `python` / `pip install` to the end of the line (or to a
-# closing parenthesis or backquote that is not part of it)
 DESCRIPTION = re.compile(r"\s{2,}")  # in --help examples: a command, then what it does
-HEADER_COMMAND = re.compile(r"(?<![\w/.-])((?:python3? |pip install )[^`)]*)")
+HEADER_COMMAND = re.compile(r"(python3? |pip install )")  # how a command in a sweep file's comment starts
 # the tools whose --help carries examples; (module or script, how the test runs it)
 HELP_TOOLS = (
     ("scaling.sweep", "python -m scaling.sweep"),
@@ -119,18 +117,30 @@ def unmarked_commands(path: Path) -> list[Command]:
 
 
 def header_commands(path: Path) -> list[Command]:
-    """The commands in a sweep file's comments (its header and its profiles' notes): from `python` or
-    `pip install` to the end of the line, a closing backquote or parenthesis, or a description (after
-    three blanks or an opening parenthesis)."""
+    """The commands in a sweep file's comments (its header and its profiles' notes): a comment line that
+    is a command (`#   python ...`, `#   pip install ...`; three blanks or ` (` then start a description),
+    or a command in backquotes within a sentence."""
     relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     found = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
-        if "#" not in line:
-            continue
-        comment = line[line.index("#") + 1 :]
-        for match in HEADER_COMMAND.finditer(comment):
-            text = re.split(r"\s{3,}|\s\(", match.group(1))[0]
-            found.append(Command(re.sub(r"\s+", " ", text).strip().rstrip(".,;:"), f"{relative}:{number}"))
+        comment = line.partition("#")[2].strip() if "#" in line else ""
+        if HEADER_COMMAND.match(comment):
+            found.append(Command(re.split(r"\s{3,}|\s\(", comment)[0].strip(), f"{relative}:{number}"))
+        for quoted in re.findall(r"`([^`]+)`", comment):
+            if HEADER_COMMAND.match(quoted):
+                found.append(Command(quoted.strip(), f"{relative}:{number}"))
+    return found
+
+
+def unmarked_header_commands(path: Path) -> list[Command]:
+    """Commands written into a sweep file's prose without backquotes (which the test would miss)."""
+    relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        comment = line.partition("#")[2].strip() if "#" in line else ""
+        prose = re.sub(r"`[^`]*`", "", comment)
+        if not HEADER_COMMAND.match(comment) and re.search(r"\b(python3? -m|pip install) ", prose):
+            found.append(Command(comment, f"{relative}:{number}"))
     return found
 
 
@@ -158,3 +168,31 @@ def doc_files() -> list[Path]:
 
 def sweep_files() -> list[Path]:
     return sorted((ROOT / "sweeps").glob("*.yaml"))
+
+
+def documented_commands() -> list[Command]:
+    """The commands of the docs and the sweep files' headers (the --help examples need the tools run)."""
+    commands = [c for path in doc_files() for c in fenced_commands(path)]
+    return commands + [c for path in sweep_files() for c in header_commands(path)]
+
+
+ENTRY = re.compile(r"\bpython3? (?:-m ((?:scaling|analysis|benchmarks|cluster)(?:\.\w+)*)|(\S+\.py)\b)")
+
+
+def documented_entry_points() -> list[tuple[str, ...]]:
+    """The project's modules and scripts that documented commands run, as python's arguments
+    (``("-m", "scaling.sweep")``, ``("cluster/onprem.py",)``), also inside `ray exec '...'`."""
+    found = set()
+    for command in documented_commands():
+        for module, script in ENTRY.findall(command.text):
+            if module:
+                found.add(("-m", module))
+            else:
+                # a script of the checkout, wherever it was synced to (~/icl-scaling-cluster/cluster/...)
+                parts = Path(script).parts
+                repo = next(
+                    (Path(*parts[i:]) for i in range(len(parts)) if (ROOT / Path(*parts[i:])).is_file()), None
+                )
+                if repo is not None:
+                    found.add((str(repo),))
+    return sorted(found)
