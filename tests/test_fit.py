@@ -9,7 +9,7 @@ from scipy.optimize import check_grad
 from scipy.special import huber as scipy_huber
 from synthetic_tables import saturating_law, synthetic_table
 
-from analysis.fit import (
+from scaling.judge.fit import (
     Problem,
     cluster_resample_indices,
     fit_all,
