@@ -204,7 +204,7 @@ def describe_compute(plan) -> str:
 
 
 def markdown_table(table: dict) -> str:
-    """The measured rows as the README's table (``python -m scaling.cost``)."""
+    """The measured rows as docs/results.md's step-cost table (``python -m scaling.cost``)."""
     lines = [
         "| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -1,4 +1,4 @@
-"""Tests of analysis/fit.py: power-law fits on synthetic tidy tables with known parameters."""
+"""Tests of scaling/judge/fit.py: power-law fits on synthetic tidy tables with known parameters."""
 
 import math
 
