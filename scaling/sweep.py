@@ -262,9 +262,9 @@ def adaptive_policy(plan: Plan, path: str):
     if plan.adaptive is None:
         raise SweepError(
             f"{path}: --adaptive needs an `adaptive:` section in the sweep file (a budget and the questions"
-            " that matter; see scaling/adaptive_settings.py and the README's 'Adaptive sweeps')"
+            " that matter; see docs/adaptive.md)"
         )
-    from .adaptive.policy import Policy  # defers scipy and analysis's fits (~1 s): only --adaptive
+    from .adaptive.policy import Policy  # defers scipy.stats (~2 s): only --adaptive needs it
 
     policy = Policy(plan)
     problem = policy.first_wave_problem()
@@ -549,7 +549,7 @@ def done_already(run: SweepRun) -> bool:
         run.say(f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train.")
         return True
     if run.policy is not None and run.experiment_id is not None:
-        from .adaptive.driver import ended_already  # defers scipy and analysis (~1 s): only --adaptive
+        from .adaptive.driver import ended_already  # defers scipy.stats (~2 s): only --adaptive
 
         run.waves = read_waves(run.tracker, run.experiment_id, run.name)
         return ended_already(run)
@@ -598,7 +598,7 @@ def train(run: SweepRun) -> list | None:
     try:
         if run.policy is None:
             return run_cells(run, run.pending, total, skipped)
-        from .adaptive.driver import run_adaptive  # defers scipy and analysis (~1 s)
+        from .adaptive.driver import run_adaptive  # defers scipy.stats (~2 s)
 
         unfinished = run_adaptive(run, lambda cells: run_cells(run, cells, len(cells), 0))["unfinished"]
         outcome = run.outcome
