@@ -20,9 +20,9 @@ BEAT = re.compile(  # a heartbeat while the cell trains (its step), or evaluates
     r"\[beat\] running mlp T=4 N=4 seed=0 (?:step (\d+)/600|evaluating) \| 0/1 cells done \(0%\), 1 running,"
     r" 0 pending, 0 failed \| \S+ elapsed, ~\S+ left"
 )
-WAIT = re.compile(  # a heartbeat before the trial starts (Ray starting a worker)
-    r"\[beat\] no trial running \| 0/1 cells done \(0%\), 0 running, 1 pending, 0 failed"
-    r" \| \S+ elapsed, ~\? left"
+WAIT = re.compile(  # a heartbeat before the trial starts (Ray starting a worker), or after it ended
+    r"\[beat\] no trial running \| (?:0/1 cells done \(0%\), 0 running, 1 pending|1/1 cells done \(100%\),"
+    r" 0 running, 0 pending), 0 failed \| \S+ elapsed, ~\S+ left"
 )
 
 
