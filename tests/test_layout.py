@@ -4,6 +4,9 @@
   cluster/ form a graph without cycles, imports inside functions included (a module that imports another
   inside a function still needs it: a circle through such an import is a circle). The kinds' registry
   resolves "module:ATTR" strings, which are no imports.
+- An import of project code inside a function in scaling/ only defers a heavy package, and a comment on
+  it says so (the import block shows a file's real dependencies otherwise).
+- No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest).
 - MLflow is spoken by the scaling/tracking/ package alone; the science folders import neither Ray nor MLflow.
 - No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
@@ -22,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
 FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
+MAX_FUNCTION_LINES = 80  # a function, its signature, docstring and decorators included
 
 
 def sources(*packages: str, root: Path = ROOT) -> dict[str, Path]:
@@ -143,6 +147,83 @@ def test_no_import_cycle_among_the_projects_modules():
     assert "scaling.temperature.patch" in graph["scaling.kinds.temperature"]  # imported inside gpt2_scan
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def imports_inside_functions(name: str, path: Path) -> list[tuple[int, set[str], str]]:
+    """(line, the modules it names, its source and the line above) of each import inside a function."""
+    text = path.read_text()
+    lines = text.splitlines()
+    functions = [
+        n
+        for n in ast.walk(ast.parse(text, str(path)))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    nodes = {id(n): n for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return [
+        (
+            node.lineno,
+            imported_by(name, path, node),
+            "\n".join(lines[max(node.lineno - 2, 0) : node.end_lineno]),
+        )
+        for node in sorted(nodes.values(), key=lambda n: n.lineno)
+    ]
+
+
+def silent_project_imports(packages: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """'path:line: modules' of each import of project code inside a function with no comment on it or on
+    the line above."""
+    first_party = set(PACKAGES) | set(packages)
+    return [
+        f"{path.relative_to(root)}:{line}: {', '.join(sorted(imported))}"
+        for name, path in sources(*packages, root=root).items()
+        for line, imported, source in imports_inside_functions(name, path)
+        if any(m.split(".")[0] in first_party for m in imported) and "#" not in source
+    ]
+
+
+def test_an_import_of_project_code_inside_a_function_without_a_comment_is_found(tmp_path):
+    plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/heavy.py": "",
+            "pkg/user.py": (
+                "import json\n\n\ndef silent():\n    from pkg import heavy\n\n\n"
+                "def said():\n    from . import heavy  # defers transformers\n\n\n"
+                "def said_above():\n    # defers scipy\n    from pkg.heavy import (\n        x,\n    )\n\n\n"
+                "def third_party():\n    import torch\n"
+            ),
+        },
+    )
+    assert silent_project_imports(("pkg",), tmp_path) == ["pkg/user.py:5: pkg, pkg.heavy"]
+
+
+def test_imports_of_project_code_inside_functions_in_scaling_say_what_they_defer():
+    """Such an import hides a dependency from the file's import block: it stays only where it keeps a heavy
+    package (transformers, scipy, ...) from loading until needed, with a comment that says so."""
+    silent = silent_project_imports(("scaling",))
+    assert not silent, "imports inside functions without a comment on what they defer:\n" + "\n".join(silent)
+
+
+def function_lengths(*packages: str) -> list[tuple[int, str]]:
+    """(lines, 'path:line name') of every function and method of the packages, longest first."""
+    found = []
+    for path in sources(*packages).values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                found.append(
+                    (node.end_lineno - first + 1, f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+                )
+    return sorted(found, key=lambda f: (-f[0], f[1]))
+
+
+def test_no_function_in_scaling_or_analysis_is_over_80_lines():
+    lengths = function_lengths("scaling", "analysis")
+    longest = "\n".join(f"{lines:4d}  {where}" for lines, where in lengths[:10])
+    print(f"the longest functions of scaling/ and analysis/:\n{longest}")
+    over = [where for lines, where in lengths if lines > MAX_FUNCTION_LINES]
+    assert lengths and not over, f"over {MAX_FUNCTION_LINES} lines: {over}\nthe longest:\n{longest}"
 
 
 def test_mlflow_is_imported_by_the_tracking_module_alone():
