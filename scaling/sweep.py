@@ -41,10 +41,10 @@ from typing import TextIO
 
 from .checkpoints import CheckpointStore
 from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
-from .cost import describe_compute
+from .cost import describe_compute, load_gpu_table
 from .guards import GuardError, check_address, check_flags, probe_storage
 from .leases import Leases, driver_id
-from .packing import pack_groups, pack_key
+from .packing import gpu_budget, pack_groups, pack_key
 from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
@@ -232,9 +232,11 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
 
 def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[TrialSpec]:
     """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.packing (cells of one pack
-    must ask for the same resources; those that do not run alone)."""
-    specs = []
-    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
+    must ask for the same resources; those that do not run alone). Cells that ask for a GPU pack as many
+    as fit their share of the GPU measured in the CUDA cost table, when there is one."""
+    specs, table = [], load_gpu_table()
+    gpu = {p.cell.key: gpu_budget(p.resources.gpu, table) for p in pending}
+    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots, lambda c: gpu[c.key]):
         cells = [pending[i] for i in group]
         resources = cells[0].resources.as_tune()
         if len(cells) > 1 and any(p.resources.as_tune() != resources for p in cells):

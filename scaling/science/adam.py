@@ -9,12 +9,15 @@ laid out as torch.optim.Adam lays it out (per parameter: a float32 ``step`` on t
 ``exp_avg``, ``exp_avg_sq``; one param group with torch's keys), so the updates are bitwise those of
 torch.optim.Adam(fused=True) and a state_dict of either loads into the other (tests/test_adam.py).
 No weight decay, amsgrad or maximize: the training recipe is plain Adam with a constant learning rate.
+
+``StackedAdam`` is the same update on parameters stacked over the K members of a pack
+(scaling.science.stacked), each member with its own learning rate and moments.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -132,3 +135,66 @@ class FusedAdam:
                 )  # never shared with the dict given
                 for key, value in values.items()
             }
+
+
+class StackedAdam:
+    """torch.optim.Adam's update (no weight decay, no amsgrad) on parameters stacked over K members.
+
+    Each member keeps its own learning rate (a (K, 1, ...) tensor) and its own moments, so member k's
+    slice moves exactly as its own Adam would move it alone. Moments and the step count are read from the
+    members' torch Adam states and written back to them (``write_back``): a member's checkpoint stays that
+    of an unpacked cell, and a segment may start from members resumed from checkpoints.
+    """
+
+    def __init__(self, params: dict[str, torch.Tensor], members: Sequence):
+        group = members[0].optimizer.param_groups[0]
+        self.beta1, self.beta2 = group["betas"]
+        self.eps = group["eps"]
+        self.params = params
+        owned = [dict(m.model.named_parameters()) for m in members]
+        states = {
+            name: [m.optimizer.state.get(own[name], {}) for m, own in zip(members, owned)] for name in params
+        }  # name -> each member's Adam state
+        self.exp_avg = {name: self._stack(states[name], "exp_avg", p) for name, p in params.items()}
+        self.exp_avg_sq = {name: self._stack(states[name], "exp_avg_sq", p) for name, p in params.items()}
+        steps = {int(st.get("step", 0)) for per_param in states.values() for st in per_param}
+        if len(steps) != 1:
+            raise ValueError(
+                f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
+            )
+        self.step = steps.pop()
+        lr = torch.tensor([m.optimizer.param_groups[0]["lr"] for m in members], dtype=torch.float32)
+        self.lr = {name: lr.to(p.device).view(-1, *[1] * (p.dim() - 1)) for name, p in params.items()}
+
+    @staticmethod
+    def _stack(states: list[dict], key: str, like: torch.Tensor) -> torch.Tensor:
+        return torch.stack([st[key] if key in st else torch.zeros_like(like[0]) for st in states])
+
+    @torch.no_grad()
+    def update(self, grads: dict[str, torch.Tensor]) -> None:
+        """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
+        self.step += 1
+        names = list(self.params)
+        params, grads = [self.params[n] for n in names], [grads[n] for n in names]
+        m, v = [self.exp_avg[n] for n in names], [self.exp_avg_sq[n] for n in names]
+        torch._foreach_lerp_(m, grads, 1 - self.beta1)
+        torch._foreach_mul_(v, self.beta2)
+        torch._foreach_addcmul_(v, grads, grads, 1 - self.beta2)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, (1 - self.beta2**self.step) ** 0.5)
+        torch._foreach_add_(denom, self.eps)
+        steps = torch._foreach_div(m, denom)
+        torch._foreach_mul_(steps, [self.lr[n] for n in names])
+        torch._foreach_div_(steps, 1 - self.beta1**self.step)
+        torch._foreach_sub_(params, steps)
+
+    def write_back(self, members: Sequence) -> None:
+        """Each member's torch Adam state becomes its slice of the stacked moments and the step count."""
+        for k, member in enumerate(members):
+            own = dict(member.model.named_parameters())
+            for name in self.params:
+                member.optimizer.state[own[name]] = {
+                    "step": torch.tensor(float(self.step), dtype=torch.float32, device=own[name].device),
+                    "exp_avg": self.exp_avg[name][k].clone(),
+                    "exp_avg_sq": self.exp_avg_sq[name][k].clone(),
+                }
