@@ -138,12 +138,14 @@ class FusedAdam:
 
 
 class StackedAdam:
-    """torch.optim.Adam's update (no weight decay, no amsgrad) on parameters stacked over K members.
+    """FusedAdam's update of parameters stacked over K members: member k's slice moves exactly as its own
+    FusedAdam would move it (the same kernel, ``torch._fused_adam_``, on the slices of the (K, ...) tensors,
+    one call per distinct learning rate), each member with its own learning rate and moments.
 
-    Each member keeps its own learning rate (a (K, 1, ...) tensor) and its own moments, so member k's
-    slice moves exactly as its own Adam would move it alone. Moments and the step count are read from the
-    members' torch Adam states and written back to them (``write_back``): a member's checkpoint stays that
-    of an unpacked cell, and a segment may start from members resumed from checkpoints.
+    Moments and the step count are read from the members' torch Adam states and written back to them
+    (``write_back``): a member's checkpoint stays that of an unpacked cell, and a segment may start from
+    members resumed from checkpoints. The step count lives on the device and the update launches no
+    Python-dependent arithmetic, so a step can be captured in a CUDA graph (scaling.science.cuda_graphs).
     """
 
     def __init__(self, params: dict[str, torch.Tensor], members: Sequence):
@@ -163,8 +165,10 @@ class StackedAdam:
                 f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
             )
         self.step = steps.pop()
-        lr = torch.tensor([m.optimizer.param_groups[0]["lr"] for m in members], dtype=torch.float32)
-        self.lr = {name: lr.to(p.device).view(-1, *[1] * (p.dim() - 1)) for name, p in params.items()}
+        device = next(iter(params.values())).device
+        self.step_count = torch.tensor(float(self.step), dtype=torch.float32, device=device)
+        lrs = [float(m.optimizer.param_groups[0]["lr"]) for m in members]
+        self.by_lr = {lr: [k for k, own in enumerate(lrs) if own == lr] for lr in dict.fromkeys(lrs)}
 
     @staticmethod
     def _stack(states: list[dict], key: str, like: torch.Tensor) -> torch.Tensor:
@@ -174,19 +178,32 @@ class StackedAdam:
     def update(self, grads: dict[str, torch.Tensor]) -> None:
         """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
         self.step += 1
+        self.step_count += 1
         names = list(self.params)
-        params, grads = [self.params[n] for n in names], [grads[n] for n in names]
-        m, v = [self.exp_avg[n] for n in names], [self.exp_avg_sq[n] for n in names]
-        torch._foreach_lerp_(m, grads, 1 - self.beta1)
-        torch._foreach_mul_(v, self.beta2)
-        torch._foreach_addcmul_(v, grads, grads, 1 - self.beta2)
-        denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, (1 - self.beta2**self.step) ** 0.5)
-        torch._foreach_add_(denom, self.eps)
-        steps = torch._foreach_div(m, denom)
-        torch._foreach_mul_(steps, [self.lr[n] for n in names])
-        torch._foreach_div_(steps, 1 - self.beta1**self.step)
-        torch._foreach_sub_(params, steps)
+        grads = {n: grads[n].contiguous() for n in names}  # the layout of the (contiguous) stacked params
+        for lr, members in self.by_lr.items():
+
+            def slices(tensors: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+                return [tensors[n][k] for k in members for n in names]
+
+            params = slices(self.params)
+            torch._fused_adam_(
+                params,
+                slices(grads),
+                slices(self.exp_avg),
+                slices(self.exp_avg_sq),
+                [],
+                [self.step_count] * len(params),
+                amsgrad=False,
+                lr=lr,
+                beta1=self.beta1,
+                beta2=self.beta2,
+                weight_decay=0.0,
+                eps=self.eps,
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
     def write_back(self, members: Sequence) -> None:
         """Each member's torch Adam state becomes its slice of the stacked moments and the step count."""
@@ -194,7 +211,7 @@ class StackedAdam:
             own = dict(member.model.named_parameters())
             for name in self.params:
                 member.optimizer.state[own[name]] = {
-                    "step": torch.tensor(float(self.step), dtype=torch.float32, device=own[name].device),
+                    "step": self.step_count.detach().clone().to(own[name].device),
                     "exp_avg": self.exp_avg[name][k].clone(),
                     "exp_avg_sq": self.exp_avg_sq[name][k].clone(),
                 }
