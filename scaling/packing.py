@@ -147,17 +147,23 @@ def pack_groups(
     signature are made small enough that there are ``slots`` of them (the trials the cluster runs at
     once), so packing leaves no slot idle, unless the parts would be too short to pay for their own trial
     (``auto_parts``): 8 cells of a minute on 2 slots make 2 packs of 4, 8 cells of a second one pack of 8.
+    On a GPU, where a pack's step costs about what one cell's does until the card is busy, the slots are
+    shared among the signatures first: 10 signatures of 6 cells on 4 slots make 10 packs of 6 (as many as
+    fit the memory), not 40 packs of 1 or 2.
     """
     signatures = [(pack_signature(c), repr(resources_of(c))) for c in cells]
+    budgets = [gpu_of(c) for c in cells]
+    on_gpu = {sig for sig, budget in zip(signatures, budgets) if budget is not None}
     open_groups: dict[tuple, list[int]] = {}
     groups: list[list[int]] = []
     parts: dict[tuple, int] = {}  # per signature: the same shapes and steps, so the same answer
     for i, cell in enumerate(cells):
-        limit = pack_limit(pack, cell, gpu_of(cell))
+        limit = pack_limit(pack, cell, budgets[i])
         if pack == "auto" and limit > 1:
             count = signatures.count(signatures[i])
             if signatures[i] not in parts:
-                parts[signatures[i]] = auto_parts(cell, count, slots)
+                share = max(1, slots // len(on_gpu)) if budgets[i] is not None else slots
+                parts[signatures[i]] = auto_parts(cell, count, share)
             limit = min(limit, max(1, -(-count // parts[signatures[i]])))
         if limit <= 1:
             groups.append([i])

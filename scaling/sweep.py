@@ -42,6 +42,7 @@ from typing import TextIO
 from .checkpoints import CheckpointStore
 from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
 from .cost import describe_compute, load_gpu_table
+from .gpu_plan import describe_gpu
 from .guards import GuardError, check_address, check_flags, probe_storage
 from .leases import Leases, driver_id
 from .packing import gpu_budget, pack_groups, pack_key
@@ -91,6 +92,7 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
     out.write(describe_compute(plan) + "\n")
+    out.write(describe_gpu(plan) + "\n")
 
 
 def start_ray(

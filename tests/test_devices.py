@@ -1,5 +1,6 @@
-"""The trial's device (``train.device: auto`` -> the GPU Ray assigned, else the CPU) and the GPU memory cap
-of a fractional trial; the CUDA side of the cap is checked on a real card by ``python -m benchmarks --gpu``."""
+"""The trial's device (``train.device: auto`` -> the GPU Ray assigned, else the CPU) and the GPU memory
+cap of a fractional trial; the CUDA side of the cap is checked on a real card by
+``python -m benchmarks --gpu``."""
 
 import logging
 

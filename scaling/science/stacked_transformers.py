@@ -159,8 +159,9 @@ class StackedTransformer:
         self._block: tuple[range, torch.Tensor, torch.Tensor] | None = None
 
     def autocast(self):
+        """As CellTrainer's: bf16 autocast without its cast cache (a CUDA graph cannot capture one)."""
         if self.bf16:
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
         return contextlib.nullcontext()
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,13 +185,19 @@ class StackedTransformer:
             pred = self.forward(self.template, self.inputs, xs, ys)  # (K, B, P)
         return (pred.float()[:, :, 1:] - ys[:, :, 1:]).pow(2).mean(dim=(1, 2))
 
-    def train_step(self) -> torch.Tensor:
-        """One training step of every member; their losses before it (K,), on the device."""
-        losses = self.losses(*self.step_inputs())
+    def step_on(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """One training step of every member on the batches (xs, ys), the step counter left alone; their
+        losses before it (K,), on the device (scaling.science.cuda_graphs captures this)."""
+        losses = self.losses(xs, ys)
         grads = torch.autograd.grad(losses.sum(), list(self.params.values()))
         self.optimizer.update(dict(zip(self.params, grads)))
-        self.step += 1
         return losses.detach()
+
+    def train_step(self) -> torch.Tensor:
+        """One training step of every member; their losses before it (K,), on the device."""
+        losses = self.step_on(*self.step_inputs())
+        self.step += 1
+        return losses
 
     @torch.no_grad()
     def write_back(self) -> None:
