@@ -1,4 +1,4 @@
-"""The Cell: the unit of work, and its stable key (DESIGN.md, "The Cell is the unit of work").
+"""The Cell: the unit of work, and its stable key (docs/design.md, "The Cell is the unit of work").
 
 A cell is everything that defines one result: the task and its parameters, the model and its size, the
 training budget, the evaluation, T (pretraining tasks; inf = a fresh task per prompt), N (the largest

@@ -212,7 +212,7 @@ def describe_compute(plan) -> str:
 
 
 def markdown_table(table: dict) -> str:
-    """The measured rows as the README's table (``python -m scaling.cost``)."""
+    """The measured rows as docs/results.md's step-cost table (``python -m scaling.cost``)."""
     lines = [
         "| arch | N | d | width | layers | batch | GFLOP/step | s/step | peak MiB | fitted s/step |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -227,5 +227,17 @@ def markdown_table(table: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m scaling.cost",
+        description="Print the measured step costs (scaling/cost_table.json) as a Markdown table beside"
+        " the fitted seconds per step; re-measure with python -m benchmarks --only cost --update-cost-table.",
+    ).parse_args(argv)
     print(markdown_table(load_table()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

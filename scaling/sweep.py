@@ -277,7 +277,7 @@ def adaptive_policy(plan: Plan, path: str):
     if plan.adaptive is None:
         raise SweepError(
             f"{path}: --adaptive needs an `adaptive:` section in the sweep file (a budget and the questions"
-            " that matter; see scaling/adaptive/settings.py and the README's 'Adaptive sweeps')"
+            " that matter; see docs/adaptive.md)"
         )
     from .adaptive.policy import Policy
 

@@ -1,4 +1,4 @@
-"""The registry of experiment kinds: what a cell does (DESIGN.md, "Experiment kinds are plug-ins").
+"""The registry of experiment kinds: what a cell does (docs/design.md, "Experiment kinds are plug-ins").
 
 Training a cell is one kind; each seed-004 scan is another. A kind is a ``Kind`` object in a module of
 this package that says how its settings are validated (``settings``, the dataclass of the cell's
