@@ -21,7 +21,10 @@ line printed and written to DIR (gpu.json, cost_table_cuda.json) as it comes:
 4. ``cost``: seconds and peak memory of one fp32 step on a grid of shapes (GPT-2, SGPT, MLP; alone and
    packed), fitted as scaling.cost fits the CPU table (the pack rows of phase 3 included), written to
    DIR/cost_table_cuda.json; the Fig. 1 sweep's GPU-hours and packs under it (scaling.gpu_plan).
-5. ``llm``: the LLM scan (benchmarks.llm_scan.compare_scan) on a LLaMA-2-7B-shaped model built on the card
+5. ``kinds``: each kind a GPU runs (training and its evaluation, the GPT-2 temperature scan, seed 003's
+   GD and selection constructions) on the GPU and on the CPU with the same weights and prompts: their
+   answers to fp32 / fp64 rounding.
+6. ``llm``: the LLM scan (benchmarks.llm_scan.compare_scan) on a LLaMA-2-7B-shaped model built on the card
    from its config with random weights (bf16, ~13.5 GB; nothing downloaded) against a plain ``generate``
    loop on the same prompts: answers per second, and Fig. 3b's time at the paper's size on this card.
 """
@@ -58,7 +61,7 @@ CELL_STEPS = {"quick": 3000, "fig1": 500_000, "tiny": 20}  # a cell's training s
 PACK_SIZES, SMOKE_PACK_SIZES = (1, 8, 32, 64), (1, 2, 4)
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense TFLOP/s
 # seconds per phase on one H100 (the sum, ~7 min, leaves the 8-minute budget a margin for start-up)
-PHASE_SECONDS = {"device": 25, "fig1": 90, "packs": 110, "cost": 60, "llm": 130}
+PHASE_SECONDS = {"device": 25, "fig1": 90, "packs": 100, "cost": 60, "kinds": 40, "llm": 120}
 SMOKE_PHASE_SECONDS = 90
 TOTAL_SECONDS = 450
 TARGETS = {"fig1": 2.0, "pack_quick_32": 10.0, "llm": 5.0}
@@ -579,7 +582,143 @@ def fig1_estimate(run: Run, table: dict) -> None:
     run.add(Check("fig1_sweep_gpu_estimate", "INFO", text.replace("\n", " | ")))
 
 
-# ---- phase 5: the LLM scan on a LLaMA-2-7B-shaped model ---------------------------------------------------
+# ---- phase 5: the kinds on CUDA against the CPU ----------------------------------------------------------
+
+KIND_CELLS = {  # small cells of the kinds a GPU runs (their sweeps' quick profiles, fewer prompts)
+    "train": {
+        "task": {"family": "linear", "d": 4, "noise_std": 0.1},
+        "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32},
+        "train": {"steps": 40, "batch_size": 32, "lr": 1e-3},
+        "eval": {"prompts": 256, "bootstrap": 100, "baselines": ["zero", "least_squares", "ridge"]},
+        "N": 10,
+        "T": 16,
+    },
+    "gpt2_scan": {
+        "job": "gpt2_scan",
+        "task": {"family": "linear", "d": 4},
+        "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32},
+        "train": {"steps": 40, "batch_size": 32, "lr": 1e-3},
+        "eval": {"prompts": 256, "bootstrap": 100, "baselines": ["zero", "least_squares"]},
+        "temperature": {"train_model": True, "taus": [0.5, 1, 2]},
+        "N": 10,
+    },
+    "gd_transformer": {
+        "job": "gd_transformer",
+        "task": {"family": "linear", "d": 5, "noise_std": 0.5},
+        "construction": {"steps": 16, "eta": 0.1, "lam": 1.25},
+        "eval": {"prompts": 256, "n": [5, 10, 20], "bootstrap": 100, "baselines": ["zero", "ridge"]},
+        "N": 20,
+    },
+    "selection_transformer": {
+        "job": "selection_transformer",
+        "task": {"family": "linear_mixed_noise", "d": 5, "noise_stds": [0.1, 0.5]},
+        "construction": {
+            "steps": 16,
+            "eta": 0.1,
+            "lambdas": [0.05, 1.25],
+            "gamma": 0.02,
+            "val_fraction": 0.5,
+        },
+        "eval": {"prompts": 256, "n": [5, 10, 20], "bootstrap": 100, "baselines": ["zero", "ridge"]},
+        "N": 20,
+    },
+}
+
+
+class RecordedLog:
+    """Where a kind run outside a trial logs: its curves and summary kept (the GPU machine has no MLflow)."""
+
+    def finish(self, cell, curves, weights_path=None, summary=None, metric_key=None) -> None:
+        self.curves, self.summary = curves, summary or {}
+
+
+@dataclass
+class Bench:
+    """The parts of scaling.trial.TrialContext a kind's run reads, without MLflow or checkpoints."""
+
+    device: torch.device
+    log: RecordedLog = field(default_factory=RecordedLog)
+    tracking_uri: str = ""
+
+    def progress(self, values: dict) -> None:
+        pass
+
+
+def curves_apart(a, b) -> float:
+    """The largest relative difference of two runs' err columns (same rows in the same order)."""
+    if list(a["predictor"]) != list(b["predictor"]) or list(a["n"]) != list(b["n"]):
+        return float("inf")
+    x, y = torch.tensor(a["err"].to_numpy()), torch.tensor(b["err"].to_numpy())
+    return float(((x - y).abs() / y.abs().clamp_min(1e-12)).max())
+
+
+def kinds_phase(run: Run, seconds: float) -> None:
+    """Each kind a GPU runs, on the GPU and on the CPU, on the same weights and evaluation prompts (drawn on
+    the CPU whatever the device: scaling.science.tasks.fresh_prompts): their answers agree to fp32 (GPT-2)
+    or fp64 (constructions) rounding. A cell trained on each device (CUDA draws its own batches) is INFO."""
+    from scaling.kinds.statisticians import run_gd, run_selection
+    from scaling.kinds.temperature import scan_gpt2
+
+    cpu, gpu = torch.device("cpu"), run.device
+    train = Cell.from_dict(KIND_CELLS["train"])
+    trained = CellTrainer(train, cpu)
+    trained.train_until(train.train.steps)
+    moved = CellTrainer(train, gpu)
+    moved.load_state_dict(trained.state_dict())
+    apart = curves_apart(moved.evaluate(), trained.evaluate())
+    run.add(
+        Check(
+            "kind_train_eval[cuda vs cpu]",
+            "PASS" if apart <= 1e-4 else "FAIL",
+            f"{gpu} vs cpu, the same"
+            f" weights: evaluation errors (model and baselines) apart by {apart:.1e} relative (bound 1e-4)",
+        )
+    )
+    on_gpu = CellTrainer(train, gpu)
+    on_gpu.train_until(train.train.steps)
+    a, b = (
+        frame[frame["predictor"] == "model"].iloc[-1] for frame in (on_gpu.evaluate(), trained.evaluate())
+    )
+    half = (b["err_hi"] - b["err_lo"]) / 2
+    text = (
+        f"trained {train.train.steps} steps on each (CUDA draws its own batches): err at n={int(a['n'])}"
+        f" {a['err']:.4f} on {gpu}, {b['err']:.4f} on cpu (CI half-width {half:.4f})"
+    )
+    run.add(Check("kind_train_trained[cuda vs cpu]", "INFO", text))
+    scan = Cell.from_dict(KIND_CELLS["gpt2_scan"])
+    model = CellTrainer(scan, cpu)
+    model.train_until(scan.train.steps)
+    there = CellTrainer(scan, gpu)
+    there.load_state_dict(model.state_dict())
+    cpu_scan = scan_gpt2(scan, model.model.eval(), cpu)
+    gpu_scan = scan_gpt2(scan, there.model.eval(), gpu)
+    apart = curves_apart(gpu_scan.curves, cpu_scan.curves)
+    same_tau = gpu_scan.summary["tau_best"] == cpu_scan.summary["tau_best"]
+    run.add(
+        Check(
+            "kind_gpt2_scan[cuda vs cpu]",
+            "PASS" if apart <= 1e-4 and same_tau else "FAIL",
+            f"the same weights: errors at every tau apart by {apart:.1e} relative (bound 1e-4); tau_best"
+            f" {gpu_scan.summary['tau_best']:g} vs {cpu_scan.summary['tau_best']:g}",
+        )
+    )
+    for job, kind_run in (("gd_transformer", run_gd), ("selection_transformer", run_selection)):
+        cell = Cell.from_dict(KIND_CELLS[job])
+        here, there = Bench(cpu), Bench(gpu)
+        kind_run(cell, here)
+        kind_run(cell, there)
+        apart = curves_apart(there.log.curves, here.log.curves)
+        run.add(
+            Check(
+                f"kind_{job}[cuda vs cpu]",
+                "PASS" if apart <= 1e-9 else "FAIL",
+                f"float64 constructions: errors apart by {apart:.1e} relative (bound 1e-9);"
+                f" summary {there.log.summary} vs {here.log.summary}",
+            )
+        )
+
+
+# ---- phase 6: the LLM scan on a LLaMA-2-7B-shaped model ---------------------------------------------------
 
 
 def llm_phase(run: Run, seconds: float) -> None:
@@ -651,7 +790,14 @@ def llm_phase(run: Run, seconds: float) -> None:
     del model
 
 
-PHASES = {"device": None, "fig1": fig1_phase, "packs": packs_phase, "cost": cost_phase, "llm": llm_phase}
+PHASES = {
+    "device": None,
+    "fig1": fig1_phase,
+    "packs": packs_phase,
+    "cost": cost_phase,
+    "kinds": kinds_phase,
+    "llm": llm_phase,
+}
 
 
 def main(out: str, smoke: bool = False, budget: float | None = None, phases=None, tokenizer=None) -> int:
