@@ -165,22 +165,9 @@ class Run:
 
 def cell_of(size: dict, precision: str, device: torch.device, arch: str = "gpt2", seed: int = 0) -> Cell:
     """A cell of ``size`` (members of a pack differ in seed and T, as a sweep's cells do)."""
-    if arch == "mlp":
-        model = {"arch": "mlp", "width": size["width"]}
-    else:
-        model = {"arch": arch, "n_layer": size["n_layer"], "n_embd": size["n_embd"]}
-        if arch == "gpt2":
-            model["n_head"] = size["n_head"]
-    return Cell.from_dict(
-        {
-            "task": {"family": "linear", "d": size["d"]},
-            "model": model,
-            "N": size["N"],
-            "T": 2 ** (4 + seed % 12),
-            "seed": seed,
-            "train": {"batch_size": size["batch"], "lr": 1e-4, "precision": precision, "device": device.type},
-        }
-    )
+    from .training import our_cell
+
+    return our_cell(arch, size, precision, device, seed, 2 ** (4 + seed % 12))
 
 
 def cell_batch(trainer: CellTrainer):
