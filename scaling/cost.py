@@ -21,6 +21,9 @@ from pathlib import Path
 from .science.models import model_facts
 
 TABLE = Path(__file__).with_name("cost_table.json")
+# the same table measured on a GPU by ``python -m benchmarks --gpu`` (docs/gpu.md), with the card's name,
+# memory and the date; absent until a GPU has measured it
+GPU_TABLE = Path(__file__).with_name("cost_table_cuda.json")
 ADAM_BYTES_PER_PARAM = 16
 
 
@@ -73,6 +76,11 @@ def load_table(path: Path | str = TABLE) -> dict:
         with open(path) as file:
             _tables[str(path)] = json.load(file)
     return _tables[str(path)]
+
+
+def load_gpu_table(path: Path | str = GPU_TABLE) -> dict | None:
+    """The CUDA cost table, or None when no GPU has measured one."""
+    return load_table(path) if Path(path).is_file() else None
 
 
 def fit_time(rows: list[dict]) -> dict:

@@ -63,7 +63,7 @@ class Resources:
 
     ``custom`` names Ray custom resources a node advertises (``ray start --resources``), e.g.
     ``{"accelerator_type:A10G": 0.25}`` to pin a cell to a kind of GPU. A fraction of a GPU also caps the
-    trial's CUDA memory to that fraction (scaling.trial.cap_gpu_memory).
+    trial's CUDA memory to that fraction (scaling.devices.cap_gpu_memory).
     """
 
     cpu: float = 1.0

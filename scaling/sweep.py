@@ -40,10 +40,11 @@ from typing import TextIO
 
 from .checkpoints import CheckpointStore
 from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
-from .cost import describe_compute
+from .cost import describe_compute, load_gpu_table
+from .gpu_plan import describe_gpu
 from .guards import GuardError, check_address, check_flags, probe_storage
 from .leases import Leases, driver_id
-from .packing import pack_groups, pack_key
+from .packing import gpu_budget, pack_groups, pack_key
 from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
@@ -80,6 +81,7 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
     out.write(describe_compute(plan) + "\n")
+    out.write(describe_gpu(plan) + "\n")
 
 
 def start_ray(
@@ -221,9 +223,11 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
 
 def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[TrialSpec]:
     """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.packing (cells of one pack
-    must ask for the same resources; those that do not run alone)."""
-    specs = []
-    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
+    must ask for the same resources; those that do not run alone). Cells that ask for a GPU pack as many
+    as fit their share of the GPU measured in the CUDA cost table, when there is one."""
+    specs, table = [], load_gpu_table()
+    gpu = {p.cell.key: gpu_budget(p.resources.gpu, table) for p in pending}
+    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots, lambda c: gpu[c.key]):
         cells = [pending[i] for i in group]
         resources = cells[0].resources.as_tune()
         if len(cells) > 1 and any(p.resources.as_tune() != resources for p in cells):

@@ -365,10 +365,16 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
+    model, weights = _gpt2_model(cell, device, report, tracking_uri)
+    return scan_gpt2(cell, model, device, weights)
+
+
+def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None) -> JobResult:
+    """gpt2_scan's curves and summary of a given ``model`` on ``device`` (the GPU script compares them
+    across devices for the same weights)."""
     from ..temperature.patch import attention_temperature, score_moments  # defers transformers (seconds)
 
     t = cell.temperature
-    model, weights = _gpt2_model(cell, device, report, tracking_uri)
     family = make_family(cell.task, cell.eval.shift)
     prompts = fresh_prompts(family, cell.eval.prompts, cell.N + 1, cell.seed, device=device)
 

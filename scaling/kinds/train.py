@@ -93,7 +93,7 @@ def cost(cell) -> CellCost:
 
 def packable(cell) -> bool:
     """Whether the cell's model can train stacked with others (scaling.science.stacked)."""
-    return model_facts(cell.model.arch).packable
+    return model_facts(cell.model.arch).packable(cell.model)
 
 
 TRAIN = Kind(
