@@ -5,7 +5,7 @@ Jobs see): one line per trial started or done, no Ray or Tune banner, a closing 
 to run next. Then ``mlflow server`` serves its store on loopback and headless Chromium (Debian's
 ``chromium`` package, driven by Playwright's Python package with the system browser's path: Playwright's
 own browser download is not used) follows the printed link: the experiment opens on its runs table, the
-sweep's parent run holds the cells, the README's filter returns the cells it names, and a cell's
+sweep's parent run holds the cells, the filters of docs/mlflow-ui.md return the cells they name, and a cell's
 ``eval/err`` chart is drawn. The browser part skips, saying why, where Chromium or Playwright is missing
 (``apt-get install chromium``; ``pip install -e '.[ui]'``).
 """
@@ -179,10 +179,17 @@ def run_links(page) -> set[str]:
     return set(page.locator("a[href*='/runs/']").all_inner_texts())
 
 
-def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(ui_sweep, mlflow_server):
+@pytest.fixture(scope="module")  # module-scoped, and named first: set up before the module's sweep
+def browser():
+    """Skips, in one line naming what to install, before the sweep and the server start."""
     reason = browser_missing()
     if reason:
         pytest.skip(reason)
+
+
+def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(
+    browser, ui_sweep, mlflow_server
+):
     from playwright.sync_api import expect, sync_playwright
 
     link = next(
@@ -206,7 +213,7 @@ def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(ui_
             expect(page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True)).to_be_visible()
             assert run_links(page) == {"sweep ui"} | CELLS
 
-            # the README's filters, typed as a user types them
+            # the filters of docs/mlflow-ui.md, typed as a user types them
             search = page.locator("input[placeholder*='metrics.rmse']")
             for query, expected in (
                 ("params.T = '16'", {"mlp T=16 N=4 seed=0", "gpt2 T=16 N=4 seed=0"}),

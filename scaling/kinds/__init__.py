@@ -1,4 +1,4 @@
-"""The registry of experiment kinds: what a cell does (DESIGN.md, "Experiment kinds are plug-ins").
+"""The registry of experiment kinds: what a cell does (docs/design.md, "Experiment kinds are plug-ins").
 
 Training a cell is one kind; each seed-004 scan is another. A kind is a ``Kind`` object in a module of
 this package that says how its settings are validated (``settings``, the dataclass of the cell's
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConfigError
+from ..cost import CellCost
 
 KINDS: dict[str, str] = {
     "train": "scaling.kinds.train:TRAIN",
@@ -33,17 +34,6 @@ KINDS: dict[str, str] = {
     "selection_transformer": "scaling.kinds.statisticians:SELECTION_TRANSFORMER",
 }
 DEFAULT_KIND = "train"
-
-
-@dataclass(frozen=True)
-class CellCost:
-    """A kind's estimate of one cell's compute for ``--dry-run``: FLOPs, seconds on the cost table's
-    device (one cell at a time) and peak memory in bytes; ``what`` says what was counted."""
-
-    flops: float = 0.0
-    seconds: float = 0.0
-    peak_bytes: float = 0.0
-    what: str = "training"
 
 
 @dataclass(frozen=True)
