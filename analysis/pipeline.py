@@ -28,6 +28,7 @@ from scaling.kinds import kind
 from scaling.plan import SweepError, load_plan
 from scaling.table import load_table, split_scans
 from scaling.tracking import Tracker, resolve_tracking_uri
+from scaling.tracking.analysis_runs import log_outputs_run
 
 from . import plots
 from .plugin import Analysis, AnalysisError, AnalysisResult, Request
@@ -270,4 +271,4 @@ def log_analysis(
             )
         )
         late = (lambda run_id: [(report(run_id), None)]) if report else None
-        return Tracker(uri).log_outputs_run(experiment, name, tags, files + [(summary, None)], late=late)
+        return log_outputs_run(Tracker(uri), experiment, name, tags, files + [(summary, None)], late=late)

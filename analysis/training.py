@@ -17,6 +17,7 @@ from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
 from scaling.tracking import Tracker
+from scaling.tracking.adaptive_waves import read_waves
 
 from . import figures
 from .plugin import Analysis, AnalysisResult
@@ -38,7 +39,7 @@ def adaptive_waves(uri: str, experiment: str) -> list[dict]:
     """The wave records on the sweep's parent run when it ran with --adaptive (else none)."""
     tracker = Tracker(uri)
     experiment_id = tracker.experiment_id(experiment)
-    return tracker.adaptive_waves(experiment_id, experiment) if experiment_id else []
+    return read_waves(tracker, experiment_id, experiment) if experiment_id else []
 
 
 class TrainingAnalysis(Analysis):
