@@ -8,7 +8,7 @@ the figures of the sweep's layout as PNG and SVG (``fig1.png`` for fig1*; ``cont
 
 ``--set KEY=VALUE`` (repeatable): with a sweep file, the cells of the sweep run with the same ``--set``;
 with ``--experiment``, the cells whose setting KEY is VALUE (one variant of a sweep; cells that differ
-beyond the grid axes are never pooled, see analysis/provenance.py).
+beyond the grid axes are never pooled, see scaling/judge/provenance.py).
 
 ``--compare A B`` (sweep files or experiment names), or ``--experiment A --experiment B``: one report
 comparing two sweeps, in ``analysis_out/A-vs-B``, logged to A's experiment.

@@ -1,7 +1,7 @@
 """The claims of seed 001 (Abedsoltan et al., Figs. 1-8), each checked against an analysed sweep.
 
 A claim names its figure, says what the paper states, and checks it on the figure's sweep. A scaling claim
-reads the verdict table (analysis.verdicts) at the paper's fixed value (context scaling at the sweep's
+reads the verdict table (scaling.judge.verdicts) at the paper's fixed value (context scaling at the sweep's
 largest T, task scaling at the n nearest the paper's N = 10): "reproduced" when the verdict is the paper's;
 "not reproduced" when it is the opposite, or "at chance" where the paper has the model scaling;
 "inconclusive" when the verdict is, or when the paper has the model not scaling and it is at chance (a model
@@ -17,7 +17,9 @@ from typing import Callable
 
 import pandas as pd
 
-from .verdicts import AT_CHANCE, INCONCLUSIVE, QUESTIONS, numbers, value_text
+from scaling.judge.verdicts import AT_CHANCE, INCONCLUSIVE, QUESTIONS, value_text
+
+from .verdicts import numbers
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
 COMPARABLE = 1.5  # "comparable": the larger error at most this factor above the smaller one

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from scaling.judge.verdicts import Rule
+
 from . import claims as claiming
 from .figures import layout_name
 from .report import _page, image_html, table_html
-from .verdicts import Rule
+from .verdicts import rule_text
 
 FIGURES = [f"fig{k}" for k in range(1, 9)]
 STATUS_COLOURS = {
@@ -142,7 +144,7 @@ def write_paper(
 <p class="answer">{html.escape(claiming.tally(claims))}.</p>
 <p><b>How claims are judged.</b> A scaling claim reads the verdict of the model at the paper's fixed value
 (context scaling at the sweep's largest T, task scaling at the n nearest the paper's N = 10).
-{html.escape(Rule(n_boot=bootstrap).text())} A paper claim that a model scales is "not reproduced" when
+{html.escape(rule_text(Rule(n_boot=bootstrap)))} A paper claim that a model scales is "not reproduced" when
 the model is at chance; a claim that it does not scale is "inconclusive" then (a model that learned nothing
 shows neither). "Comparable" means the two errors at the largest context length are within a factor of
 {claiming.COMPARABLE:g} of each other. The runs are small (see each figure's sweep file for its profile),

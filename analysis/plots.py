@@ -442,8 +442,8 @@ def legend_below(fig: plt.Figure, title: str) -> plt.Figure:
 
 def task_label(table: pd.DataFrame) -> pd.Series:
     """A short name per row of the settings that vary across the table ('' when there are none): the
-    analysis view's setting columns ('task.d', 'train.steps', analysis.provenance), else the ``param.task.*``
-    columns that vary."""
+    analysis view's setting columns ('task.d', 'train.steps', scaling.judge.provenance), else the
+    ``param.task.*`` columns that vary."""
     cols = [c for c in table.columns if "." in c and not c.startswith("param.") and table[c].nunique() > 1]
     cols = cols or [
         c for c in table.columns if c.startswith("param.task.") and table[c].nunique(dropna=True) > 1

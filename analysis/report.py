@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from scaling.judge.fit import PARAMS
+from scaling.judge.verdicts import Rule
+
 from .compare import summary_line
-from .fit import PARAMS
-from .verdicts import Rule, display_table
+from .verdicts import display_table, rule_text
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
 table.data{border-collapse:collapse;font-size:12px}table.data td,table.data th{padding:2px 7px;
@@ -85,7 +87,7 @@ def verdict_html(verdicts: pd.DataFrame | None, rule: Rule | None = None) -> str
     """The rule once, then a table per question: the trained models first, then each baseline once."""
     if verdicts is None or verdicts.empty:
         return table_html(None, "no verdicts")
-    parts = [f"<p><b>How verdicts are made.</b> {html.escape((rule or Rule()).text())}</p>"]
+    parts = [f"<p><b>How verdicts are made.</b> {html.escape(rule_text(rule or Rule()))}</p>"]
     for question, title in (
         ("context", "Context scaling (error against n at fixed T)"),
         ("task", "Task scaling (error against T at fixed n = N)"),

@@ -20,14 +20,16 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from scaling.judge import provenance
+from scaling.judge.fit import fit_models
+from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
+from scaling.table import load_table, split_scans
 from scaling.tracking import Tracker
 
 from . import compare as comparing
-from . import figures, plots, provenance
-from .fit import fit_models
-from .load import load_table, split_scans
+from . import figures, plots
 from .report import write_comparison, write_report
-from .verdicts import Rule, answer_line, context_verdicts, format_verdicts, task_verdicts
+from .verdicts import answer_line, format_verdicts
 
 
 class AnalysisError(RuntimeError):
@@ -46,7 +48,7 @@ class AnalysisResult:
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
     tracking_uri: str = ""
-    scans: pd.DataFrame | None = None  # ridge error vs lambda rows (analysis.load.split_scans)
+    scans: pd.DataFrame | None = None  # ridge error vs lambda rows (scaling.table.split_scans)
     document: dict = field(default_factory=dict)
     rule: Rule = field(default_factory=Rule)  # how the verdicts were made (stated in the report)
     axes: tuple[str, ...] = provenance.DEFAULT_AXES  # the settings cells may differ in (the grid axes)
@@ -171,7 +173,7 @@ def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
 
 def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     """The loaded (not yet analysed) result of one experiment; fails when nothing is complete, or when an
-    experiment's cells differ beyond its grid axes (analysis.provenance)."""
+    experiment's cells differ beyond its grid axes (scaling.judge.provenance)."""
     name = source.name
     try:
         table, missing = load_table(uri, name)
@@ -349,8 +351,8 @@ def fit_and_write(result: AnalysisResult, bootstrap: int) -> None:
 def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:
     """The table as fits, verdicts and figures group it: the settings that vary between cells and are task
     settings or grid axes (``param.task.d`` -> ``task.d``, ``param.train.steps`` -> ``train.steps``;
-    analysis.provenance.setting_columns) also as columns of their own, so cells of different settings (the
-    task panels of Figs. 4-8, a ``train.steps`` axis) are never pooled into one fit, verdict or curve
+    scaling.judge.provenance.setting_columns) also as columns of their own, so cells of different settings
+    (the task panels of Figs. 4-8, a ``train.steps`` axis) are never pooled into one fit, verdict or curve
     (settings shared by every cell split nothing and stay out of the tables)."""
     columns = provenance.setting_columns(table, axes)
     return table.assign(**{short: table[c].astype(str) for short, c in columns.items()})

@@ -1,6 +1,6 @@
 """Analysis of seed 003's construction kinds (scaling.kinds.statisticians): their plug-in.
 
-Reads the sweep's cells from MLflow (analysis.load, through scaling.tracking) and writes into the output
+Reads the sweep's cells from MLflow (scaling.table, through scaling.tracking) and writes into the output
 folder ``table.parquet``, ``verdicts.csv``, the figures (PNG and SVG) and ``report.html``, then logs them
 as a ``kind=analysis`` run, as the training analysis does. The figure depends on the curves present:
 

@@ -16,6 +16,7 @@ a grace period. Processes of other Rays (other temp dirs) and of other users are
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -23,9 +24,11 @@ from pathlib import Path
 
 try:
     import psutil
-except ImportError:  # not installed on its own: Ray ships a copy, on sys.path once ray is imported
+except ImportError:
+    # psutil is no dependency of the project: use Ray's copy (ray/thirdparty_files), which `import ray`
+    # puts on sys.path. Imported by name so that no import sorter can move it after the psutil import.
+    importlib.import_module("ray")
     import psutil
-    import ray  # noqa: F401
 
 
 def ray_processes(temp_dir: str) -> list[psutil.Process]:

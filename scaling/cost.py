@@ -219,5 +219,17 @@ def markdown_table(table: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m scaling.cost",
+        description="Print the measured step costs (scaling/cost_table.json) as a Markdown table beside"
+        " the fitted seconds per step; re-measure with python -m benchmarks --only cost --update-cost-table.",
+    ).parse_args(argv)
     print(markdown_table(load_table()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -79,7 +79,7 @@ def lattice_table(
     rng: np.random.Generator,
     sweep: str = "s",
 ) -> pd.DataFrame:
-    """A table shaped like analysis.load.load_table's: a cell per (family, model, T, N, seed), each
+    """A table shaped like scaling.table.load_table's: a cell per (family, model, T, N, seed), each
     evaluated at n = 1..N (``all_n``) or at n = N only, for the trained model, the baselines and the
     split rows ``<predictor>|<level>`` (level e.g. 'noise_std=0.1', error scaled by the level's value);
     ``param.*`` columns as the cells log them. The first model context-scales, the others do not."""

@@ -14,9 +14,9 @@ from mlflow.tracking import MlflowClient
 from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main
-from analysis.load import cell_runs, load_table
 from analysis.report import answer_html
 from analysis.run import analyse
+from scaling.table import cell_runs, load_table
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 

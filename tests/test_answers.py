@@ -12,9 +12,10 @@ import pytest
 from synthetic_tables import lattice_table, write_store
 
 from analysis import figures, plots
-from analysis.fit import fit_models
 from analysis.report import fits_html
-from analysis.verdicts import AT_CHANCE, Rule, answer_line, context_verdicts, task_verdicts
+from analysis.verdicts import answer_line, rule_text
+from scaling.judge.fit import fit_models
+from scaling.judge.verdicts import AT_CHANCE, Rule, context_verdicts, task_verdicts
 
 INF = math.inf
 REPO = Path(__file__).resolve().parents[1]
@@ -95,7 +96,7 @@ def test_baselines_are_judged_once_per_group_not_once_per_model():
 
 
 def test_the_rule_is_stated_with_its_threshold_level_test_and_inf():
-    text = Rule(threshold=0.05, chance_margin=0.05, level=0.9, n_boot=200).text()
+    text = rule_text(Rule(threshold=0.05, chance_margin=0.05, level=0.9, n_boot=200))
     for part in ("5%", "0.95", "90%", "bootstrap", "200 resamples", "at chance", "T = inf", "largest T"):
         assert part in text
     with pytest.raises(ValueError, match="inf_T"):

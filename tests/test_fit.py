@@ -1,4 +1,4 @@
-"""Tests of analysis/fit.py: power-law fits on synthetic tidy tables with known parameters."""
+"""Tests of scaling/judge/fit.py: power-law fits on synthetic tidy tables with known parameters."""
 
 import math
 
@@ -9,7 +9,7 @@ from scipy.optimize import check_grad
 from scipy.special import huber as scipy_huber
 from synthetic_tables import saturating_law, synthetic_table
 
-from analysis.fit import (
+from scaling.judge.fit import (
     Problem,
     cluster_resample_indices,
     fit_all,

@@ -179,10 +179,17 @@ def run_links(page) -> set[str]:
     return set(page.locator("a[href*='/runs/']").all_inner_texts())
 
 
-def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(ui_sweep, mlflow_server):
+@pytest.fixture(scope="module")  # module-scoped, and named first: set up before the module's sweep
+def browser():
+    """Skips, in one line naming what to install, before the sweep and the server start."""
     reason = browser_missing()
     if reason:
         pytest.skip(reason)
+
+
+def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(
+    browser, ui_sweep, mlflow_server
+):
     from playwright.sync_api import expect, sync_playwright
 
     link = next(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import provenance
 from scaling.cells import ALWAYS, Cell, under
+from scaling.judge import provenance
 from scaling.kinds import KINDS, kind
 from scaling.science.evaluate import EvalConfig
 from scaling.science.models import MODELS, ModelConfig
@@ -201,7 +201,7 @@ def test_params_are_a_subset_of_the_full_cell():
 
 
 def settings_table(cells: list[Cell]) -> pd.DataFrame:
-    """The analysis table's cell columns for ``cells`` (analysis.load.tidy: a param a cell does not log is
+    """The analysis table's cell columns for ``cells`` (scaling.table.tidy: a param a cell does not log is
     NaN), one row per cell and context length 1..2."""
     rows = [
         {

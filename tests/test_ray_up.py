@@ -6,6 +6,10 @@ head address, SSH user and key, no Docker, storage, ports and Ray temp dir of it
 Rays on this machine are never touched), `ray up`, the smoke sweep by the documented plain command
 through `ray exec`, a rerun that trains nothing, `python -m analysis` on the head, the backup and
 restore of MLflow's store, then the documented teardown; nothing of the cluster may be left running.
+Every command runs with the user's environment: a virtual environment made by exactly the README's
+install line (tests/readme_env.py; cached, ~4 minutes the first time), on PATH for the launcher and the
+head's interpreter, so a module of the documented path that imports a package the project does not
+declare fails here (issue 35: cluster/stop_ray.py's psutil) as it fails for a user.
 
 Needs root (to start its own sshd), Debian's openssh-server and rsync (installed with apt-get when
 missing) and 127.0.0.1:22 free; skips with the reason otherwise. The sshd listens on 127.0.0.1 only and
@@ -22,17 +26,16 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from readme_env import readme_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = Path(sys.executable)
 SMOKE_CELLS = 24
 
 
@@ -154,13 +157,14 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
     from mlflow.tracking import MlflowClient
 
     key, head_home = loopback_ssh
+    python = readme_venv()  # the README's .venv: the launcher's `ray` and the head's interpreter
     tag = uuid.uuid4().hex[:6]
     name, temp_dir, base = f"icl-rayup-{tag}", f"/tmp/ray-icl-{tag}", free_port_block()
     project, storage = "~/icl-scaling-cluster", str(tmp_path / "storage")
     launcher_home = tmp_path / "launcher-home"
     launcher_home.mkdir()
     env = {
-        "PATH": f"{PYTHON.parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{python.parent}:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": str(launcher_home),
         "RAY_AUTH_MODE": "token",
         "LANG": "C.UTF-8",
@@ -170,7 +174,7 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
     # The documented adaptation of the on-prem file (docs/cluster.md, "On-premises cluster").
     run(
         [
-            str(PYTHON),
+            str(python),
             "cluster/onprem.py",
             "--head-ip",
             "127.0.0.1",
@@ -180,7 +184,7 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
             str(key),
             "--no-docker",
             "--python",
-            str(PYTHON),
+            str(python),
             "--storage",
             storage,
             "--ports",
@@ -211,7 +215,7 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
         assert listening(base) and listening(base + 4)
 
         # The documented command, without flags: the driver finds the cluster and its MLflow server.
-        sweep = f"cd {project} && {PYTHON} -m scaling.sweep sweeps/smoke.yaml"
+        sweep = f"cd {project} && {python} -m scaling.sweep sweeps/smoke.yaml"
         first = run(["ray", "exec", str(cluster), sweep], env, 1800)
         assert "on the `ray up` cluster of" in first.stdout and f"tracking {uri}" in first.stdout
         client = MlflowClient(uri)
@@ -227,7 +231,7 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
         assert "nothing to train" in again.stdout
 
         run(
-            ["ray", "exec", str(cluster), f"cd {project} && {PYTHON} -m analysis sweeps/smoke.yaml"], env, 900
+            ["ray", "exec", str(cluster), f"cd {project} && {python} -m analysis sweeps/smoke.yaml"], env, 900
         )
         assert (head_home / "icl-scaling-cluster" / "analysis_out" / "smoke" / "report.html").exists()
 
@@ -308,7 +312,7 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
                 "ray",
                 "exec",
                 str(cluster),
-                f"{PYTHON} {project}/cluster/stop_ray.py {temp_dir} --mlflow "
+                f"{python} {project}/cluster/stop_ray.py {temp_dir} --mlflow "
                 "--mlflow-home ~/icl-scaling-mlflow",
             ],
             env,
@@ -318,7 +322,7 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
         # The same on this machine directly, in case the head never came up far enough for `ray exec`.
         run(
             [
-                str(PYTHON),
+                str(python),
                 "cluster/stop_ray.py",
                 temp_dir,
                 "--mlflow",

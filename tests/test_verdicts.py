@@ -1,4 +1,5 @@
-"""Tests of analysis/verdicts.py: context/task-scaling verdicts on synthetic tidy tables."""
+"""Tests of scaling/judge/verdicts.py and their wording (analysis/verdicts.py): context/task-scaling verdicts
+on synthetic tidy tables."""
 
 import math
 
@@ -7,12 +8,11 @@ import pandas as pd
 import pytest
 from synthetic_tables import saturating_law, synthetic_table
 
-from analysis.verdicts import (
+from analysis.verdicts import answer_line, format_verdicts
+from scaling.judge.verdicts import (
     Rule,
-    answer_line,
     context_verdicts,
     drop_interval,
-    format_verdicts,
     judge_points,
     paired_drops,
     question_named,

@@ -1,6 +1,6 @@
 """The waves of ``python -m scaling.sweep FILE --adaptive`` (scaling.sweep runs each wave's cells as trials).
 
-Each wave: read the complete cells of the lattice from MLflow (analysis.load, cached), judge them
+Each wave: read the complete cells of the lattice from MLflow (scaling.table, cached), judge them
 (scaling.adaptive.policy), print the answers with their intervals and the next wave with its reasons, log both
 on the sweep's parent run (scaling.tracking: ``adaptive/wave_NN.json``, the MLflow table
 ``adaptive/answers_NN.json``, metrics ``adaptive.settled/open/spent``), then run the wave. The wave record is
@@ -16,11 +16,10 @@ from typing import Callable, TextIO
 
 import pandas as pd
 
-from analysis.load import load_table
-from analysis.verdicts import value_text
-
+from ..judge.verdicts import value_text
 from ..plan import Plan
 from ..redact import redact
+from ..table import load_table
 from ..tracking import Tracker
 from .policy import Answer, Policy
 

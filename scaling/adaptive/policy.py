@@ -4,10 +4,10 @@ The lattice is the sweep file's grid (``Lattice``); its cells are ordinary cells
 *point* is a cell without its seed (model, T, N and any other grid axis); a point's seeds are drawn in the
 policy's own order (a permutation of the grid's seed axis drawn from ``adaptive.seed``).
 
-Answers (``assess``) come from the project's own analysis: the verdicts of analysis.verdicts (rule as the
-report's, intervals over seeds) and the fits of analysis.fit, on the tidy table of the complete cells. The
-lattice defines which answers exist (a context verdict for every model and T of the grid, a task verdict
-for every model and N, an exponent per model), data or not. An answer is *settled* when
+Answers (``assess``) come from the rules the analysis judges by: the verdicts of scaling.judge.verdicts (rule
+as the report's, intervals over seeds) and the fits of scaling.judge.fit, on the tidy table of the complete
+cells. The lattice defines which answers exist (a context verdict for every model and T of the grid, a task
+verdict for every model and N, an exponent per model), data or not. An answer is *settled* when
 
 - verdict: it is "scales", "does not scale" or "at chance" on at least ``min_seeds`` seeds, and a scaling
   label still holds on a Student t interval of its drop (percentile bootstrap intervals over 3 seeds run
@@ -51,10 +51,9 @@ import pandas as pd
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from analysis.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
-from analysis.provenance import setting_columns
-from analysis.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
-
+from ..judge.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
+from ..judge.provenance import setting_columns
+from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 from ..plan import Plan
 from .settings import AdaptiveQuestion, AdaptiveSettings
 
@@ -73,7 +72,7 @@ def cell_cost(cell) -> float:
 
 class Lattice:
     """The sweep's cells as a table: key, point, model, T, N, seed, cost and the setting columns that split
-    answers (``settings``: grid axes beyond model/T/N/seed, as analysis.provenance names them)."""
+    answers (``settings``: grid axes beyond model/T/N/seed, as scaling.judge.provenance names them)."""
 
     def __init__(self, plan: Plan):
         rows, grid = [], dict(plan.document.get("grid") or {})

@@ -2,7 +2,7 @@
 
 ``python -m scaling.adaptive.replay sweeps/adaptive_mlp.yaml --tracking-uri sqlite:///full.db --out DIR``
 
-The lattice is read once (analysis.load). A replay runs the policy of the sweep file's ``adaptive:`` section
+The lattice is read once (scaling.table). A replay runs the policy of the sweep file's ``adaptive:`` section
 with a given policy seed (the order its seeds are drawn in, its tie-breaks), where "running" a wave means
 reading its cells from the table; the answers after each wave are scored against the whole lattice's own
 answers (the same policy's assessment of every cell):
@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..plan import SweepError, add_set_argument, load_plan
+from ..table import load_table
 from .policy import Answer, Policy
 
 NO_INTERVAL_WIDTH = 1.0  # a drop interval not yet measured counts as this wide (drops live in [-inf, 1])
@@ -429,8 +430,6 @@ def main(argv: list[str] | None = None) -> int:
         plan = load_plan(args.sweep, args.profile, args.overrides)
         if plan.adaptive is None:
             raise SweepError(f"{args.sweep}: no `adaptive:` section to replay")
-        from analysis.load import load_table
-
         table, _ = load_table(args.tracking_uri, plan.name)
         fractions = [0.15, 0.25, 0.35, 0.5, 0.65, 0.8]
         seeds = list(range(args.policy_seeds))

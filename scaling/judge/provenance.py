@@ -1,4 +1,5 @@
-"""Which cells may be pooled into one curve: cells of one analysis differ only along the sweep's grid axes.
+"""Which cells may be pooled into one curve: cells of one analysis differ only along the sweep's grid axes
+(the analysis reads cells by these rules; the adaptive driver splits its answers by ``setting_columns``).
 
 ``python -m scaling.sweep SWEEP --set train.steps=60`` logs its cells into the same experiment as the plain
 sweep (the cell key covers every setting, so the two never share a run). Analysis keeps the variants apart:
@@ -26,7 +27,7 @@ from __future__ import annotations
 import pandas as pd
 import yaml
 
-from scaling.cells import settings_not_in_key, under
+from ..cells import settings_not_in_key, under
 
 DEFAULT_AXES = ("model", "T", "N", "seed", "task")
 # settings that say how a cell ran, not what it computes: never a reason to split or refuse
