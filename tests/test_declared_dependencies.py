@@ -76,7 +76,7 @@ def test_stop_ray_runs_without_psutil_installed_on_rays_own_copy(tmp_path):
             "psutil",
             "--script",
             "cluster/stop_ray.py",
-            str(tmp_path / "no-such-ray"),
+            str(tmp_path / "no-ray"),
             "--grace",
             "1",
         ],

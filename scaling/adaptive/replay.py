@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         fractions = [0.15, 0.25, 0.35, 0.5, 0.65, 0.8]
         seeds = list(range(args.policy_seeds))
         frame = evaluate(plan, table, seeds, fractions, jobs=args.jobs, random_seeds=args.random_seeds)
-    except SweepError as err:
+    except (SweepError, LookupError) as err:  # LookupError: no such experiment in the store
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)
