@@ -199,13 +199,12 @@ def representative(cell, tmp: Path):
 
 def check_runs(uri: str, experiment_id: str, cells: list, curves, points: int) -> list[str]:
     """What is wrong with the cells' runs as stored (empty: every run complete, every point once)."""
-    from mlflow.tracking import MlflowClient
-
     from scaling.tracking import Tracker, curve_metric_key
 
-    client = MlflowClient(tracking_uri=uri)
-    records = Tracker(uri).cell_records(experiment_id)
-    runs = {r.info.run_id: r for r in Tracker(uri)._search(experiment_id, "tags.kind = 'cell'")}
+    tracker = Tracker(uri)
+    client = tracker.client
+    records = tracker.cell_records(experiment_id)
+    runs = {r.info.run_id: r for r in tracker.runs(SWEEP, "tags.kind = 'cell'")}
     by_key: dict[str, int] = {}
     for run in runs.values():
         by_key[run.data.tags.get("cell_key")] = by_key.get(run.data.tags.get("cell_key"), 0) + 1

@@ -34,8 +34,8 @@
 #   MLFLOW_PORT                  port                   (default 5000)
 #   MLFLOW_RESTORE_FROM          a backup's mlflow.dump: a new PostgreSQL store starts as its copy
 #
-# Sizing: the one place it is decided, and why (measured in docs/results.md, "The tracking server
-# under load"). A cluster's trials each send one request at a time (the MLflow client is synchronous),
+# Sizing: the one place it is decided, and why (measured: docs/results.md, "The tracking server under load").
+# A cluster's trials each send one request at a time (the MLflow client is synchronous),
 # so the server sees at most as many requests at once as trials run: up to 128 on a cluster of 32 GPU
 # nodes with four fractional trials each, 256 in the load test (benchmarks/tracking_load.py).
 #   MLFLOW_WORKERS=4             uvicorn worker processes: one per vCPU of the head (m5.xlarge: 4);
