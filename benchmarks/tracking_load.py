@@ -137,26 +137,26 @@ class Wire:
         requests.adapters.HTTPAdapter.send = counted_send
 
 
-class RetryCount(logging.Handler):
-    """The tracking layer's retries (scaling.tracking.retrying logs one warning per retry)."""
+class RetryNote(logging.Handler):
+    """What the tracking layer says in the trial's log when it retries (scaling.tracking.retrying): the
+    lines, to check that it is said once, not per request."""
 
     def __init__(self):
-        super().__init__(logging.WARNING)
-        self.count, self.first = 0, None
+        super().__init__(logging.DEBUG)
+        self.warnings: list[str] = []
 
     def emit(self, record):
-        if "retrying in" in record.getMessage():
-            self.count += 1
-            self.first = self.first or record.getMessage()[:300]
+        if record.levelno >= logging.WARNING and "retrying" in record.getMessage():
+            self.warnings.append(record.getMessage()[:300])
 
 
 def trial(uri, experiment_id, parent, cell, curves, weights, points, batches, barrier, out):
     """One trial process: a cell's life through scaling.tracking, counted; its stats into ``out``."""
     # (MLflow keys its HTTP sessions by process id: this process opens its own connections)
-    wire, retries = Wire(), RetryCount()
-    logging.getLogger("scaling.tracking").addHandler(retries)
+    wire, said = Wire(), RetryNote()
+    logging.getLogger("scaling.tracking").addHandler(said)
     logging.getLogger("scaling.tracking").setLevel(logging.WARNING)
-    from scaling.tracking import CellLog
+    from scaling.tracking import CellLog, retry_count
 
     barrier.wait()
     start, error = time.perf_counter(), ""
@@ -178,8 +178,8 @@ def trial(uri, experiment_id, parent, cell, curves, weights, points, batches, ba
             "error": error,
             "sent": wire.sent,
             "asked": wire.asked,
-            "layer_retries": retries.count,
-            "first_retry": retries.first,
+            "layer_retries": retry_count(),
+            "retry_lines": said.warnings,
         }
     )
 
@@ -317,7 +317,8 @@ def run(
             "retried": retried,
             "retried_pct": round(100 * retried / max(1, len(sent)), 2),
             "http_errors": errors,
-            "first_retry_said": next((r["first_retry"] for r in results if r["first_retry"]), None),
+            "retry_lines_per_trial_max": max(len(r["retry_lines"]) for r in results),
+            "first_retry_said": next((r["retry_lines"][0] for r in results if r["retry_lines"]), None),
             "latency_p50_ms": round(1000 * percentile(latencies, 0.5), 1),
             "latency_p99_ms": round(1000 * percentile(latencies, 0.99), 1),
             "latency_max_ms": round(1000 * max(latencies, default=float("nan")), 1),
