@@ -23,7 +23,7 @@ import yaml
 from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
-from scaling.table import load_table, split_scans
+from scaling.table import RunNames, load_table, split_scans
 from scaling.tracking import Tracker
 from scaling.tracking.adaptive_waves import read_waves
 from scaling.tracking.analysis_runs import log_outputs_run
@@ -205,7 +205,7 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     notes += repeated
     table, scans = split_scans(table)
     kept = set(table["run_id"])
-    table.attrs.update(attrs, runs={r: n for r, n in attrs.get("runs", {}).items() if r in kept})
+    table.attrs.update(attrs, runs=RunNames({r: n for r, n in attrs.get("runs", {}).items() if r in kept}))
     if table.empty:
         raise AnalysisError(f"experiment {name!r} has no complete cells of this sweep yet")
     out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from analysis.__main__ import main
 from analysis.report import answer_html
 from analysis.run import analyse
 from scaling.table import cell_runs, load_table
+from scaling.tracking import Tracker
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 
@@ -37,14 +38,15 @@ def store(tmp_path_factory):
 
 
 def count_downloads(monkeypatch) -> list:
-    """A spy on the real MlflowClient.download_artifacts: records each call and passes it through."""
-    calls, real = [], MlflowClient.download_artifacts
+    """A spy on the real Tracker.download (each artifact fetched from the store): records each call and
+    passes it through."""
+    calls, real = [], Tracker.download
 
-    def spy(self, run_id, path, dst_path=None):
+    def spy(self, run_id, artifact, directory, artifact_uri=None):
         calls.append(run_id)
-        return real(self, run_id, path, dst_path)
+        return real(self, run_id, artifact, directory, artifact_uri)
 
-    monkeypatch.setattr(MlflowClient, "download_artifacts", spy)
+    monkeypatch.setattr(Tracker, "download", spy)
     return calls
 
 
