@@ -28,6 +28,8 @@ the docs show that line with every command that needs it (checked below). A trac
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -170,8 +172,10 @@ PLANTED = {
 def collected() -> list[Command]:
     commands = documented_commands()
     for entry in documented_entry_points():
-        if entry[0] == "-m":
-            epilog = getattr(__import__(entry[1], fromlist=["EPILOG"]), "EPILOG", "")
+        if entry[0] == "-m":  # the module python -m runs: a package's __main__
+            spec = importlib.util.find_spec(entry[1])
+            name = f"{entry[1]}.__main__" if spec.submodule_search_locations else entry[1]
+            epilog = getattr(importlib.import_module(name), "EPILOG", "")
             commands += epilog_commands(epilog, f"python -m {entry[1]}")
     return commands
 
