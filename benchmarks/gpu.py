@@ -605,7 +605,7 @@ KIND_CELLS = {  # small cells of the kinds a GPU runs (their sweeps' quick profi
         "N": 10,
         "T": 16,
     },
-    "gpt2_scan": {
+    "scan": {
         "job": "gpt2_scan",
         "task": {"family": "linear", "d": 4},
         "model": {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32},
@@ -614,14 +614,14 @@ KIND_CELLS = {  # small cells of the kinds a GPU runs (their sweeps' quick profi
         "temperature": {"train_model": True, "taus": [0.5, 1, 2]},
         "N": 10,
     },
-    "gd_transformer": {
+    "gd": {
         "job": "gd_transformer",
         "task": {"family": "linear", "d": 5, "noise_std": 0.5},
         "construction": {"steps": 16, "eta": 0.1, "lam": 1.25},
         "eval": {"prompts": 256, "n": [5, 10, 20], "bootstrap": 100, "baselines": ["zero", "ridge"]},
         "N": 20,
     },
-    "selection_transformer": {
+    "selection": {
         "job": "selection_transformer",
         "task": {"family": "linear_mixed_noise", "d": 5, "noise_stds": [0.1, 0.5]},
         "construction": {
@@ -668,7 +668,6 @@ def kinds_phase(run: Run, seconds: float) -> None:
     """Each kind a GPU runs, on the GPU and on the CPU, on the same weights and evaluation prompts (drawn on
     the CPU whatever the device: scaling.science.tasks.fresh_prompts): their answers agree to fp32 (GPT-2)
     or fp64 (constructions) rounding. A cell trained on each device (CUDA draws its own batches) is INFO."""
-    from scaling.kinds.statisticians import run_gd, run_selection
     from scaling.kinds.temperature import scan_gpt2
 
     cpu, gpu = torch.device("cpu"), run.device
@@ -697,7 +696,7 @@ def kinds_phase(run: Run, seconds: float) -> None:
         f" {a['err']:.4f} on {gpu}, {b['err']:.4f} on cpu (CI half-width {half:.4f})"
     )
     run.add(Check("kind_train_trained[cuda vs cpu]", "INFO", text))
-    scan = Cell.from_dict(KIND_CELLS["gpt2_scan"])
+    scan = Cell.from_dict(KIND_CELLS["scan"])
     model = CellTrainer(scan, cpu)
     model.train_until(scan.train.steps)
     there = CellTrainer(scan, gpu)
@@ -714,11 +713,11 @@ def kinds_phase(run: Run, seconds: float) -> None:
             f" {gpu_scan.summary['tau_best']:g} vs {cpu_scan.summary['tau_best']:g}",
         )
     )
-    for job, kind_run in (("gd_transformer", run_gd), ("selection_transformer", run_selection)):
-        cell = Cell.from_dict(KIND_CELLS[job])
-        here, there = Bench(cpu), Bench(gpu)
-        kind_run(cell, here)
-        kind_run(cell, there)
+    for construction in ("gd", "selection"):
+        cell = Cell.from_dict(KIND_CELLS[construction])
+        job, here, there = cell.job, Bench(cpu), Bench(gpu)
+        cell.kind.run(cell, here)  # the kind's own run, as a trial runs it
+        cell.kind.run(cell, there)
         apart = curves_apart(there.log.curves, here.log.curves)
         run.add(
             Check(
