@@ -25,6 +25,8 @@ from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
 from scaling.table import load_table, split_scans
 from scaling.tracking import Tracker
+from scaling.tracking.adaptive_waves import read_waves
+from scaling.tracking.analysis_runs import log_outputs_run
 
 from . import compare as comparing
 from . import figures, plots
@@ -299,7 +301,7 @@ def adaptive_waves(uri: str, experiment: str) -> list[dict]:
     """The wave records on the sweep's parent run when it ran with --adaptive (else none)."""
     tracker = Tracker(uri)
     experiment_id = tracker.experiment_id(experiment)
-    return tracker.adaptive_waves(experiment_id, experiment) if experiment_id else []
+    return read_waves(tracker, experiment_id, experiment) if experiment_id else []
 
 
 def open_analysis(
@@ -436,4 +438,4 @@ def log_analysis(
             )
         )
         late = (lambda run_id: [(report(run_id), None)]) if report else None
-        return Tracker(uri).log_outputs_run(experiment, name, tags, files + [(summary, None)], late=late)
+        return log_outputs_run(Tracker(uri), experiment, name, tags, files + [(summary, None)], late=late)

@@ -79,7 +79,7 @@ def trials_span(name: str, tmp: str) -> float:
     from scaling.tracking import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp}/mlflow.db")
-    runs = tracker._search(tracker.experiment_id(name), "tags.kind = 'cell'")
+    runs = tracker.search(tracker.experiment_id(name), "tags.kind = 'cell'")
     return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
 
 

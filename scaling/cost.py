@@ -137,6 +137,17 @@ def step_peak_bytes(s: StepShape, table: dict) -> float:
 
 
 @dataclass(frozen=True)
+class CellCost:
+    """A kind's estimate of one cell's compute for ``--dry-run``: FLOPs, seconds on the cost table's
+    device (one cell at a time) and peak memory in bytes; ``what`` says what was counted."""
+
+    flops: float = 0.0
+    seconds: float = 0.0
+    peak_bytes: float = 0.0
+    what: str = "training"
+
+
+@dataclass(frozen=True)
 class SweepEstimate:
     cells: int  # cells whose kind trains (the figures below are theirs)
     flops: float  # training FLOPs of every cell's every step
@@ -165,10 +176,8 @@ def format_hours(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def training_cost(cell, table: dict | None = None):
+def training_cost(cell, table: dict | None = None) -> CellCost:
     """The CellCost of training ``cell`` (its model's facts under the measured table)."""
-    from .kinds import CellCost
-
     table = table or load_table()
     shape = StepShape.of_cell(cell)
     steps = cell.train.steps

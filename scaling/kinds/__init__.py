@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConfigError
+from ..cost import CellCost
 
 KINDS: dict[str, str] = {
     "train": "scaling.kinds.train:TRAIN",
@@ -33,17 +34,6 @@ KINDS: dict[str, str] = {
     "selection_transformer": "scaling.kinds.statisticians:SELECTION_TRANSFORMER",
 }
 DEFAULT_KIND = "train"
-
-
-@dataclass(frozen=True)
-class CellCost:
-    """A kind's estimate of one cell's compute for ``--dry-run``: FLOPs, seconds on the cost table's
-    device (one cell at a time) and peak memory in bytes; ``what`` says what was counted."""
-
-    flops: float = 0.0
-    seconds: float = 0.0
-    peak_bytes: float = 0.0
-    what: str = "training"
 
 
 @dataclass(frozen=True)
