@@ -1,4 +1,5 @@
-"""The benchmark suite: ``python -m benchmarks [--quick] [--only NAME] [--json PATH] [--reference PATH]``.
+"""The benchmark suite: ``python -m benchmarks [--quick] [--only NAME] [--json PATH] [--reference PATH]``;
+``python -m benchmarks --gpu [--smoke] [--out DIR]`` is the GPU script (benchmarks/gpu.py, docs/gpu.md).
 
 Prints one line per benchmark: its name, PASS/FAIL/SKIP/INFO, the ratio ours / reference with its target,
 and both sides with their throughput; writes the same as JSON (default benchmarks/results.json). Each
@@ -61,6 +62,7 @@ examples:
   python -m benchmarks                       the whole suite (under 10 minutes)
   python -m benchmarks --quick               small sizes, few repeats (~1 min)
   python -m benchmarks --only packing --only sweep_overhead
+  python -m benchmarks --gpu --smoke --out /tmp/gpu-smoke   the GPU script on tiny shapes (~1 min)
 
 exit status:
   0  every benchmark with a target met it
@@ -97,11 +99,31 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="write the measured step costs to scaling/cost_table.json",
     )
-    return parser.parse_args(argv)
+    gpu = parser.add_argument_group("the GPU script (benchmarks/gpu.py; no Ray, no MLflow; docs/gpu.md)")
+    gpu.add_argument("--gpu", action="store_true", help="run the GPU script instead of the suite")
+    gpu.add_argument("--smoke", action="store_true", help="tiny shapes on any device (a CPU: ~1 min)")
+    gpu.add_argument(
+        "--out", default=os.environ.get("OUT") or "gpu-results", help="where its files go ($OUT)"
+    )
+    gpu.add_argument("--budget", type=float, default=None, help="seconds for all phases (default 450)")
+    gpu.add_argument("--phases", nargs="+", default=None, help="run only these phases, in this order")
+    gpu.add_argument("--tokenizer", default=None, help="a saved tokenizer for the LLM phase (default: chars)")
+    args = parser.parse_args(argv)
+    if args.phases:
+        from .gpu import PHASES
+
+        unknown = [p for p in args.phases if p not in PHASES]
+        if unknown:
+            parser.error(f"--phases: unknown {unknown}; known: {', '.join(PHASES)}")
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.gpu:
+        from . import gpu
+
+        return gpu.main(args.out, args.smoke, args.budget, args.phases, args.tokenizer)
     if args.reference:
         os.environ["ICL_REFERENCE"] = str(Path(args.reference).resolve())
     print(

@@ -44,20 +44,14 @@ def _non_embedding_params(model) -> int:
     return sum(p.numel() for p in model.parameters()) - embedding
 
 
-def run(quick: bool) -> list[Result]:
-    name = "llm_scan (SmolLM2)"
-    try:
-        from scaling.temperature.smollm import SmolLMUnavailable, smollm_dir
-
-        directory = smollm_dir()
-    except (ImportError, SmolLMUnavailable) as error:
-        return [skipped(name, str(error))]
+def compare_scan(model, tokenizer, n_test: int, runs: int, taus: tuple[float, ...]) -> dict:
+    """Both sides on the same ``n_test`` questions x ``runs`` x ``taus`` (see the module docstring), ours
+    before and after the plain loop: their seconds, exact matches, agreement and token counts."""
     import torch
 
     from scaling.temperature.llm_icl import (
         answer_from_generation,
         exact_match,
-        load_causal_lm,
         load_sciq,
         make_retriever,
         query_text,
@@ -65,11 +59,8 @@ def run(quick: bool) -> list[Result]:
     from scaling.temperature.patch import attention_temperature
     from scaling.temperature.scan import PromptSet, generate_token_answers
 
-    n_test, runs, taus = (4, 1, (1.0,)) if quick else (8, 2, (1.0, 1.5))
-    model, tokenizer = load_causal_lm(directory, device="cpu")
     train, test = load_sciq(DATA / "train.jsonl"), load_sciq(DATA / "test.jsonl")[:n_test]
     retriever = make_retriever("tfidf", train)
-
     stats: dict = {}
 
     def ours() -> tuple[list[list[str]], float]:
@@ -82,6 +73,7 @@ def run(quick: bool) -> list[Result]:
             with attention_temperature(model, tau):
                 unique = generate_token_answers(model, tokenizer, prompts.token_ids, 30, 16, stats=stats)
             answers += [[unique[i] for i in run] for run in prompts.runs]
+        synchronize(model)
         return answers, time.perf_counter() - start
 
     def plain() -> tuple[list[list[str]], float, int, int]:
@@ -96,7 +88,7 @@ def run(quick: bool) -> list[Result]:
                     )
                     row = []
                     for text in texts:
-                        batch = tokenizer([text], return_tensors="pt")
+                        batch = tokenizer([text], return_tensors="pt").to(model.device)
                         output = model.generate(
                             **batch,
                             do_sample=False,
@@ -114,6 +106,7 @@ def run(quick: bool) -> list[Result]:
                             )
                         )
                     answers.append(row)
+        synchronize(model)
         return answers, time.perf_counter() - start, prompt_tokens, new_tokens
 
     warm = tokenizer(["Support: warm-up.\nQuestion: Warm?\nOutput:"] * 2)["input_ids"]
@@ -121,14 +114,51 @@ def run(quick: bool) -> list[Result]:
     fast_answers, fast_1 = ours()
     plain_answers, plain_s, prompt_tokens, plain_new = plain()
     _, fast_2 = ours()
-    fast_s = (fast_1 + fast_2) / 2
     count = len(taus) * runs * len(test)
     flat_fast = [a for row in fast_answers for a in row]
     flat_plain = [a for row in plain_answers for a in row]
     truth = [item.correct_answer for _ in taus for _ in range(runs) for item in test]
-    em_fast = float(np.mean([exact_match(a, t) for a, t in zip(flat_fast, truth)]))
-    em_plain = float(np.mean([exact_match(a, t) for a, t in zip(flat_plain, truth)]))
-    agree = float(np.mean([a == b for a, b in zip(flat_fast, flat_plain)]))
+    return {
+        "answers": count,
+        "ours_s": [fast_1, fast_2],
+        "fast_s": (fast_1 + fast_2) / 2,
+        "plain_s": plain_s,
+        "em_ours": float(np.mean([exact_match(a, t) for a, t in zip(flat_fast, truth)])),
+        "em_plain": float(np.mean([exact_match(a, t) for a, t in zip(flat_plain, truth)])),
+        "agree": float(np.mean([a == b for a, b in zip(flat_fast, flat_plain)])),
+        "prompt_tokens": prompt_tokens,
+        "plain_new_tokens": plain_new,
+        "ours_prompt_positions": stats["prompt_tokens"],
+        "decode_steps_per_batch": stats["steps"] / stats["batches"],
+    }
+
+
+def synchronize(model) -> None:
+    """Wait for the model's device (timings on a GPU)."""
+    import torch
+
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+
+
+def run(quick: bool) -> list[Result]:
+    name = "llm_scan (SmolLM2)"
+    try:
+        from scaling.temperature.smollm import SmolLMUnavailable, smollm_dir
+
+        directory = smollm_dir()
+    except (ImportError, SmolLMUnavailable) as error:
+        return [skipped(name, str(error))]
+    from scaling.temperature.llm_icl import load_causal_lm
+
+    n_test, runs, taus = (4, 1, (1.0,)) if quick else (8, 2, (1.0, 1.5))
+    model, tokenizer = load_causal_lm(directory, device="cpu")
+    m = compare_scan(model, tokenizer, n_test, runs, taus)
+    count, fast_s, plain_s = m["answers"], m["fast_s"], m["plain_s"]
+    em_fast, em_plain, agree = m["em_ours"], m["em_plain"], m["agree"]
+    stats = {"prompt_tokens": m["ours_prompt_positions"]}
+    prompt_tokens, plain_new = m["prompt_tokens"], m["plain_new_tokens"]
+    fast_1, fast_2 = m["ours_s"]
 
     # LLaMA-2-7B at Fig. 3b's full size, from this run's token counts and this CPU's measured rate
     per_answer_prompt = prompt_tokens / count
@@ -136,7 +166,7 @@ def run(quick: bool) -> list[Result]:
     ours_s_per_answer = fast_s / count
     llama_cpu_s = FIG3_ANSWERS * ours_s_per_answer * LLAMA2_7B_PARAMS / params
     gpu_prefill = FIG3_ANSWERS * 2 * LLAMA2_7B_PARAMS * per_answer_prompt / GPU_PREFILL_FLOPS
-    decode_steps = stats["steps"] / stats["batches"]  # ours: decoding steps per batch of 16, measured
+    decode_steps = m["decode_steps_per_batch"]  # ours: decoding steps per batch of 16, measured
     gpu_decode = FIG3_ANSWERS / 16 * decode_steps * GPU_DECODE_STEP_S
     note = (
         f"{count} answers; exact match ours {em_fast:.3f} vs plain {em_plain:.3f}; answers agree {agree:.1%};"

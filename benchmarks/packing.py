@@ -79,7 +79,7 @@ def trials_span(name: str, tmp: str) -> float:
     from scaling.tracking import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp}/mlflow.db")
-    runs = tracker._search(tracker.experiment_id(name), "tags.kind = 'cell'")
+    runs = tracker.search(tracker.experiment_id(name), "tags.kind = 'cell'")
     return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
 
 
@@ -210,10 +210,57 @@ def work_rows(quick: bool) -> list[dict]:
     ]
 
 
+def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
+    """Rows: ``members`` GPT-2 and SGPT cells of sweeps/fig1.yaml's quick size trained as one pack
+    against the same cells one after another, a training step each, on one core (a trial's ``cpu: 1``):
+    the measurement behind ModelFacts.cpu_packing_pays (INFO)."""
+    import torch
+
+    from scaling.science.stacked import stack
+    from scaling.science.train import CellTrainer
+
+    from .common import interleaved_medians
+    from .gpu import QUICK, cell_of
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for arch in ("gpt2", "sgpt"):
+            cells = [cell_of(QUICK, "float32", torch.device("cpu"), arch, seed=k) for k in range(members)]
+            alone = [CellTrainer(c) for c in cells]
+            packed = stack([CellTrainer(c) for c in cells])
+
+            def one_after_another(trainers=alone):
+                for trainer in trainers:
+                    trainer.next_loss()
+
+            medians = interleaved_medians(
+                {"alone": one_after_another, "packed": packed.train_step}, 3 if quick else 10, warmup=1
+            )
+            ratio = medians["alone"] / medians["packed"]
+            rows.append(
+                {
+                    "name": f"packing_{arch}_cpu[{members} quick-size {arch} cells, one step each, one core]",
+                    "reference": round(medians["alone"], 4),
+                    "ours": round(medians["packed"], 4),
+                    "reference_rate": round(members / medians["alone"], 2),
+                    "ours_rate": round(members / medians["packed"], 2),
+                    "unit": "s",
+                    "ratio": round(ratio, 2),
+                    "target": "INFO (auto packs a model on a CPU only where this pays)",
+                    "status": "INFO",
+                }
+            )
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
 def run(quick: bool) -> list[dict]:
     """Rows: packed vs separate trials on this CPU (ratio = speedup), the trials' own work packed vs
-    separate, and the GPU throughput (SKIP without one)."""
-    return cpu_rows(quick) + work_rows(quick) + gpu_rows(quick)
+    separate, transformer cells packed on this CPU, and the GPU throughput (SKIP without one)."""
+    return cpu_rows(quick) + work_rows(quick) + transformer_rows(quick) + gpu_rows(quick)
 
 
 def cpu_rows(quick: bool) -> list[dict]:

@@ -145,16 +145,23 @@ def reference_step(model: nn.Module, draw, device: torch.device):
     return step
 
 
-def our_cell(arch: str, size: dict, precision: str, device: torch.device) -> Cell:
-    model = {"arch": arch, "n_layer": size["n_layer"], "n_embd": size["n_embd"]}
-    if arch == "gpt2":
-        model["n_head"] = size["n_head"]
+def our_cell(
+    arch: str, size: dict, precision: str, device: torch.device, seed: int = 0, T: float | str = "inf"
+) -> Cell:
+    """A linear-regression cell of ``size`` (an MLP's: its ``width``) for ``arch``."""
+    if arch == "mlp":
+        model = {"arch": "mlp", "width": size["width"]}
+    else:
+        model = {"arch": arch, "n_layer": size["n_layer"], "n_embd": size["n_embd"]}
+        if arch == "gpt2":
+            model["n_head"] = size["n_head"]
     return Cell.from_dict(
         {
             "task": {"family": "linear", "d": size["d"]},
             "model": model,
             "N": size["N"],
-            "T": "inf",
+            "T": T,
+            "seed": seed,
             "train": {"batch_size": size["batch"], "lr": 1e-4, "precision": precision, "device": device.type},
         }
     )

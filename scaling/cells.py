@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ConfigError, canonical, check, flatten, from_dict, not_in_key, to_dict, unread
-from .kinds import DEFAULT_KIND, kind, kind_of_group
+from .kinds import DEFAULT_KIND, KINDS, kind, kind_of_group
 from .science.evaluate import EvalConfig
 from .science.models import ModelConfig, model_facts
 from .science.tasks import FAMILIES, TaskConfig
@@ -135,7 +135,7 @@ class Cell:
         names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("inline")}
         core = {k: v for k, v in data.items() if k in names}
         job = core.get("job", DEFAULT_KIND)
-        own = kind(job) if isinstance(job, str) and job in _known_kinds() else None
+        own = kind(job) if isinstance(job, str) and job in KINDS else None
         settings = {}
         for group in sorted(set(map(str, data)) - names):
             owner = kind_of_group(group)
@@ -156,15 +156,9 @@ class Cell:
         return from_dict(cls, {**core, "settings": settings}, where)
 
 
-def _known_kinds() -> tuple[str, ...]:
-    from .kinds import KINDS
-
-    return tuple(KINDS)
-
-
 def kinds_of(group: str) -> list[str]:
     """The kinds whose settings are given under ``group``."""
-    return [name for name in _known_kinds() if kind(name).group == group]
+    return [name for name in KINDS if kind(name).group == group]
 
 
 @functools.cache
@@ -172,7 +166,7 @@ def settings_not_in_key() -> tuple[str, ...]:
     """Dotted names of the settings that are no part of a cell's key (``metadata={"key": False}``: device,
     checkpoint cadence, batch sizes), in the cell's groups and every kind's group."""
     groups = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig, "eval": EvalConfig}
-    groups.update({kind(k).group: kind(k).settings for k in _known_kinds() if kind(k).group})
+    groups.update({kind(k).group: kind(k).settings for k in KINDS if kind(k).group})
     return tuple(name for group, cls in groups.items() for name in not_in_key(cls, group))
 
 

@@ -21,6 +21,9 @@ from pathlib import Path
 from .science.models import model_facts
 
 TABLE = Path(__file__).with_name("cost_table.json")
+# the same table measured on a GPU by ``python -m benchmarks --gpu`` (docs/gpu.md), with the card's name,
+# memory and the date; absent until a GPU has measured it
+GPU_TABLE = Path(__file__).with_name("cost_table_cuda.json")
 ADAM_BYTES_PER_PARAM = 16
 
 
@@ -73,6 +76,11 @@ def load_table(path: Path | str = TABLE) -> dict:
         with open(path) as file:
             _tables[str(path)] = json.load(file)
     return _tables[str(path)]
+
+
+def load_gpu_table(path: Path | str = GPU_TABLE) -> dict | None:
+    """The CUDA cost table, or None when no GPU has measured one."""
+    return load_table(path) if Path(path).is_file() else None
 
 
 def fit_time(rows: list[dict]) -> dict:
@@ -129,6 +137,17 @@ def step_peak_bytes(s: StepShape, table: dict) -> float:
 
 
 @dataclass(frozen=True)
+class CellCost:
+    """A kind's estimate of one cell's compute for ``--dry-run``: FLOPs, seconds on the cost table's
+    device (one cell at a time) and peak memory in bytes; ``what`` says what was counted."""
+
+    flops: float = 0.0
+    seconds: float = 0.0
+    peak_bytes: float = 0.0
+    what: str = "training"
+
+
+@dataclass(frozen=True)
 class SweepEstimate:
     cells: int  # cells whose kind trains (the figures below are theirs)
     flops: float  # training FLOPs of every cell's every step
@@ -157,10 +176,8 @@ def format_hours(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def training_cost(cell, table: dict | None = None):
+def training_cost(cell, table: dict | None = None) -> CellCost:
     """The CellCost of training ``cell`` (its model's facts under the measured table)."""
-    from .kinds import CellCost
-
     table = table or load_table()
     shape = StepShape.of_cell(cell)
     steps = cell.train.steps

@@ -1,24 +1,31 @@
 """Which cells share a trial: the driver's packing decision (``run.pack``).
 
 Cells whose kind allows it (scaling.kinds.Kind.packable: the training kind, for models that are
-parameter-free features then a Linear/ReLU head) and whose models have the same shapes and step in
-lockstep train in one trial as one stacked model (scaling.science.stacked; the pack's trial is
-scaling.trial.run_pack), each still a cell of its own: its own data, initialisation, checkpoint and run.
+parameter-free features then a Linear/ReLU head, and for GPT-2 and SGPT) and whose models have the same
+shapes and step in lockstep train in one trial as one stacked model (scaling.science.stacked,
+scaling.science.stacked_transformers; the pack's trial is scaling.trial.run_pack), each still a cell of
+its own: its own data, initialisation, checkpoint and run.
 
-``pack_groups`` decides: ``auto`` packs up to ``AUTO_PACK_SIZE`` cells whose estimated cost per training
-step is at most ``AUTO_PACK_MAX_FLOPS``, in packs no larger than it takes to fill the cluster's slots
-when each part has enough work to pay for its own trial; an integer K packs up to K cells of a packable
-model of any size; ``off`` or 1 never packs.
+``pack_groups`` decides. ``auto`` on a GPU (a cell that asks for one, with a measured CUDA cost table):
+as many cells as fit the trial's share of the GPU's memory (``gpu_pack_size``: the model's parameters and
+activations under the table's measured memory fit, a pure function of the model's facts and the memory),
+at most ``MAX_GPU_PACK``. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing
+pays on a CPU (``ModelFacts.cpu_packing_pays``; measured: not for GPT-2 and SGPT) whose estimated cost per
+training step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the
+cluster's slots when each part has enough work to pay for its own trial. An integer K packs up to K cells
+of a packable model of any size; ``off`` or 1 never packs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .cells import Cell
 from .config import canonical, to_dict
+from .cost import ADAM_BYTES_PER_PARAM, StepShape, activation_elements, coefficients, model_params
 from .science.models import model_facts
 
 AUTO_PACK_SIZE = 8
@@ -32,6 +39,45 @@ AUTO_PACK_MAX_FLOPS = 2e8  # estimated multiply-adds of one training step (forwa
 MIN_SPLIT_SECONDS = 10.0
 PACK_STEP_OVERHEAD_S = 1e-3
 PACK_FLOP_RATE = 1e10
+# On a GPU: the fraction of the trial's share of the card's memory a pack may plan to fill (the rest: the
+# allocator's fragmentation, cuBLAS workspaces, other trials' CUDA contexts), and the largest pack.
+GPU_MEMORY_USABLE = 0.85
+MAX_GPU_PACK = 64
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """What a pack's trial may fill on a GPU: ``memory_bytes``, the trial's share of the card's memory
+    (resources.gpu x the card's memory), under ``table``, a measured CUDA cost table (scaling.cost)."""
+
+    memory_bytes: float
+    table: dict
+
+
+def gpu_budget(gpu: float, table: dict | None) -> GpuBudget | None:
+    """The budget of a trial holding ``gpu`` GPUs (a fraction or a whole one) on the card the CUDA cost
+    table ``table`` was measured on; None on a CPU or without a table (nothing measured to plan by)."""
+    if gpu <= 0 or table is None:
+        return None
+    return GpuBudget(min(gpu, 1.0) * float(table["memory_bytes"]), table)
+
+
+def member_bytes(cell: Cell, table: dict) -> float:
+    """GPU memory one more member of a pack of cells like ``cell`` takes: Adam's 16 bytes per parameter and
+    its activations under the table's measured memory fit."""
+    shape = StepShape.of_cell(cell)
+    fit = coefficients(table, shape.arch)
+    return ADAM_BYTES_PER_PARAM * model_params(shape) + fit["bytes_per_activation"] * activation_elements(
+        shape
+    )
+
+
+def gpu_pack_size(cell: Cell, budget: GpuBudget) -> int:
+    """How many cells like ``cell`` fit one trial's GPU memory: a pure function of the model's facts and
+    the memory (at least 1, at most MAX_GPU_PACK)."""
+    fixed = coefficients(budget.table, cell.model.arch)["m0"]
+    fits = int((GPU_MEMORY_USABLE * budget.memory_bytes - fixed) // member_bytes(cell, budget.table))
+    return max(1, min(MAX_GPU_PACK, fits))
 
 
 def pack_signature(cell: Cell) -> str | None:
@@ -74,36 +120,50 @@ def auto_parts(cell: Cell, count: int, slots: int) -> int:
     return parts
 
 
-def pack_limit(pack: str | int, cell: Cell) -> int:
-    """How many cells like ``cell`` one pack may hold under the setting ``run.pack``."""
+def pack_limit(pack: str | int, cell: Cell, gpu: GpuBudget | None = None) -> int:
+    """How many cells like ``cell`` one pack may hold under the setting ``run.pack``, on a GPU with the
+    budget ``gpu`` or (None) on a CPU."""
     if pack_signature(cell) is None or pack in ("off", 1, 0):
         return 1
-    if pack == "auto":
-        return AUTO_PACK_SIZE if step_cost(cell) <= AUTO_PACK_MAX_FLOPS else 1
-    return int(pack)
+    if pack != "auto":
+        return int(pack)
+    if gpu is not None:
+        return gpu_pack_size(cell, gpu)
+    pays = model_facts(cell.model.arch).cpu_packing_pays
+    return AUTO_PACK_SIZE if pays and step_cost(cell) <= AUTO_PACK_MAX_FLOPS else 1
 
 
 def pack_groups(
-    cells: Sequence, pack: str | int, resources_of: Callable = lambda c: None, slots: int = 1
+    cells: Sequence,
+    pack: str | int,
+    resources_of: Callable = lambda c: None,
+    slots: int = 1,
+    gpu_of: Callable[[Cell], GpuBudget | None] = lambda c: None,
 ) -> list[list[int]]:
     """Indices of ``cells`` grouped into packs (in plan order); a group of one is an unpacked cell.
 
-    ``cells`` are Cells; cells pack only with cells of the same signature and the same resources. Under
-    ``auto`` the packs of a signature are made small enough that there are ``slots`` of them (the trials
-    the cluster runs at once), so packing leaves no slot idle, unless the parts would be too short to pay
-    for their own trial (``auto_parts``): 8 cells of a minute on 2 slots make 2 packs of 4, 8 cells of
-    a second one pack of 8.
+    ``cells`` are Cells; cells pack only with cells of the same signature and the same resources;
+    ``gpu_of(cell)`` is the GPU budget of the cell's trial (None: a CPU trial). Under ``auto`` the packs of a
+    signature are made small enough that there are ``slots`` of them (the trials the cluster runs at
+    once), so packing leaves no slot idle, unless the parts would be too short to pay for their own trial
+    (``auto_parts``): 8 cells of a minute on 2 slots make 2 packs of 4, 8 cells of a second one pack of 8.
+    On a GPU, where a pack's step costs about what one cell's does until the card is busy, the slots are
+    shared among the signatures first: 10 signatures of 6 cells on 4 slots make 10 packs of 6 (as many as
+    fit the memory), not 40 packs of 1 or 2.
     """
     signatures = [(pack_signature(c), repr(resources_of(c))) for c in cells]
+    budgets = [gpu_of(c) for c in cells]
+    on_gpu = {sig for sig, budget in zip(signatures, budgets) if budget is not None}
     open_groups: dict[tuple, list[int]] = {}
     groups: list[list[int]] = []
     parts: dict[tuple, int] = {}  # per signature: the same shapes and steps, so the same answer
     for i, cell in enumerate(cells):
-        limit = pack_limit(pack, cell)
+        limit = pack_limit(pack, cell, budgets[i])
         if pack == "auto" and limit > 1:
             count = signatures.count(signatures[i])
             if signatures[i] not in parts:
-                parts[signatures[i]] = auto_parts(cell, count, slots)
+                share = max(1, slots // len(on_gpu)) if budgets[i] is not None else slots
+                parts[signatures[i]] = auto_parts(cell, count, share)
             limit = min(limit, max(1, -(-count // parts[signatures[i]])))
         if limit <= 1:
             groups.append([i])

@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from .adaptive.settings import AdaptiveSettings, check_against_lattice
+from .adaptive_settings import AdaptiveSettings, check_against_lattice
 from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
@@ -63,7 +63,7 @@ class Resources:
 
     ``custom`` names Ray custom resources a node advertises (``ray start --resources``), e.g.
     ``{"accelerator_type:A10G": 0.25}`` to pin a cell to a kind of GPU. A fraction of a GPU also caps the
-    trial's CUDA memory to that fraction (scaling.trial.cap_gpu_memory).
+    trial's CUDA memory to that fraction (scaling.devices.cap_gpu_memory).
     """
 
     cpu: float = 1.0
@@ -104,12 +104,16 @@ class RunConfig:
     # cells trained together as one batched ensemble (scaling.packing): auto (small cells, up to 8),
     # off, or K (up to K cells of a packable architecture); results equal those of unpacked cells
     pack: bool | int | str = "auto"
+    # seconds between the heartbeat lines (each running cell's step, the time left) that a driver whose
+    # output is not a terminal prints while cells run (scaling.progress)
+    heartbeat: float = 60.0
 
     def __post_init__(self):
         if isinstance(self.pack, bool):  # YAML reads a bare `off` as false, `on` as true
             object.__setattr__(self, "pack", "auto" if self.pack else "off")
         check(self.max_failures >= 0, "max_failures", f"must be >= 0, got {self.max_failures}")
         check(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
+        check(self.heartbeat > 0, "heartbeat", f"must be > 0 seconds, got {self.heartbeat}")
         check(
             self.pack in ("auto", "off") or (type(self.pack) is int and self.pack >= 1),
             "pack",
@@ -133,7 +137,7 @@ class Plan:
     run: RunConfig
     cells: tuple[PlannedCell, ...]
     document: dict = field(compare=False, default_factory=dict)  # the resolved sweep document
-    adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive), checked
+    adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive_settings), checked
 
 
 # ---------------------------------------------------------------- YAML with line numbers
@@ -375,17 +379,8 @@ def override_path(assignment: str) -> tuple:
     return keys if keys and keys[0] in TOP_LEVEL else ("defaults", *keys)
 
 
-def plan_document(
-    document: dict,
-    source: str = "<sweep>",
-    lines: dict | None = None,
-    profile: str = "",
-    overrides: dict | None = None,
-    max_cells: int | None = None,
-) -> Plan:
-    """Validate a sweep document and expand it into its ordered cells (at most ``max_cells``, default
-    scaling.guards.MAX_CELLS); ``overrides`` maps key paths set by ``--set`` to their assignment."""
-    at = _Locator(source, lines or {}, overrides)
+def check_top_level(document: dict, at: _Locator) -> str:
+    """Only the known top-level keys, and a valid ``name``; the name."""
     unknown = [k for k in document if k not in TOP_LEVEL]
     if unknown:
         raise SweepError(f"{at(unknown[0])}: unknown key; allowed: {', '.join(TOP_LEVEL)}")
@@ -395,24 +390,32 @@ def plan_document(
             f"{at('name')}: the sweep needs a `name` (letters, digits, '.', '_', '-';"
             f" it names the MLflow experiment), got {name!r}"
         )
+    return name
+
+
+def checked_defaults(document: dict, bases: list[Path], at: _Locator) -> dict:
+    """The ``defaults:`` mapping, its local paths made absolute, valid as a cell on its own."""
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise SweepError(f"{at('defaults')}: expected a mapping of cell settings")
-    bases = [Path.cwd(), Path(source).resolve().parent]  # trials run elsewhere: paths become absolute
     defaults = absolute_paths(defaults, bases)
     try:
         Cell.from_dict(with_grid_job(defaults, document.get("grid")))
     except ConfigError as err:
         raise at.error(("defaults",), err) from None
+    return defaults
+
+
+def checked_section(cls: type, document: dict, key: str, at: _Locator):
+    """The ``key:`` section of the document as a ``cls`` (Resources, RunConfig), errors located."""
     try:
-        default_resources = from_dict(Resources, document.get("resources"))
+        return from_dict(cls, document.get(key))
     except ConfigError as err:
-        raise at.error(("resources",), err) from None
-    try:
-        run = from_dict(RunConfig, document.get("run"))
-    except ConfigError as err:
-        raise at.error(("run",), err) from None
-    presets = _model_presets(document.get("models"), at)
+        raise at.error((key,), err) from None
+
+
+def checked_axes(document: dict, presets: dict, at: _Locator, max_cells: int | None) -> dict[str, list]:
+    """The grid's axes: not empty, model presets known, at most ``max_cells`` cells in their product."""
     if "grid" in document and not document["grid"]:
         raise SweepError(
             f"{at('grid')}: is empty; give at least one axis (e.g. `T: [16, 64]`), or leave"
@@ -423,20 +426,51 @@ def plan_document(
         check_lattice(axes, at("grid"), max_cells)
     except GuardError as err:
         raise SweepError(str(err)) from None
+    return axes
 
-    for axis, values in axes.items():  # each value alone, so the error points at it
+
+@dataclass(frozen=True)
+class _Lattice:
+    """What a cell of the grid is built from: the defaults, the model presets, the grid (for its job axis)
+    and the folders relative paths are taken from."""
+
+    defaults: dict
+    presets: dict
+    grid: Any
+    bases: list[Path]
+
+    def tree(self, combo: dict[str, Any]) -> tuple[dict, Resources | None]:
+        """The cell tree of one combination of axis values (paths absolute), and its preset's resources."""
+        tree, resources = _cell_tree(self.defaults, combo, self.presets)
+        return absolute_paths(tree, self.bases), resources
+
+
+def check_each_axis_value(lattice: _Lattice, axes: dict[str, list], at: _Locator) -> None:
+    """Each value of each axis over the defaults alone, so that an error points at the value."""
+    for axis, values in axes.items():
         for i, value in enumerate(values):
             try:
-                tree = absolute_paths(_cell_tree(defaults, {axis: value}, presets)[0], bases)
-                Cell.from_dict(with_grid_job(tree, document.get("grid")))
+                Cell.from_dict(with_grid_job(lattice.tree({axis: value})[0], lattice.grid))
             except ConfigError as err:
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 
-    cells, seen = [], {}
+
+def check_device(cell: Cell, resources: Resources, at: _Locator) -> None:
+    """A cell to train on CUDA must ask for a GPU."""
+    if cell.train.device.startswith("cuda") and resources.gpu <= 0:
+        raise SweepError(
+            f"{at('defaults', 'train', 'device')}: train.device: {cell.train.device} needs a GPU,"
+            f" and the cell {cell.name} asks for none; give it `resources: {{gpu: 1}}` (or a"
+            f" fraction), or use device: auto"
+        )
+
+
+def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: _Locator) -> list[PlannedCell]:
+    """The grid's cells in order, each once (``resources``: unless its model preset gives its own)."""
+    cells, seen = [], set()
     for combo_values in itertools.product(*axes.values()):
         combo = dict(zip(axes, combo_values))
-        tree, resources = _cell_tree(defaults, combo, presets)
-        tree = absolute_paths(tree, bases)
+        tree, own = lattice.tree(combo)
         try:
             cell = check_limits(Cell.from_dict(tree))
         except ConfigError as err:
@@ -444,18 +478,36 @@ def plan_document(
             raise SweepError(f"{at('grid')}: the cell ({described}) is invalid: {err}") from None
         if cell.key in seen:
             continue
-        seen[cell.key] = True
-        resources = resources or default_resources
-        if cell.train.device.startswith("cuda") and resources.gpu <= 0:
-            raise SweepError(
-                f"{at('defaults', 'train', 'device')}: train.device: {cell.train.device} needs a GPU,"
-                f" and the cell {cell.name} asks for none; give it `resources: {{gpu: 1}}` (or a"
-                f" fraction), or use device: auto"
-            )
-        cells.append(PlannedCell(cell, resources, combo))
+        seen.add(cell.key)
+        check_device(cell, own or resources, at)
+        cells.append(PlannedCell(cell, own or resources, combo))
     if not cells:
         raise SweepError(f"{at()}: the sweep has no cells")
-    adaptive = _adaptive_settings(document, cells, at)
+    return cells
+
+
+def plan_document(
+    document: dict,
+    source: str = "<sweep>",
+    lines: dict | None = None,
+    profile: str = "",
+    overrides: dict | None = None,
+    max_cells: int | None = None,
+) -> Plan:
+    """Validate a sweep document and expand it into its ordered cells (at most ``max_cells``, default
+    scaling.guards.MAX_CELLS); ``overrides`` maps key paths set by ``--set`` to their assignment. The checks
+    run in the document's order, each naming the file, line and key it found wrong."""
+    at = _Locator(source, lines or {}, overrides)
+    name = check_top_level(document, at)
+    bases = [Path.cwd(), Path(source).resolve().parent]  # trials run elsewhere: paths become absolute
+    defaults = checked_defaults(document, bases, at)
+    resources = checked_section(Resources, document, "resources", at)
+    run = checked_section(RunConfig, document, "run", at)
+    presets = _model_presets(document.get("models"), at)
+    axes = checked_axes(document, presets, at, max_cells)
+    lattice = _Lattice(defaults, presets, document.get("grid"), bases)
+    check_each_axis_value(lattice, axes, at)
+    cells = expand(lattice, axes, resources, at)
     return Plan(
         name=name,
         description=str(document.get("description") or ""),
@@ -464,7 +516,7 @@ def plan_document(
         run=run,
         cells=tuple(cells),
         document=document,
-        adaptive=adaptive,
+        adaptive=_adaptive_settings(document, cells, at),
     )
 
 

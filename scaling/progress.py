@@ -3,9 +3,11 @@
 In a terminal (stdout is a TTY) a rich live view redraws in place: a bar of the sweep's work, the cells done,
 running, pending and failed, the time taken and the time left, and one line per running trial with its
 step. Anywhere else (CI, ``nohup``, a file, Ray Jobs logs) each change is one plain line: a trial started,
-finished or failed. Both end with a summary (cells run, failed with their error, time taken, where the runs
-are) and the commands to run next. ``quiet_ray`` silences Ray's and Tune's own banners and hints, which
-would otherwise interleave with this view.
+finished or failed; and while trials run, a heartbeat line every ``heartbeat`` seconds (the sweep file's
+``run.heartbeat``, default 60) with each running trial's step and the time left, so a sweep of long cells
+is seen working between its changes. Both end with a summary (cells run, failed with
+their error, time taken, where the runs are) and the commands to run next. ``quiet_ray`` silences Ray's
+and Tune's own banners and hints, which would otherwise interleave with this view.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import TextIO
+
+from .tracking import experiment_ui_link, ui_command
 
 # Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice
 # at every start, Tune's hints. Errors still show.
@@ -60,6 +64,12 @@ class TrialState:
     fraction: float = 0.0  # of its work, in [0, 1]
     retries: int = 0
 
+    def stage(self) -> str:
+        """'step 500/1500', 'evaluating' once its steps are done, or '' (a kind that does not train)."""
+        if self.fraction >= 1.0:
+            return "evaluating"
+        return f"step {self.step}/{self.steps}" if self.steps else ""
+
 
 def trial_state(config: dict) -> TrialState:
     """A trial config of scaling.sweep (a cell, or a pack of cells under ``members``) as a TrialState."""
@@ -76,7 +86,8 @@ class Progress:
     """A sweep's progress, fed by Tune's callbacks (``callback()``) and shown live or line by line.
 
     ``live`` None: live when ``out`` is a terminal. Counts are in cells (a packed trial trains several);
-    the bar and the time left weigh running cells by the share of their steps done.
+    the bar and the time left weigh running cells by the share of their steps done. Without the live view,
+    a heartbeat line every ``heartbeat`` seconds while the progress is open (None: none).
     """
 
     def __init__(
@@ -87,25 +98,29 @@ class Progress:
         out: TextIO | None = None,
         live: bool | None = None,
         trials: int = 0,
+        heartbeat: float | None = None,
     ):
         self.name, self.total, self.skipped, self.trials = name, total, skipped, trials
         self.out = out
         stream = out or sys.stdout
         self.live_mode = bool(live if live is not None else (hasattr(stream, "isatty") and stream.isatty()))
+        self.heartbeat = heartbeat
         self.done = self.failed = 0
         self.running: dict[str, TrialState] = {}
         self.errors: dict[str, str] = {}  # failed trial's label -> its error line
         self.start = time.monotonic()
         self.lock = threading.Lock()
+        self.writing = threading.Lock()  # the change lines and the heartbeat's come from two threads
         self._live = None
+        self._beating: tuple[threading.Event, threading.Thread] | None = None
 
     def __getstate__(self):
-        # Tune pickles callbacks into its experiment state; the stream, lock and live view stay behind.
-        return {**self.__dict__, "out": None, "lock": None, "_live": None}
+        # Tune pickles callbacks into its experiment state; stream, locks, live view, heartbeat stay behind.
+        return {**self.__dict__, "out": None, "lock": None, "writing": None, "_live": None, "_beating": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.lock = threading.Lock()
+        self.lock, self.writing = threading.Lock(), threading.Lock()
 
     # -- numbers -------------------------------------------------------------------------------------------
 
@@ -137,6 +152,14 @@ class Progress:
 
     def times(self) -> str:
         return f"{format_duration(time.monotonic() - self.start)} elapsed, ~{self.eta()} left"
+
+    def steps(self, at_most: int = 12) -> str:
+        """Each running trial's stage, as the live view's rows: 'gpt2 T=16 N=8 seed=0 step 500/1500, ...'."""
+        states = sorted(self.running.values(), key=lambda s: s.label)
+        parts = [" ".join(filter(None, (s.label, s.stage()))) for s in states[:at_most]]
+        if len(states) > at_most:
+            parts.append(f"... and {len(states) - at_most} more")
+        return ", ".join(parts)
 
     # -- events (from Tune's callbacks) -------------------------------------------------------------------
 
@@ -181,8 +204,9 @@ class Progress:
             self._live.console.print(text, markup=False, highlight=False)
         else:
             stream = self.out or sys.stdout
-            stream.write(text + "\n")
-            stream.flush()
+            with self.writing:
+                stream.write(text + "\n")
+                stream.flush()
 
     def _change(self, what: str) -> None:
         """A state change: redraw the live view now, or print one line (never while holding the lock:
@@ -221,9 +245,7 @@ class Progress:
             rows = Table.grid(padding=(0, 2))
             for state in sorted(self.running.values(), key=lambda s: s.label)[:12]:
                 bar = ProgressBar(total=1.0, completed=min(state.fraction, 1.0), width=20)
-                step = f"step {state.step}/{state.steps}" if state.steps else ""
-                if state.fraction >= 1.0:
-                    step = "evaluating"
+                step = state.stage()
                 retry = f"retry {state.retries}" if state.retries else ""
                 rows.add_row(
                     Text("  " + state.label), bar, Text(step, style="dim"), Text(retry, style="yellow")
@@ -236,8 +258,25 @@ class Progress:
                 parts.append(Text(f"  FAILED {label}: {error}", style="red"))
             return Group(*parts)
 
+    def beat(self) -> None:
+        """A heartbeat line: each running trial's step (or that none runs yet), the counts, the time left."""
+        with self.lock:
+            running = self.steps()
+            line = f"[{self.name}] {f'running {running}' if running else 'no trial running'}"
+            line += f" | {self.counts()} | {self.times()}"
+        self.write(line)
+
+    def _beat_until(self, stop: threading.Event) -> None:
+        while not stop.wait(self.heartbeat):
+            self.beat()
+
     def __enter__(self) -> "Progress":
         self.start = time.monotonic()
+        if not self.live_mode and self.heartbeat:
+            stop = threading.Event()
+            thread = threading.Thread(target=self._beat_until, args=(stop,), name="heartbeat", daemon=True)
+            self._beating = (stop, thread)
+            thread.start()
         if self.live_mode:
             from rich.console import Console
             from rich.live import Live
@@ -255,6 +294,10 @@ class Progress:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._beating is not None:
+            (stop, thread), self._beating = self._beating, None
+            stop.set()
+            thread.join()
         if self._live is not None:
             live, self._live = self._live, None
             live.stop()
@@ -307,8 +350,6 @@ def next_commands(
     default_uri: str | None = None,
 ) -> list[str]:
     """The commands to run after a sweep: its analysis, and the MLflow UI on its runs table."""
-    from .tracking import experiment_ui_link, ui_command
-
     where = [] if uri == default_uri else ["--tracking-uri", uri]
     analysis = ["python", "-m", "analysis", sweep] + (["--profile", profile] if profile else [])
     for override in overrides:  # the analysis plans the same cells, and reads only those
@@ -321,33 +362,38 @@ def next_commands(
     return commands
 
 
-def summary_lines(
-    name: str,
-    total: int,
-    skipped: int,
-    completed: int,
-    failed: dict[str, str],
-    unfinished: int,
-    elapsed: float,
-    trials: int,
-    uri: str,
-    experiment: str,
-    commands: list[str],
-) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """What a sweep's closing summary reports (scaling.sweep_run.SweepRun.summary builds it)."""
+
+    name: str  # the sweep, which is also its MLflow experiment
+    total: int  # cells of the sweep
+    skipped: int  # complete before this run
+    completed: int  # completed by this run
+    failed: dict[str, str]  # "<cell name> (<key>)" -> its error
+    unfinished: int  # left unfinished (interrupted)
+    elapsed: float  # seconds
+    trials: int  # Tune trials run (a pack of cells is one)
+    uri: str  # the tracking store, redacted
+    commands: list[str]  # what to run next (next_commands)
+
+
+def summary_lines(summary: Summary) -> list[str]:
     """The closing summary: what ran, what failed (with its error), how long, where the runs are, next."""
-    ran = f"{completed} cell{'s' if completed != 1 else ''} trained"
-    if trials and trials != completed + len(failed) + unfinished:
-        ran += f" in {trials} trials (small cells packed together)"
+    s = summary
+    ran = f"{s.completed} cell{'s' if s.completed != 1 else ''} trained"
+    if s.trials and s.trials != s.completed + len(s.failed) + s.unfinished:
+        ran += f" in {s.trials} trials (small cells packed together)"
     lines = [
-        f"[{name}] {ran}, {len(failed)} failed"
-        + (f", {unfinished} unfinished" if unfinished else "")
-        + (f", {skipped} already complete" if skipped else "")
-        + f"; {skipped + completed}/{total} cells complete; took {format_duration(elapsed)}."
+        f"[{s.name}] {ran}, {len(s.failed)} failed"
+        + (f", {s.unfinished} unfinished" if s.unfinished else "")
+        + (f", {s.skipped} already complete" if s.skipped else "")
+        + f"; {s.skipped + s.completed}/{s.total} cells complete; took {format_duration(s.elapsed)}."
     ]
-    for label, error in failed.items():
-        lines.append(f"[{name}] FAILED {label}: {error_line(error)}")
-    lines.append(f"[{name}] runs: MLflow experiment {experiment!r} in {uri}")
-    if not failed and not unfinished:
+    for label, error in s.failed.items():
+        lines.append(f"[{s.name}] FAILED {label}: {error_line(error)}")
+    lines.append(f"[{s.name}] runs: MLflow experiment {s.name!r} in {s.uri}")
+    if not s.failed and not s.unfinished:
         lines.append("next:")
-        lines += [f"  {command}" for command in commands]
+        lines += [f"  {command}" for command in s.commands]
     return lines

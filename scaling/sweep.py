@@ -35,36 +35,26 @@ import shlex
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from .checkpoints import CheckpointStore
 from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
-from .cost import describe_compute
+from .cost import describe_compute, load_gpu_table
+from .gpu_plan import describe_gpu
 from .guards import GuardError, check_address, check_flags, probe_storage
 from .leases import Leases, driver_id
-from .packing import pack_groups, pack_key
+from .packing import gpu_budget, pack_groups, pack_key
 from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
-from .tracking import STATUS_COMPLETE, Tracker, TrackingError, preload, resolve_tracking_uri
+from .sweep_run import RunOptions, SweepOutcome, SweepRun
+from .tracking import Tracker, TrackingError, resolve_tracking_uri
+from .tracking.adaptive_waves import read_waves
+from .tracking.store_template import preload
 from .trial import TrialMember, TrialSpec, tune_trainable
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SweepOutcome:
-    total: int
-    skipped: int  # complete before this run
-    completed: list[str] = field(default_factory=list)  # cell keys completed by this run
-    failed: dict[str, str] = field(default_factory=dict)  # cell key -> error
-    interrupted: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.interrupted
 
 
 def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> str:
@@ -91,6 +81,7 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
     out.write(describe_compute(plan) + "\n")
+    out.write(describe_gpu(plan) + "\n")
 
 
 def start_ray(
@@ -185,7 +176,7 @@ def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
     return []
 
 
-def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
+def open_tracking(uri: str) -> Tracker | None:
     """The tracker, checked reachable; None for a SQLite file not created yet (created only once work
     starts)."""
     if uri.startswith("sqlite:///"):
@@ -195,10 +186,10 @@ def open_tracking(uri: str) -> tuple[Tracker | None, str | None]:
                 raise TrackingError(
                     f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory"
                 )
-            return None, None
+            return None
     tracker = Tracker(uri)
     tracker.check_reachable()
-    return tracker, None
+    return tracker
 
 
 def preload_quietly(tracking: bool) -> None:
@@ -232,9 +223,11 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
 
 def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[TrialSpec]:
     """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.packing (cells of one pack
-    must ask for the same resources; those that do not run alone)."""
-    specs = []
-    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots):
+    must ask for the same resources; those that do not run alone). Cells that ask for a GPU pack as many
+    as fit their share of the GPU measured in the CUDA cost table, when there is one."""
+    specs, table = [], load_gpu_table()
+    gpu = {p.cell.key: gpu_budget(p.resources.gpu, table) for p in pending}
+    for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots, lambda c: gpu[c.key]):
         cells = [pending[i] for i in group]
         resources = cells[0].resources.as_tune()
         if len(cells) > 1 and any(p.resources.as_tune() != resources for p in cells):
@@ -275,7 +268,7 @@ def adaptive_policy(plan: Plan, path: str):
             f"{path}: --adaptive needs an `adaptive:` section in the sweep file (a budget and the questions"
             " that matter; see docs/adaptive.md)"
         )
-    from .adaptive.policy import Policy
+    from .adaptive.policy import Policy  # defers scipy.stats (~2 s): only --adaptive needs it
 
     policy = Policy(plan)
     problem = policy.first_wave_problem()
@@ -296,14 +289,14 @@ def describe_adaptive(policy, out: TextIO) -> None:
     )
 
 
-def check_sweep_name(tracker: Tracker | None, experiment_id: str | None, plan: Plan, path: str) -> None:
+def check_sweep_name(run: SweepRun) -> None:
     """A sweep name is one sweep file's MLflow experiment: another file of that name is refused."""
-    if experiment_id is None:
+    if run.experiment_id is None:
         return
-    owner = tracker.experiment_tags(experiment_id).get("sweep_file")
-    if owner and owner != Path(path).name:
+    owner = run.tracker.experiment_tags(run.experiment_id).get("sweep_file")
+    if owner and owner != Path(run.path).name:
         raise SweepError(
-            f"{path}: the sweep name {plan.name!r} is already the MLflow experiment of"
+            f"{run.path}: the sweep name {run.name!r} is already the MLflow experiment of"
             f" {owner}; give this sweep another `name`"
         )
 
@@ -350,11 +343,12 @@ def start_cluster(
     preloading.join()
 
 
-def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Progress, round_: int = 0):
+def make_tuner(run: SweepRun, specs: list[TrialSpec], progress: Progress, round_: int = 0):
     """The Tune experiment: one trial per spec, each with its resources, named by its key; its name is
     unique to this driver and round (two drivers of one sweep share the storage)."""
     from ray import tune
 
+    plan = run.plan
     trainable = tune.with_resources(tune_trainable, lambda config: config["spec"]["resources"])
     return tune.Tuner(
         trainable,
@@ -369,7 +363,7 @@ def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Pro
         ),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{round_}",
-            storage_path=f"{store_uri}/tune",
+            storage_path=f"{run.store_uri}/tune",
             failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
             callbacks=[progress.callback()],
             verbose=0,
@@ -377,12 +371,10 @@ def make_tuner(specs: list[TrialSpec], plan: Plan, store_uri: str, progress: Pro
     )
 
 
-def collect_outcome(
-    results, pending, tracker: Tracker, experiment_id: str, outcome: SweepOutcome
-) -> tuple[list, list]:
-    """Fill ``outcome`` from the trials' results and the store; (the cells left unfinished, the unfinished
-    cells whose trials found them held by another driver)."""
-    final = tracker.cell_records(experiment_id)
+def collect_outcome(run: SweepRun, results, pending) -> tuple[list, list]:
+    """Fill the run's outcome from the trials' results and the store; (the cells left unfinished, the
+    unfinished cells whose trials found them held by another driver)."""
+    complete = run.complete_now()
     held = set()
     for result in results:
         held |= set(filter(None, str((result.metrics or {}).get("held_keys", "")).split(",")))
@@ -390,91 +382,93 @@ def collect_outcome(
         # A trial still pending when the run was interrupted (Ctrl-C while it waited for a node) has no
         # config in its result; its cells count as unfinished below, by the store.
         for key in trial_keys(result.config) if result.config else []:
-            if key in final and final[key].status == STATUS_COMPLETE:
-                outcome.completed.append(key)
+            if key in complete:
+                run.outcome.completed.append(key)
             elif result.error is not None and key not in held:
-                outcome.failed[key] = f"{type(result.error).__name__}: {redact(str(result.error))}"
-    left = [
-        p
-        for p in pending
-        if p.cell.key not in outcome.failed
-        and (p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE)
-    ]
+                run.outcome.failed[key] = f"{type(result.error).__name__}: {redact(str(result.error))}"
+    left = [p for p in pending if p.cell.key not in run.outcome.failed and p.cell.key not in complete]
     return [p for p in left if p.cell.key not in held], [p for p in left if p.cell.key in held]
 
 
-def wait_for_holders(held: list, leases: Leases, plan: Plan, out: TextIO, poll: float = 2.0) -> None:
+def wait_for_holders(run: SweepRun, held: list, leases: Leases, poll: float = 2.0) -> None:
     """Wait until no other driver's trial holds any of the ``held`` cells (finished, failed or gone stale)."""
     holders = sorted({h.describe() for h in (leases.holder(p.cell.key) for p in held) if h is not None})
     if holders:
-        out.write(
-            f"[{plan.name}] {len(held)} cells are being trained by another driver: {'; '.join(holders)};"
-            f" waiting for them\n"
+        run.say(
+            f"[{run.name}] {len(held)} cells are being trained by another driver: {'; '.join(holders)};"
+            f" waiting for them"
         )
-        out.flush()
     while any(leases.holder(p.cell.key) is not None for p in held):
         time.sleep(poll)
 
 
-def run_rounds(
-    pending,
-    plan: Plan,
-    store_uri: str,
-    shared: dict,
-    tracker: Tracker,
-    experiment_id: str,
-    outcome: SweepOutcome,
-    progress: Progress,
-    out: TextIO,
-) -> list:
+def run_rounds(run: SweepRun, pending, progress: Progress) -> list:
     """Tune experiments until every pending cell is complete, failed or interrupted: each round trains the
     cells no other driver holds; cells held elsewhere are waited for and, if left unfinished, run in the
     next round. The cells left unfinished."""
     import ray
 
-    leases = Leases(store_uri)
+    leases = Leases(run.store_uri)
     for round_ in range(100):
-        specs = trial_specs(pending, plan.run.pack, shared, trial_slots(pending, ray.cluster_resources()))
-        results = make_tuner(specs, plan, store_uri, progress, round_).fit()
-        unfinished, held = collect_outcome(results, pending, tracker, experiment_id, outcome)
+        specs = trial_specs(
+            pending, run.plan.run.pack, run.shared, trial_slots(pending, ray.cluster_resources())
+        )
+        results = make_tuner(run, specs, progress, round_).fit()
+        unfinished, held = collect_outcome(run, results, pending)
         if unfinished or not held:
             return unfinished + held
-        wait_for_holders(held, leases, plan, out)
-        final = tracker.cell_records(experiment_id)
-        pending = [p for p in held if p.cell.key not in final or final[p.cell.key].status != STATUS_COMPLETE]
-        outcome.completed += [p.cell.key for p in held if p not in pending]
+        wait_for_holders(run, held, leases)
+        complete = run.complete_now()
+        pending = [p for p in held if p.cell.key not in complete]
+        run.outcome.completed += [p.cell.key for p in held if p not in pending]
         if not pending:
             return []
     return pending
 
 
-def broken_sweep(
-    err: Exception,
-    plan: Plan,
-    pending,
-    tracker: Tracker,
-    experiment_id: str,
-    outcome: SweepOutcome,
-    out: TextIO,
-) -> None:
+def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
+    """Train ``cells`` (of ``total``, ``skipped`` complete before) as Tune trials with their progress shown;
+    the cells left unfinished."""
+    import ray
+
+    specs = trial_specs(cells, run.plan.run.pack, run.shared, trial_slots(cells, ray.cluster_resources()))
+    run.say(
+        f"[{run.name}] {len(cells)} of {total} cells to run ({skipped} already complete)"
+        f" {describe_trials(specs)}; tracking {redact(run.uri)}"
+    )
+    run.trials.append(len(specs))
+    progress = Progress(
+        run.name,
+        total,
+        skipped,
+        run.out,
+        live=run.options.live,
+        trials=len(specs),
+        heartbeat=run.plan.run.heartbeat,
+    )
+    with progress:
+        return run_rounds(run, cells, progress)
+
+
+def broken_sweep(run: SweepRun, err: Exception) -> None:
     """The summary of a sweep whose Tune run raised (storage full, Tune's own failure): what completed and
     what did not; the unfinished cells count as failed."""
     try:
-        final = tracker.cell_records(experiment_id)
+        complete = run.complete_now()
     except TrackingError:
-        final = {}
+        complete = set()
     reason = f"{type(err).__name__}: {redact(str(err)).strip().splitlines()[0] if str(err).strip() else ''}"
-    out.write(f"[{plan.name}] the sweep stopped: {reason}\n")
-    for planned in pending:
+    run.say(f"[{run.name}] the sweep stopped: {reason}")
+    for planned in run.pending:
         key = planned.cell.key
-        if key in final and final[key].status == STATUS_COMPLETE:
-            outcome.completed.append(key)
+        if key in complete:
+            run.outcome.completed.append(key)
         else:
-            outcome.failed[key] = f"unfinished: the sweep stopped ({reason})"
-    done = sum(1 for p in pending if p.cell.key in outcome.completed)
-    out.write(
-        f"[{plan.name}] {done} of {len(pending)} cells completed before it stopped; the other"
-        f" {len(pending) - done} keep their checkpoints\n"
+            run.outcome.failed[key] = f"unfinished: the sweep stopped ({reason})"
+    done = sum(1 for p in run.pending if p.cell.key in run.outcome.completed)
+    run.say(
+        f"[{run.name}] {done} of {len(run.pending)} cells completed before it stopped; the other"
+        f" {len(run.pending) - done} keep their checkpoints"
     )
 
 
@@ -498,190 +492,188 @@ def describe_trials(specs: list[TrialSpec]) -> str:
     return f"{trials} ({packed} small cells packed into {len(packs)}, scaling.packing)"
 
 
-def report_outcome(
-    plan: Plan,
-    pending,
-    outcome: SweepOutcome,
-    unfinished: list,
-    trials: int,
-    elapsed: float,
-    commands: list[str],
-    uri: str,
+# ---------------------------------------------------------------- the phases of run_sweep
+
+
+def plan_run(
+    path: str,
+    profile: str,
+    overrides: tuple[str, ...],
+    tracking_uri: str | None,
+    storage: str | None,
     out: TextIO,
-) -> None:
-    """The closing summary (scaling.progress.summary_lines) and, when cells remain, how to resume them."""
-    names = {p.cell.key: p.cell.name for p in pending}
-    failed = {f"{names[key]} ({key})": error for key, error in outcome.failed.items()}
-    lines = summary_lines(
-        plan.name,
-        outcome.total,
-        outcome.skipped,
-        len(outcome.completed),
-        failed,
-        len(unfinished),
-        elapsed,
-        trials,
-        uri,
-        plan.name,
-        commands,
+    options: RunOptions,
+) -> SweepRun:
+    """Phase 1: the plan, the stores and the Ray the run uses, every one checked before anything is
+    written."""
+    started = time.monotonic()
+    check_flags(options.num_cpus, options.num_gpus, options.max_cells)
+    plan = load_plan(path, profile, overrides, options.max_cells)
+    run = SweepRun(path, profile, overrides, options, out, started, plan, address=options.address)
+    run.policy = adaptive_policy(plan, path) if options.adaptive else None
+    run.head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
+    if run.head is not None and not run.address:
+        run.address = run.head.ray_address
+        # Before Ray is imported (it reads its auth mode then): a `ray exec` shell of a head without Docker
+        # lacks RAY_AUTH_MODE, and a driver without it cannot join a cluster with token auth.
+        if run.head.auth_mode:
+            os.environ.setdefault("RAY_AUTH_MODE", run.head.auth_mode)
+    run.uri = resolve_tracking_uri(tracking_uri)
+    run.store_uri = storage_uri(plan, storage, run.head.storage if run.head else None)
+    check_storage(run.store_uri)
+    if not options.dry_run:
+        check_address(run.address)
+        probe_storage(run.store_uri)
+    return run
+
+
+def read_store(run: SweepRun) -> None:
+    """Phase 2: which of the plan's cells are complete in the store (nothing is created yet)."""
+    run.tracker = open_tracking(run.uri)
+    run.experiment_id = run.tracker.experiment_id(run.name) if run.tracker is not None else None
+    check_sweep_name(run)
+    run.complete = run.complete_now() if run.experiment_id is not None else set()
+    run.pending = [p for p in run.plan.cells if p.cell.key not in run.complete]
+    run.outcome = SweepOutcome(len(run.plan.cells), len(run.plan.cells) - len(run.pending))
+
+
+def describe_run(run: SweepRun) -> SweepOutcome:
+    """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
+    describe_plan(run.plan, cell_states(run.plan, run.complete, run.store_uri), run.out)
+    if run.policy is not None:
+        describe_adaptive(run.policy, run.out)
+    return SweepOutcome(len(run.plan.cells), len(run.complete))
+
+
+def done_already(run: SweepRun) -> bool:
+    """Phase 3: whether there is nothing to train (every cell complete, or an adaptive sweep that ended
+    with the cells now complete), said so."""
+    if not run.pending:
+        total = len(run.plan.cells)
+        run.say(f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train.")
+        return True
+    if run.policy is not None and run.experiment_id is not None:
+        from .adaptive.driver import ended_already  # defers scipy.stats (~2 s): only --adaptive
+
+        run.waves = read_waves(run.tracker, run.experiment_id, run.name)
+        return ended_already(run)
+    return False
+
+
+def start(run: SweepRun) -> None:
+    """Phase 4: Ray started or joined and every cell checked to fit a node; the MLflow experiment (and a new
+    SQLite store) and the sweep's parent run created; what every trial is told."""
+    options = run.options
+    secret = has_secret(run.uri)
+    env = {TRACKING_URI_ENV: run.uri} if secret else {}  # credentials travel outside Tune's state
+    quiet_ray(options.verbose)
+    new_store = run.tracker is None
+    start_cluster(
+        run.address, options.num_cpus, options.num_gpus, new_store, env=env, verbose=options.verbose
     )
+    node_types = read_node_types() if run.head is not None else []
+    autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
+    waiting = check_feasible(run.pending, autoscaling, node_types)
+    if run.head is not None:
+        run.say(f"[{run.name}] on the `ray up` cluster of {run.head.source} (Ray at {run.address})")
+    if waiting:
+        run.say(
+            f"[{run.name}] {len(waiting)} cells wait for a node the autoscaler starts"
+            f" (node types: {describe(node_types)})"
+        )
+    run.tracker = run.tracker or Tracker(run.uri)
+    sweep_file = Path(run.path).name
+    run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags={"sweep_file": sweep_file})
+    run.parent = run.tracker.sweep_run(run.experiment_id, run.name, run.plan.document)
+    run.shared = {
+        "tracking_uri": redact(run.uri),
+        "experiment_id": run.experiment_id,
+        "sweep": run.name,
+        "parent_run_id": run.parent,
+        "storage": run.store_uri,
+        "driver": driver_id(),
+    }
+
+
+def train(run: SweepRun) -> list | None:
+    """Phase 5: the pending cells trained (or the adaptive driver's waves); the cells left unfinished, or
+    None when the sweep was interrupted or broke (its parent run is then ended, its outcome final)."""
+    total, skipped = len(run.plan.cells), len(run.plan.cells) - len(run.pending)
+    try:
+        if run.policy is None:
+            return run_cells(run, run.pending, total, skipped)
+        from .adaptive.driver import run_adaptive  # defers scipy.stats (~2 s)
+
+        unfinished = run_adaptive(run, lambda cells: run_cells(run, cells, len(cells), 0))["unfinished"]
+        outcome = run.outcome
+        outcome.total = outcome.skipped + len(outcome.completed) + len(outcome.failed) + len(unfinished)
+        return unfinished
+    except KeyboardInterrupt:
+        run.outcome.interrupted = True
+        run.say(f"[{run.name}] interrupted; rerun the same command to resume.")
+        run.tracker.end_sweep_run(run.parent, "KILLED")
+    except Exception as err:  # noqa: BLE001 - any failure of Tune itself: summarise, end the run, exit 1
+        broken_sweep(run, err)
+        clean_temp_files(run.store_uri, [p.cell.key for p in run.pending])
+        run.tracker.end_sweep_run(run.parent, "FAILED")
+    return None
+
+
+def report(run: SweepRun, unfinished: list) -> None:
+    """Phase 6: the closing summary (scaling.progress.summary_lines), how to resume what is unfinished;
+    leftover temp files removed and the sweep's parent run ended."""
+    commands = next_commands(
+        run.path,
+        run.profile,
+        run.overrides,
+        redact(run.uri),
+        run.name,
+        run.experiment_id,
+        default_uri=resolve_tracking_uri(None),
+    )
+    lines = summary_lines(run.summary(len(unfinished), commands))
     if unfinished:
-        outcome.interrupted = True
+        run.outcome.interrupted = True
         lines.append(
-            f"[{plan.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
+            f"[{run.name}] {len(unfinished)} cells unfinished (interrupted); rerun the same command"
             f" to resume them from their checkpoints."
         )
-    out.write("\n".join(lines) + "\n")
-    out.flush()
+    run.say("\n".join(lines))
+    clean_temp_files(run.store_uri, [p.cell.key for p in run.pending])
+    outcome = run.outcome
+    run.tracker.end_sweep_run(
+        run.parent, "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED"
+    )
 
 
 def run_sweep(
     path: str,
     profile: str = "",
     overrides: tuple[str, ...] = (),
-    dry_run: bool = False,
-    address: str | None = None,
+    *,
     tracking_uri: str | None = None,
     storage: str | None = None,
-    num_cpus: int | None = None,
-    num_gpus: int | None = None,
-    autoscaling: bool = False,
     out: TextIO | None = None,
-    max_cells: int | None = None,
-    verbose: bool = False,
-    live: bool | None = None,
-    adaptive: bool = False,
+    options: RunOptions | None = None,
 ) -> SweepOutcome:
     """Plan, skip complete cells, run the rest as Tune trials; see the module docstring.
 
-    ``live``: the live view (None: when ``out`` is a terminal); ``verbose``: Ray's and Tune's own output;
-    ``adaptive``: run the lattice in waves chosen by scaling.adaptive (the file's ``adaptive:`` section).
+    ``tracking_uri`` and ``storage``: the MLflow store and the checkpoint storage (else the defaults above);
+    ``out``: where the progress and the summary go (stdout); ``options``: the CLI's other flags.
     """
-    started = time.monotonic()
-    out = out or sys.stdout
-    check_flags(num_cpus, num_gpus, max_cells)
-    plan = load_plan(path, profile, overrides, max_cells)
-    policy = adaptive_policy(plan, path) if adaptive else None
-    head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
-    if head is not None and not address:
-        address = head.ray_address
-        # Before Ray is imported (it reads its auth mode then): a `ray exec` shell of a head without Docker
-        # lacks RAY_AUTH_MODE, and a driver without it cannot join a cluster with token auth.
-        if head.auth_mode:
-            os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
-    uri = resolve_tracking_uri(tracking_uri)
-    store_uri = storage_uri(plan, storage, head.storage if head else None)
-    check_storage(store_uri)
-    if not dry_run:
-        check_address(address)
-        probe_storage(store_uri)
-    tracker, _ = open_tracking(uri)  # nothing is created before the checks below pass
-    experiment_id = tracker.experiment_id(plan.name) if tracker is not None else None
-    check_sweep_name(tracker, experiment_id, plan, path)
-    complete = tracker.complete_keys(experiment_id) if experiment_id is not None else set()
-    pending = [p for p in plan.cells if p.cell.key not in complete]
-    if dry_run:
-        describe_plan(plan, cell_states(plan, complete, store_uri), out)
-        if policy is not None:
-            describe_adaptive(policy, out)
-        return SweepOutcome(len(plan.cells), len(complete))
-    outcome = SweepOutcome(len(plan.cells), len(plan.cells) - len(pending))
-    if not pending:
-        out.write(
-            f"[{plan.name}] all {len(plan.cells)} cells are complete in {redact(uri)}; nothing to train.\n"
-        )
-        return outcome
-
-    waves: list[dict] = []  # an adaptive sweep's wave records, read once
-    if policy is not None and experiment_id is not None:
-        from .adaptive.driver import ended_already
-
-        waves = tracker.adaptive_waves(experiment_id, plan.name)
-        if ended_already(policy, plan, uri, waves, complete, out):
-            return outcome
-    env = {TRACKING_URI_ENV: uri} if has_secret(uri) else {}  # credentials travel outside Tune's state
-    quiet_ray(verbose)
-    start_cluster(address, num_cpus, num_gpus, new_store=tracker is None, env=env, verbose=verbose)
-    node_types = read_node_types() if head is not None else []
-    waiting = check_feasible(
-        pending, autoscaling or bool(address and os.environ.get("SCALING_AUTOSCALING")), node_types
+    run = plan_run(
+        path, profile, overrides, tracking_uri, storage, out or sys.stdout, options or RunOptions()
     )
-    if head is not None:
-        out.write(f"[{plan.name}] on the `ray up` cluster of {head.source} (Ray at {address})\n")
-    if waiting:
-        out.write(
-            f"[{plan.name}] {len(waiting)} cells wait for a node the autoscaler starts"
-            f" (node types: {describe(node_types)})\n"
-        )
-    tracker = tracker or Tracker(uri)
-    experiment_id = tracker.experiment_id(plan.name, create=True, tags={"sweep_file": Path(path).name})
-    parent = tracker.sweep_run(experiment_id, plan.name, plan.document)
-    shared = {
-        "tracking_uri": redact(uri),
-        "experiment_id": experiment_id,
-        "sweep": plan.name,
-        "parent_run_id": parent,
-        "storage": store_uri,
-        "driver": driver_id(),
-    }
-    import ray
-
-    def run_cells(cells, total: int, skipped: int) -> list:
-        specs = trial_specs(cells, plan.run.pack, shared, trial_slots(cells, ray.cluster_resources()))
-        out.write(
-            f"[{plan.name}] {len(cells)} of {total} cells to run ({skipped} already complete)"
-            f" {describe_trials(specs)}; tracking {redact(uri)}\n"
-        )
-        out.flush()
-        trials.append(len(specs))
-        progress = Progress(plan.name, total, skipped, out, live=live, trials=len(specs))
-        with progress:
-            return run_rounds(cells, plan, store_uri, shared, tracker, experiment_id, outcome, progress, out)
-
-    trials: list[int] = []
-    try:
-        if policy is None:
-            unfinished = run_cells(pending, len(plan.cells), len(plan.cells) - len(pending))
-        else:
-            from .adaptive.driver import run_adaptive
-
-            ran = run_adaptive(
-                plan,
-                uri,
-                tracker,
-                experiment_id,
-                parent,
-                waves,
-                lambda cells: run_cells(cells, len(cells), 0),
-                out,
-                lambda: bool(outcome.failed),
-            )
-            unfinished = ran["unfinished"]
-            outcome.total = outcome.skipped + len(outcome.completed) + len(outcome.failed) + len(unfinished)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
-        out.write(f"[{plan.name}] interrupted; rerun the same command to resume.\n")
-        tracker.end_sweep_run(parent, "KILLED")
-        return outcome
-    except Exception as err:  # noqa: BLE001 - any failure of Tune itself: summarise, end the run, exit 1
-        broken_sweep(err, plan, pending, tracker, experiment_id, outcome, out)
-        clean_temp_files(store_uri, [p.cell.key for p in pending])
-        tracker.end_sweep_run(parent, "FAILED")
-        return outcome
-    commands = next_commands(
-        path,
-        profile,
-        overrides,
-        redact(uri),
-        plan.name,
-        experiment_id,
-        default_uri=resolve_tracking_uri(None),
-    )
-    elapsed = time.monotonic() - started
-    report_outcome(plan, pending, outcome, unfinished, sum(trials), elapsed, commands, redact(uri), out)
-    clean_temp_files(store_uri, [p.cell.key for p in pending])
-    tracker.end_sweep_run(parent, "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED")
-    return outcome
+    read_store(run)
+    if run.options.dry_run:
+        return describe_run(run)
+    if done_already(run):
+        return run.outcome
+    start(run)
+    unfinished = train(run)
+    if unfinished is not None:
+        report(run, unfinished)
+    return run.outcome
 
 
 DESCRIPTION = """\
@@ -773,20 +765,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     resume = f"resume with the same command: python -m scaling.sweep {redact(shlex.join(argv))}"
     try:
+        options = RunOptions(
+            dry_run=args.dry_run,
+            adaptive=args.adaptive,
+            max_cells=args.max_cells,
+            address=args.address,
+            num_cpus=args.num_cpus,
+            num_gpus=args.num_gpus,
+            autoscaling=args.autoscaling,
+            verbose=args.verbose,
+        )
         outcome = run_sweep(
             args.sweep,
             args.profile,
             tuple(args.overrides),
-            args.dry_run,
-            args.address,
-            args.tracking_uri,
-            args.storage,
-            args.num_cpus,
-            args.num_gpus,
-            args.autoscaling,
-            max_cells=args.max_cells,
-            verbose=args.verbose,
-            adaptive=args.adaptive,
+            tracking_uri=args.tracking_uri,
+            storage=args.storage,
+            options=options,
         )
     except (SweepError, TrackingError, GuardError) as err:
         print(f"error: {redact(str(err))}", file=sys.stderr)

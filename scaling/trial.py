@@ -29,11 +29,12 @@ import torch
 
 from .cells import Cell
 from .checkpoints import CheckpointStore
+from .devices import cap_gpu_memory, trial_device
 from .kinds.train import checkpoint, finish, resume
 from .leases import Holder, Lease, Leases
 from .redact import trial_tracking_uri
 from .science.stacked import PackTrainer
-from .science.train import CellTrainer, resolve_device
+from .science.train import CellTrainer
 from .tracking import CellLog
 
 
@@ -104,26 +105,31 @@ class TrialContext:
             self.report(values)
 
 
-def trial_device(spec: TrialSpec, cell: Cell) -> torch.device:
-    """The cell's device: CUDA only where the trial was given a GPU."""
-    if cell.train.device != "auto":
-        return torch.device(cell.train.device)
-    return resolve_device("auto") if spec.resources.get("gpu", 0) > 0 else torch.device("cpu")
+@dataclass(frozen=True)
+class Prepared:
+    """A trial's device, its GPU memory cap (the log line, or None) and its checkpoint store."""
+
+    device: torch.device
+    cap: str | None
+    store: CheckpointStore
+
+    def note_cap(self, log: CellLog) -> None:
+        """Say in the cell's run (a tag and the trial's log) that its GPU memory is capped."""
+        if self.cap:
+            log.note("gpu_memory_cap", self.cap)
 
 
-def cap_gpu_memory(device: torch.device, gpu: float) -> None:
-    """Hold a trial given a fraction of a GPU to that fraction of the GPU's memory (whole GPUs: no cap)."""
-    if device.type == "cuda" and 0 < gpu < 1:
-        torch.cuda.set_per_process_memory_fraction(gpu, device)
-
-
-def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> tuple[torch.device, CheckpointStore]:
-    """Threads, device and GPU memory cap of the trial; its checkpoint store, which writes a cell's
-    checkpoint only while the cell's lease in ``leases`` is still this trial's."""
+def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
+    """Threads, device and GPU memory cap of the trial (scaling.devices); its checkpoint store, which
+    writes a cell's checkpoint only while the cell's lease in ``leases`` is still this trial's."""
     torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))
-    device = trial_device(spec, cell)
-    cap_gpu_memory(device, float(spec.resources.get("gpu", 0)))
-    return device, CheckpointStore(spec.storage, guard=lambda key: leases[key].check())
+    gpu = float(spec.resources.get("gpu", 0))
+    device = trial_device(cell.train.device, gpu)
+    return Prepared(
+        device,
+        cap_gpu_memory(device, gpu),
+        CheckpointStore(spec.storage, guard=lambda key: leases[key].check()),
+    )
 
 
 def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
@@ -168,13 +174,16 @@ def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
     if held:
         return held_report(held, report)
     try:
-        device, store = prepare(spec, cell, leases)
+        prepared = prepare(spec, cell, leases)
         log = open_log(spec, cell)
         if log.complete:  # finished meanwhile (by another driver, or before a retry)
             final = {"progress": 1.0, "finished": 1}
         else:
             leases[cell.key].record()
-            trial = TrialContext(device, store, log, trial_tracking_uri(spec.tracking_uri), report)
+            prepared.note_cap(log)
+            trial = TrialContext(
+                prepared.device, prepared.store, log, trial_tracking_uri(spec.tracking_uri), report
+            )
             try:
                 final = cell.kind.run(cell, trial)
             except Exception:
@@ -215,15 +224,17 @@ def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], re
     """Train and finish the pack's members this trial holds (see run_pack)."""
     if not cells:
         return {"progress": 1.0, "finished": 1}
-    device, store = prepare(spec, cells[0], leases)
+    prepared = prepare(spec, cells[0], leases)
+    store = prepared.store
     logs = [open_log(spec, cell) for cell in cells]
     todo = [(cell, log) for cell, log in zip(cells, logs) if not log.complete]
-    for cell, _ in todo:
+    for cell, log in todo:
         leases[cell.key].record()
+        prepared.note_cap(log)
     errors: dict[str, str] = {}
     if todo:
         try:
-            trainers = train_members(todo, store, device, report)
+            trainers = train_members(todo, store, prepared.device, report)
         except Exception:
             for _, log in todo:
                 log.fail(traceback.format_exc())

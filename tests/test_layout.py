@@ -1,9 +1,13 @@
 """The layout's rules, checked over the source (issue 16), and an old checkpoint resumed by today's code.
 
-- No import cycle among the project's modules: the module-level imports of scaling/, analysis/,
-  benchmarks/ and cluster/ form a graph without cycles (imports inside functions are lazy by design:
-  heavy or optional packages, and the kinds' registry resolving "module:ATTR" entries).
-- MLflow is spoken by scaling/tracking.py alone; the science folders import neither Ray nor MLflow.
+- No import cycle among the project's modules: the imports of scaling/, analysis/, benchmarks/ and
+  cluster/ form a graph without cycles, imports inside functions included (a module that imports another
+  inside a function still needs it: a circle through such an import is a circle). The kinds' registry
+  resolves "module:ATTR" strings, which are no imports.
+- An import of project code inside a function in scaling/ only defers a heavy package, and a comment on
+  it says so (the import block shows a file's real dependencies otherwise).
+- No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest).
+- MLflow is spoken by the scaling/tracking/ package alone; the science folders import neither Ray nor MLflow.
 - No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
 """
@@ -21,42 +25,52 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
 FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
+MAX_FUNCTION_LINES = 80  # a function, its signature, docstring and decorators included
 
 
-def sources(*packages: str) -> dict[str, Path]:
-    """Dotted module name -> file, for the project's packages."""
+def sources(*packages: str, root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for the project's packages (under ``root``)."""
     found = {}
     for package in packages:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
     return found
 
 
+def imported_by(name: str, path: Path, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The modules one import statement of module ``name`` names (relative imports resolved; ``from a import
+    b`` names a and a.b, which may be a module)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - node.level + 1]
+        stem = ".".join(base + ([node.module] if node.module else []))
+    else:
+        stem = node.module or ""
+    return {stem} | {f"{stem}.{alias.name}" for alias in node.names}  # `from . import tracking`
+
+
 def imports(name: str, path: Path, top_level_only: bool) -> set[str]:
     """The modules ``name`` imports (absolute dotted names; relative imports resolved)."""
     tree = ast.parse(path.read_text(), str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found = set()
     for node in nodes:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                stem = ".".join(base + ([node.module] if node.module else []))
-            else:
-                stem = node.module or ""
-            found.add(stem)
-            found.update(f"{stem}.{alias.name}" for alias in node.names)  # `from . import tracking`
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= imported_by(name, path, node)
     return found
 
 
-def project_graph(top_level_only: bool = True) -> dict[str, set[str]]:
-    modules = sources(*PACKAGES)
+def project_graph(
+    top_level_only: bool = False, packages: tuple[str, ...] = PACKAGES, root: Path = ROOT
+) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (at the top, and with ``top_level_only`` False also inside
+    functions and classes)."""
+    modules = sources(*packages, root=root)
     graph = {}
     for name, path in modules.items():
         targets = set()
@@ -100,11 +114,116 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
+def plant(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_the_import_graph_sees_a_cycle_made_through_an_import_inside_a_function(tmp_path):
+    """The shape of the llm_icl <-> scan circle this test once missed: one side imports at the top, the
+    other inside a function."""
+    plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/llm.py": (
+                "def monte_carlo():\n    from pkg.scan import scan_all\n\n    return scan_all()\n"
+            ),
+            "pkg/scan.py": "from pkg.llm import monte_carlo\n\n\ndef scan_all():\n    return 1\n",
+            "pkg/leaf.py": "import json\n\n\ndef f():\n    from . import scan  # deferred, no circle\n",
+        },
+    )
+    graph = project_graph(packages=("pkg",), root=tmp_path)
+    assert graph["pkg.llm"] == {"pkg", "pkg.scan"} and graph["pkg.leaf"] == {"pkg", "pkg.scan"}
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"pkg.llm", "pkg.scan"}
+    assert find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path)) is None
+
+
 def test_no_import_cycle_among_the_projects_modules():
     graph = project_graph()
     assert "scaling.trial" in graph and "scaling.science.train" in graph["scaling.kinds.train"]
+    assert "scaling.temperature.patch" in graph["scaling.kinds.temperature"]  # imported inside gpt2_scan
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def imports_inside_functions(name: str, path: Path) -> list[tuple[int, set[str], str]]:
+    """(line, the modules it names, its source and the line above) of each import inside a function."""
+    text = path.read_text()
+    lines = text.splitlines()
+    functions = [
+        n
+        for n in ast.walk(ast.parse(text, str(path)))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    nodes = {id(n): n for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return [
+        (
+            node.lineno,
+            imported_by(name, path, node),
+            "\n".join(lines[max(node.lineno - 2, 0) : node.end_lineno]),
+        )
+        for node in sorted(nodes.values(), key=lambda n: n.lineno)
+    ]
+
+
+def silent_project_imports(packages: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """'path:line: modules' of each import of project code inside a function with no comment on it or on
+    the line above."""
+    first_party = set(PACKAGES) | set(packages)
+    return [
+        f"{path.relative_to(root)}:{line}: {', '.join(sorted(imported))}"
+        for name, path in sources(*packages, root=root).items()
+        for line, imported, source in imports_inside_functions(name, path)
+        if any(m.split(".")[0] in first_party for m in imported) and "#" not in source
+    ]
+
+
+def test_an_import_of_project_code_inside_a_function_without_a_comment_is_found(tmp_path):
+    plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/heavy.py": "",
+            "pkg/user.py": (
+                "import json\n\n\ndef silent():\n    from pkg import heavy\n\n\n"
+                "def said():\n    from . import heavy  # defers transformers\n\n\n"
+                "def said_above():\n    # defers scipy\n    from pkg.heavy import (\n        x,\n    )\n\n\n"
+                "def third_party():\n    import torch\n"
+            ),
+        },
+    )
+    assert silent_project_imports(("pkg",), tmp_path) == ["pkg/user.py:5: pkg, pkg.heavy"]
+
+
+def test_imports_of_project_code_inside_functions_in_scaling_say_what_they_defer():
+    """Such an import hides a dependency from the file's import block: it stays only where it keeps a heavy
+    package (transformers, scipy, ...) from loading until needed, with a comment that says so."""
+    silent = silent_project_imports(("scaling",))
+    assert not silent, "imports inside functions without a comment on what they defer:\n" + "\n".join(silent)
+
+
+def function_lengths(*packages: str) -> list[tuple[int, str]]:
+    """(lines, 'path:line name') of every function and method of the packages, longest first."""
+    found = []
+    for path in sources(*packages).values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                found.append(
+                    (node.end_lineno - first + 1, f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+                )
+    return sorted(found, key=lambda f: (-f[0], f[1]))
+
+
+def test_no_function_in_scaling_or_analysis_is_over_80_lines():
+    lengths = function_lengths("scaling", "analysis")
+    longest = "\n".join(f"{lines:4d}  {where}" for lines, where in lengths[:10])
+    print(f"the longest functions of scaling/ and analysis/:\n{longest}")
+    over = [where for lines, where in lengths if lines > MAX_FUNCTION_LINES]
+    assert lengths and not over, f"over {MAX_FUNCTION_LINES} lines: {over}\nthe longest:\n{longest}"
 
 
 def test_mlflow_is_imported_by_the_tracking_module_alone():
@@ -113,7 +232,7 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
         for name, path in sources(*PACKAGES).items()
         if any(m == "mlflow" or m.startswith("mlflow.") for m in imports(name, path, False))
     )
-    assert users == ["scaling.tracking"]
+    assert users == ["scaling.tracking", "scaling.tracking.adaptive_waves", "scaling.tracking.store_template"]
 
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():

@@ -22,7 +22,6 @@ from scaling.temperature.llm_icl import (
     load_causal_lm,
     load_sciq,
     make_retriever,
-    monte_carlo_exact_match,
     most_similar,
     noisy_count,
     noisy_labels,
@@ -31,6 +30,7 @@ from scaling.temperature.llm_icl import (
     query_text,
 )
 from scaling.temperature.patch import attention_modules, attention_temperature
+from scaling.temperature.scan import monte_carlo_exact_match
 from scaling.temperature.tiny_llm import char_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"

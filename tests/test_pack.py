@@ -6,7 +6,11 @@ import torch
 from scaling.cells import Cell
 from scaling.packing import (
     AUTO_PACK_SIZE,
+    GPU_MEMORY_USABLE,
+    MAX_GPU_PACK,
     MIN_SPLIT_SECONDS,
+    gpu_budget,
+    gpu_pack_size,
     pack_groups,
     pack_limit,
     pack_seconds,
@@ -134,9 +138,21 @@ def test_members_train_on_their_own_losses_not_the_sum():
         ("off", [cell(), cell(T=4)], "off", [[0], [1]]),
         ("K=2 splits three cells", [cell(T=2), cell(T=4), cell(T=8)], 2, [[0, 1], [2]]),
         (
-            "gpt2 is not packable",
+            "gpt2 packs, but auto does not pack it on a CPU (it does not pay there)",
             [cell(model={"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}, T=t) for t in (2, 4)],
             "auto",
+            [[0], [1]],
+        ),
+        (
+            "K packs gpt2",
+            [cell(model={"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}, T=t) for t in (2, 4)],
+            2,
+            [[0, 1]],
+        ),
+        (
+            "gpt2 on the stacked layout never packs",
+            [cell(model={"arch": "gpt2", "n_embd": 8, "layout": "stacked"}, T=t) for t in (2, 4)],
+            2,
             [[0], [1]],
         ),
         (
@@ -220,3 +236,59 @@ def test_bfloat16_packs_match_bfloat16_cells_to_bfloat16_precision():
     for a, p in zip(train_alone(cells), train_packed(cells)):
         for x, y in zip(a.model.parameters(), p.model.parameters()):
             torch.testing.assert_close(y, x, rtol=2e-2, atol=2e-2)
+
+
+GPU_TABLE = {  # a CUDA cost table's parts the packer reads (scaling.cost.load_gpu_table)
+    "device": "a GPU",
+    "memory_bytes": 80 * 2**30,
+    "fit": {"gpt2": {"t0": 1e-3, "rate": 1e14, "m0": 2**30, "bytes_per_activation": 40.0}},
+}
+FIG1_GPT2 = {"arch": "gpt2", "n_layer": 8, "n_head": 8, "n_embd": 256}
+
+
+def fig1_cell(T=100, **overrides) -> Cell:
+    train = {**tiny_cell_dict()["train"], "batch_size": 64}
+    return cell(model=FIG1_GPT2, task={"d": 8}, N=40, T=T, train=train, **overrides)
+
+
+def test_the_gpu_pack_size_is_the_memory_over_each_members_params_and_activations():
+    """Against an independent count: 16 bytes per parameter of the Fig. 1 GPT-2 (its formula written out
+    here) and 40 bytes per activation element (batch x 2(N+1) tokens x width x layers)."""
+    k, layers, d, N, batch = 256, 8, 8, 40, 64
+    params = layers * (12 * k * k + 13 * k) + 2 * (N + 1) * k + k + 2 * k + (d * k + k) + k + 1
+    member = 16 * params + 40.0 * batch * 2 * (N + 1) * k * layers
+    for share in (0.25, 0.5, 1.0):
+        budget = gpu_budget(share, GPU_TABLE)
+        expected = int((GPU_MEMORY_USABLE * share * 80 * 2**30 - 2**30) // member)
+        assert 1 < gpu_pack_size(fig1_cell(), budget) == min(expected, MAX_GPU_PACK)
+
+
+def test_the_gpu_pack_size_is_a_pure_function_of_the_model_and_the_memory(monkeypatch):
+    """No device is asked (torch.cuda is not touched), cells differing only in T, seed or lr get the same
+    size, and more memory or a smaller model never gives fewer members."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("the packer asked the device"))
+    sizes = [
+        gpu_pack_size(fig1_cell(T=t, seed=s), gpu_budget(0.5, GPU_TABLE)) for t in (16, 1e5) for s in (0, 1)
+    ]
+    assert len(set(sizes)) == 1
+    by_memory = [gpu_pack_size(fig1_cell(), gpu_budget(g, GPU_TABLE)) for g in (0.1, 0.25, 0.5, 1.0)]
+    assert by_memory == sorted(by_memory) and by_memory[0] < by_memory[-1]
+    wider = cell(model={**FIG1_GPT2, "n_embd": 512}, task={"d": 8}, N=40, train=fig1_cell().train.__dict__)
+    assert gpu_pack_size(wider, gpu_budget(0.5, GPU_TABLE)) < gpu_pack_size(
+        fig1_cell(), gpu_budget(0.5, GPU_TABLE)
+    )
+    small = cell(model={"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8})
+    assert gpu_pack_size(small, gpu_budget(1.0, GPU_TABLE)) == MAX_GPU_PACK
+    huge = cell(model={**FIG1_GPT2, "n_embd": 4096}, task={"d": 8}, N=500, train=fig1_cell().train.__dict__)
+    assert gpu_pack_size(huge, gpu_budget(0.1, GPU_TABLE)) == 1
+
+
+def test_on_a_gpu_auto_packs_gpt2_cells_as_many_as_fit_and_without_a_table_not_at_all():
+    cells = [fig1_cell(T=2**i) for i in range(12)]
+    budget = gpu_budget(0.05, GPU_TABLE)  # 4 GiB
+    size = gpu_pack_size(cells[0], budget)
+    assert 1 < size < 12
+    groups = pack_groups(cells, "auto", gpu_of=lambda c: budget)
+    assert [len(g) for g in groups] == [size] * (12 // size) + ([12 % size] if 12 % size else [])
+    assert gpu_budget(0.25, None) is None and gpu_budget(0, GPU_TABLE) is None
+    assert pack_groups(cells, "auto", gpu_of=lambda c: None) == [[i] for i in range(12)]

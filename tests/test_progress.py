@@ -6,10 +6,11 @@ These drive the Progress object directly (no Ray); tests/test_sweep_e2e.py check
 import io
 import pickle
 import re
+import time
 
 from rich.console import Console
 
-from scaling.progress import Progress, error_line, next_commands, summary_lines
+from scaling.progress import Progress, Summary, error_line, next_commands, summary_lines
 
 
 def cell_config(name, steps=1000):
@@ -52,6 +53,39 @@ def test_plain_output_is_one_line_per_change_with_consistent_counts():
     assert "done pack of 3" in lines[2] and "5/12 cells done (42%), 1 running, 6 pending" in lines[2]
     assert "FAILED gpt2 T=16 N=8 seed=0: ValueError: lr must be positive" in lines[3]
     assert "5/12 cells done (42%), 0 running, 6 pending, 1 failed" in lines[3]
+
+
+def test_plain_output_has_a_heartbeat_with_each_running_trials_step_at_its_interval():
+    out = io.StringIO()
+    with Progress("smoke", total=12, skipped=2, out=out, heartbeat=0.1) as progress:
+        progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))
+        progress.result("a", cell_config("gpt2 T=16 N=8 seed=0"), {"step": 250, "progress": 0.25})
+        progress.started("b", cell_config("theory_context none d=10 seed=0", steps=0))
+        progress.started("c", cell_config("mlp T=inf N=16 seed=1"))
+        progress.result("c", cell_config("mlp T=inf N=16 seed=1"), {"step": 1000, "progress": 1.0})
+        time.sleep(0.55)
+    time.sleep(0.25)  # closed: no more heartbeats
+    beats = [line for line in out.getvalue().splitlines() if line.startswith("[smoke] running ")]
+    assert 2 <= len(beats) <= 6, out.getvalue()  # 0.55 s at one per 0.1 s: at most 5 (and one late)
+    assert re.fullmatch(
+        r"\[smoke\] running gpt2 T=16 N=8 seed=0 step 250/1000, mlp T=inf N=16 seed=1 evaluating,"
+        r" theory_context none d=10 seed=0 \| 2/12 cells done \(17%\), 3 running, 7 pending, 0 failed"
+        r" \| \d+s elapsed, ~\S+ left",
+        beats[0],
+    ), beats[0]
+    assert len(out.getvalue().splitlines()) == 3 + len(beats)  # the change lines are as before
+
+
+def test_heartbeat_is_off_by_default_and_in_the_live_view():
+    plain, terminal = io.StringIO(), io.StringIO()
+    terminal.isatty = lambda: True
+    for out, heartbeat in ((plain, None), (terminal, 0.05)):
+        with Progress("smoke", total=2, skipped=0, out=out, heartbeat=heartbeat) as progress:
+            progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))
+            time.sleep(0.3)
+            copy = pickle.loads(pickle.dumps(progress))  # Tune pickles its callbacks mid-run
+    assert "running gpt2" not in plain.getvalue() and "running gpt2" not in terminal.getvalue()
+    assert copy.running and copy.heartbeat == 0.05
 
 
 def test_work_fraction_counts_running_cells_by_steps_and_never_reaches_one_while_they_run():
@@ -129,24 +163,38 @@ def test_summary_names_failures_time_place_and_next_commands():
         "open http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning",
     ]
 
-    ok = summary_lines("smoke", 24, 4, 20, {}, 0, 75.0, 9, "sqlite:////w/m.db", "smoke", commands)
+    ok = summary_lines(
+        Summary(
+            name="smoke",
+            total=24,
+            skipped=4,
+            completed=20,
+            failed={},
+            unfinished=0,
+            elapsed=75.0,
+            trials=9,
+            uri="sqlite:////w/m.db",
+            commands=commands,
+        )
+    )
     assert ok[0] == (
         "[smoke] 20 cells trained in 9 trials (small cells packed together), 0 failed,"
         " 4 already complete; 24/24 cells complete; took 1m15s."
     )
     assert ok[-4:] == ["next:"] + [f"  {command}" for command in commands]
     bad = summary_lines(
-        "smoke",
-        3,
-        0,
-        2,
-        {"gpt2 T=16 N=8 seed=0 (abc)": "Traceback\n  x\nKeyError: 'd'"},
-        0,
-        5.0,
-        3,
-        "sqlite:////w/m.db",
-        "smoke",
-        commands,
+        Summary(
+            name="smoke",
+            total=3,
+            skipped=0,
+            completed=2,
+            failed={"gpt2 T=16 N=8 seed=0 (abc)": "Traceback\n  x\nKeyError: 'd'"},
+            unfinished=0,
+            elapsed=5.0,
+            trials=3,
+            uri="sqlite:////w/m.db",
+            commands=commands,
+        )
     )
     assert bad[0].startswith("[smoke] 2 cells trained, 1 failed; 2/3 cells complete")
     assert bad[1] == "[smoke] FAILED gpt2 T=16 N=8 seed=0 (abc): KeyError: 'd'"

@@ -5,7 +5,8 @@ import sqlite3
 
 import pytest
 
-from scaling.tracking import Tracker, empty_store_template, seed_sqlite_store
+from scaling.tracking import Tracker
+from scaling.tracking.store_template import empty_store_template, seed_sqlite_store
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 it with the project's own verdicts and fits, then run the cells that most narrow the answers still open per
 unit of estimated cost, wave after wave, until every answer is settled or the budget is spent.
 
-- settings.py: the sweep file's ``adaptive:`` section (pure; checked by the planner);
+- scaling/adaptive_settings.py (beside the planner, below this package): the sweep file's ``adaptive:``
+  section (pure; checked by the planner);
 - policy.py: answers from the complete cells and the next wave (no Ray, no MLflow);
 - driver.py: the waves as ordinary Tune trials, the answers printed and logged on the sweep's parent run;
 - replay.py: the policy replayed on a store holding the whole lattice, against random subsets.

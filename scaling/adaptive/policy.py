@@ -51,11 +51,11 @@ import pandas as pd
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from ..adaptive_settings import AdaptiveQuestion, AdaptiveSettings
 from ..judge.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
 from ..judge.provenance import setting_columns
 from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 from ..plan import Plan
-from .settings import AdaptiveQuestion, AdaptiveSettings
 
 SETTLED_LABELS = {AT_CHANCE, *(q.yes for q in QUESTIONS.values()), *(q.no for q in QUESTIONS.values())}
 AXIS_OF = {"context": "N", "task": "T"}  # the lattice axis a verdict varies (n = N on a lattice of N)

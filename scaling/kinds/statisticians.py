@@ -32,15 +32,17 @@ import pandas as pd
 import torch
 
 from ..config import check, check_choice
+from ..cost import CellCost, training_cost
 from ..science.baselines import LINEAR, applicable_baselines
 from ..science.evaluate import context_grid, evaluate
 from ..science.models import model_facts
 from ..science.tasks import fresh_prompts, make_family
+from ..science.train import CellTrainer
 from ..statisticians.constructions import BOUND, gd_transformer, selection_transformer
 from ..statisticians.predictors import transformer_predictor
 from ..statisticians.reference import prefix_gd_weights, prefix_ridge_weights
 from ..tracking import curve_metric_key, metric_name
-from . import CellCost, Kind
+from . import Kind
 
 CONSTRUCTED = ("constructed", "explicit_gd", "gd_limit", "selection", "gd_ridge")
 
@@ -171,8 +173,6 @@ def run_gd(cell, trial) -> dict[str, Any]:
 
 def trained_model(cell, trial):
     """The cell's model trained as a training cell trains it (same data, steps and seed), its weights."""
-    from ..science.train import CellTrainer
-
     trainer = CellTrainer(cell, trial.device)
     every = max(1, cell.train.steps // 10)
     while not trainer.done_training:
@@ -227,9 +227,7 @@ def gd_cost(cell) -> CellCost:
 def selection_cost(cell) -> CellCost:
     """Training cost of the model trained beside it (train_model), else no training."""
     if cell.construction.train_model:
-        from .train import cost
-
-        return cost(cell)
+        return training_cost(cell)
     return gd_cost(cell)
 
 
@@ -260,7 +258,7 @@ GD_TRANSFORMER = Kind(
     name="gd_transformer",
     run=run_gd,
     label=gd_label,
-    analysis="analysis.statisticians:analyse",
+    analysis="analysis.statisticians:CONSTRUCTIONS",
     settings=ConstructionConfig,
     group="construction",
     check=check_gd,
@@ -272,7 +270,7 @@ SELECTION_TRANSFORMER = Kind(
     name="selection_transformer",
     run=run_selection,
     label=selection_label,
-    analysis="analysis.statisticians:analyse",
+    analysis="analysis.statisticians:CONSTRUCTIONS",
     settings=ConstructionConfig,
     group="construction",
     check=check_selection,

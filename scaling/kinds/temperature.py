@@ -34,11 +34,13 @@ import pandas as pd
 import torch
 
 from ..config import ConfigError, check, check_choice, from_dict
+from ..cost import CellCost, training_cost
 from ..science.baselines import applicable_baselines
 from ..science.evaluate import evaluate
 from ..science.models import ModelConfig, build_model
 from ..science.tasks import fresh_prompts, make_family
 from ..science.train import CellTrainer
+from ..sweep_models import load_complete_model
 from ..temperature import smollm
 from ..temperature.curves import (
     PARAMS_SOURCES,
@@ -47,9 +49,10 @@ from ..temperature.curves import (
     figure4_curves,
     figure5_histograms,
 )
+from ..temperature.garg import load_garg_gpt2
 from ..temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
 from ..tracking import curve_metric_key, metric_name
-from . import CellCost, Kind
+from . import Kind
 
 Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
 LLM_PANELS = ("demos", "noisy_ratio")
@@ -315,8 +318,6 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
     t = cell.temperature
     d = cell.task.d
     if t.checkpoint:
-        from ..temperature.garg import load_garg_gpt2
-
         model = load_garg_gpt2(
             t.checkpoint,
             n_dims=d,
@@ -328,8 +329,6 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
         )
         return model, None
     if t.from_sweep:
-        from ..tracking import load_complete_model  # MLflow: only a scan of a sweep's model
-
         source, state = load_complete_model(t.from_sweep, t.from_params, tracking_uri)
         if source["task"]["d"] != d or int(source["N"]) < cell.N:
             raise ValueError(
@@ -366,10 +365,16 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    from ..temperature.patch import attention_temperature, score_moments  # imports transformers
+    model, weights = _gpt2_model(cell, device, report, tracking_uri)
+    return scan_gpt2(cell, model, device, weights)
+
+
+def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None) -> JobResult:
+    """gpt2_scan's curves and summary of a given ``model`` on ``device`` (the GPU script compares them
+    across devices for the same weights)."""
+    from ..temperature.patch import attention_temperature, score_moments  # defers transformers (seconds)
 
     t = cell.temperature
-    model, weights = _gpt2_model(cell, device, report, tracking_uri)
     family = make_family(cell.task, cell.eval.shift)
     prompts = fresh_prompts(family, cell.eval.prompts, cell.N + 1, cell.seed, device=device)
 
@@ -412,6 +417,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     mc_runs Monte Carlo runs, as the paper's error bars), prompts (questions x runs), em, em_std, tau,
     noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
     Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
+    # both import transformers and scikit-learn (seconds): only an LLM scan loads them
     from ..temperature.llm_icl import (
         load_causal_lm,
         load_sciq,
@@ -419,7 +425,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
         prompt_score_moments,
         query_text,
     )
-    from ..temperature.scan import PromptSet
+    from ..temperature.scan import PromptSet  # transformers too
 
     t = cell.temperature
     model, tokenizer = load_causal_lm(t.llm, device=str(device))  # loaded once for every x, tau and run
@@ -503,9 +509,7 @@ def no_training(cell) -> CellCost:
 def gpt2_scan_cost(cell) -> CellCost:
     """Training cost when the scan trains its model here; otherwise a scan of a given model."""
     if cell.temperature.train_model:
-        from .train import cost
-
-        return cost(cell)
+        return training_cost(cell)
     return CellCost(what="no training (a temperature scan of a given GPT-2)")
 
 
@@ -528,7 +532,7 @@ def _kind(
         name=name,
         run=runner(job),
         label=label,
-        analysis="analysis.temperature:analyse",
+        analysis="analysis.temperature:TEMPERATURE",
         settings=TemperatureConfig,
         group="temperature",
         check=check,

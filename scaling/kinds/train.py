@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
+from ..cost import CellCost, training_cost
 from ..science.models import model_facts
 from ..science.train import CellTrainer
-from . import CellCost, Kind
+from . import Kind
 
 
 def label(cell) -> str:
@@ -87,16 +88,14 @@ def run(cell, trial) -> dict[str, Any]:
 
 def cost(cell) -> CellCost:
     """Training FLOPs, seconds and peak memory of the cell from its model's facts and the cost table."""
-    from ..cost import training_cost
-
     return training_cost(cell)
 
 
 def packable(cell) -> bool:
     """Whether the cell's model can train stacked with others (scaling.science.stacked)."""
-    return model_facts(cell.model.arch).packable
+    return model_facts(cell.model.arch).packable(cell.model)
 
 
 TRAIN = Kind(
-    name="train", run=run, label=label, analysis="analysis.run:analyse_training", cost=cost, packable=packable
+    name="train", run=run, label=label, analysis="analysis.training:TRAINING", cost=cost, packable=packable
 )

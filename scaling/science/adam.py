@@ -9,12 +9,15 @@ laid out as torch.optim.Adam lays it out (per parameter: a float32 ``step`` on t
 ``exp_avg``, ``exp_avg_sq``; one param group with torch's keys), so the updates are bitwise those of
 torch.optim.Adam(fused=True) and a state_dict of either loads into the other (tests/test_adam.py).
 No weight decay, amsgrad or maximize: the training recipe is plain Adam with a constant learning rate.
+
+``StackedAdam`` is the same update on parameters stacked over the K members of a pack
+(scaling.science.stacked), each member with its own learning rate and moments.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -132,3 +135,83 @@ class FusedAdam:
                 )  # never shared with the dict given
                 for key, value in values.items()
             }
+
+
+class StackedAdam:
+    """FusedAdam's update of parameters stacked over K members: member k's slice moves exactly as its own
+    FusedAdam would move it (the same kernel, ``torch._fused_adam_``, on the slices of the (K, ...) tensors,
+    one call per distinct learning rate), each member with its own learning rate and moments.
+
+    Moments and the step count are read from the members' torch Adam states and written back to them
+    (``write_back``): a member's checkpoint stays that of an unpacked cell, and a segment may start from
+    members resumed from checkpoints. The step count lives on the device and the update launches no
+    Python-dependent arithmetic, so a step can be captured in a CUDA graph (scaling.science.cuda_graphs).
+    """
+
+    def __init__(self, params: dict[str, torch.Tensor], members: Sequence):
+        group = members[0].optimizer.param_groups[0]
+        self.beta1, self.beta2 = group["betas"]
+        self.eps = group["eps"]
+        self.params = params
+        owned = [dict(m.model.named_parameters()) for m in members]
+        states = {
+            name: [m.optimizer.state.get(own[name], {}) for m, own in zip(members, owned)] for name in params
+        }  # name -> each member's Adam state
+        self.exp_avg = {name: self._stack(states[name], "exp_avg", p) for name, p in params.items()}
+        self.exp_avg_sq = {name: self._stack(states[name], "exp_avg_sq", p) for name, p in params.items()}
+        steps = {int(st.get("step", 0)) for per_param in states.values() for st in per_param}
+        if len(steps) != 1:
+            raise ValueError(
+                f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
+            )
+        self.step = steps.pop()
+        device = next(iter(params.values())).device
+        self.step_count = torch.tensor(float(self.step), dtype=torch.float32, device=device)
+        lrs = [float(m.optimizer.param_groups[0]["lr"]) for m in members]
+        self.by_lr = {lr: [k for k, own in enumerate(lrs) if own == lr] for lr in dict.fromkeys(lrs)}
+
+    @staticmethod
+    def _stack(states: list[dict], key: str, like: torch.Tensor) -> torch.Tensor:
+        return torch.stack([st[key] if key in st else torch.zeros_like(like[0]) for st in states])
+
+    @torch.no_grad()
+    def update(self, grads: dict[str, torch.Tensor]) -> None:
+        """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
+        self.step += 1
+        self.step_count += 1
+        names = list(self.params)
+        grads = {n: grads[n].contiguous() for n in names}  # the layout of the (contiguous) stacked params
+        for lr, members in self.by_lr.items():
+
+            def slices(tensors: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+                return [tensors[n][k] for k in members for n in names]
+
+            params = slices(self.params)
+            torch._fused_adam_(
+                params,
+                slices(grads),
+                slices(self.exp_avg),
+                slices(self.exp_avg_sq),
+                [],
+                [self.step_count] * len(params),
+                amsgrad=False,
+                lr=lr,
+                beta1=self.beta1,
+                beta2=self.beta2,
+                weight_decay=0.0,
+                eps=self.eps,
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
+
+    def write_back(self, members: Sequence) -> None:
+        """Each member's torch Adam state becomes its slice of the stacked moments and the step count."""
+        for k, member in enumerate(members):
+            own = dict(member.model.named_parameters())
+            for name in self.params:
+                member.optimizer.state[own[name]] = {
+                    "step": self.step_count.detach().clone().to(own[name].device),
+                    "exp_avg": self.exp_avg[name][k].clone(),
+                    "exp_avg_sq": self.exp_avg_sq[name][k].clone(),
+                }

@@ -54,6 +54,13 @@ def explicit_attention(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scal
     return torch.matmul(weights.to(v.dtype), v)
 
 
+def attend(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal softmax attention of (..., H, T, d_head) heads: SDPA (explicit_attention for bf16 on a CPU)."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        return explicit_attention(q, key, v, scale)
+    return nn.functional.scaled_dot_product_attention(q, key, v, is_causal=True, scale=scale)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal softmax attention through SDPA (explicit_attention for bf16 on a CPU), scale
     ``scaling``."""
@@ -79,11 +86,7 @@ class CausalSelfAttention(nn.Module):
             allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             mask = torch.zeros(T, T, device=x.device).masked_fill(~allowed, float("-inf"))
             recorder.add(self.layer_idx, scores, mask[None, None])
-        if q.dtype == torch.bfloat16 and q.device.type == "cpu":
-            mixed = explicit_attention(q, key, v, self.scaling)
-        else:
-            mixed = nn.functional.scaled_dot_product_attention(q, key, v, is_causal=True, scale=self.scaling)
-        return mixed.transpose(1, 2).reshape(B, T, k)
+        return attend(q, key, v, self.scaling).transpose(1, 2).reshape(B, T, k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(self.mix(x))

@@ -104,6 +104,12 @@ def interleaved_tokens(xs: torch.Tensor, ys: torch.Tensor, width: int | None = N
     return tokens
 
 
+def own_backbone(config: ModelConfig) -> bool:
+    """Whether a GPT-2 of ``config`` runs scaling.science.gpt2 (interleaved tokens, softmax through SDPA)
+    rather than transformers' GPT2Model; only such GPT-2 cells pack (scaling.science.stacked_transformers)."""
+    return config.layout == "interleaved" and config.phi == "softmax" and config.attn_implementation == "sdpa"
+
+
 class GPT2InContext(nn.Module):
     """GPT-2 backbone with linear read-in/read-out on interleaved or stacked tokens."""
 
@@ -117,7 +123,7 @@ class GPT2InContext(nn.Module):
         # network
         # and parameters without transformers' import (~4.5 s of CPU in every trial process); the stacked
         # layout's prefix mask, the other phis and eager attention plug into transformers' GPT2Model.
-        self.own_backbone = not stacked and config.phi == "softmax" and config.attn_implementation == "sdpa"
+        self.own_backbone = own_backbone(config)
         if self.own_backbone:
             self.backbone = GPT2Backbone(config.n_embd, config.n_layer, config.n_head, positions)
         else:
@@ -311,7 +317,12 @@ class ModelFacts:
     forward_flops_per_token: Callable[[object], float]
     width: Callable[[ModelConfig], int] = lambda config: config.width
     layers: Callable[[ModelConfig], int] = lambda config: config.n_layer
-    packable: bool = False
+    packable: Callable[[ModelConfig], bool] = lambda config: False
+    # whether packing small cells pays on a CPU (scaling.packing's ``auto``): measured on this project's
+    # 2-core CPU (docs/gpu.md, "On this CPU"): 8 packed quick-size GPT-2 cells step at 0.72x, SGPT at 0.94x
+    # of the same cells one after another (a CPU is busy with arithmetic at every size the sweeps
+    # train), so transformers pack on GPUs only
+    cpu_packing_pays: bool = True
     max_positions: int | None = None  # tokens per prompt the model takes; None: no limit
     title: str = ""  # the name errors use (default: the arch's)
     # the ModelConfig settings the architecture reads (arch and name are every model's); a cell logs only
@@ -356,6 +367,8 @@ MODELS: dict[str, ModelFacts] = {
         _attention_flops(24),
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
+        packable=own_backbone,
+        cpu_packing_pays=False,
         max_positions=GPT2_MAX_POSITIONS,
         title="GPT-2",
         settings=("n_layer", "n_head", "n_embd", "attn_implementation", "layout", "attention"),
@@ -364,7 +377,7 @@ MODELS: dict[str, ModelFacts] = {
         PromptMLP,
         _head_params,
         lambda s: 2 * _head_params(s),
-        packable=True,
+        packable=lambda c: True,
         settings=("width", "inputs", "feature_map"),
         unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
     ),
@@ -374,17 +387,23 @@ MODELS: dict[str, ModelFacts] = {
         _attention_flops(4),
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
+        packable=lambda c: True,
+        cpu_packing_pays=False,
         settings=("n_layer", "n_embd", "attention"),
     ),
     "onelayer": ModelFacts(
         one_layer,
         _head_params,
         lambda s: 2 * _head_params(s),
-        packable=True,
+        packable=lambda c: True,
         settings=("width", "feature_map"),
     ),
     "linear_on_scalar": ModelFacts(
-        LinearOnScalar, _head_params, lambda s: 2 * _head_params(s), packable=True, settings=("feature_map",)
+        LinearOnScalar,
+        _head_params,
+        lambda s: 2 * _head_params(s),
+        packable=lambda c: True,
+        settings=("feature_map",),
     ),
 }
 

@@ -10,8 +10,10 @@ batches are computed as one batch, each Linear layer of the head is one batched 
 Adam update (each member's own learning rate) moves all members; at the segment's end every member gets
 its slice back. Per training step a pack therefore costs about what one cell costs, not K times. The loss
 is the sum of the members' losses, so member k's gradient is the gradient of its own loss; results equal
-the unpacked ones up to floating-point rounding of the batched matrix products. Which cells pack is
-scaling.packing's decision; the pack's trial is scaling.trial.run_pack.
+the unpacked ones up to floating-point rounding of the batched matrix products. GPT-2 and SGPT members
+stack through scaling.science.stacked_transformers (the same segments, StackedAdam and write-back; a
+transformer's forward and backward instead of features and a head); ``stack`` picks the engine. Which
+cells pack is scaling.packing's decision; the pack's trial is scaling.trial.run_pack.
 """
 
 from __future__ import annotations
@@ -20,74 +22,13 @@ from typing import Callable, Sequence
 
 import torch
 
+from .adam import StackedAdam
+from .stacked_transformers import StackedTransformer, packs
 from .tasks import stacked_batches, stacked_block
 from .train import CellTrainer
 
 # a pack computes its members' features for up to this many numbers' worth of steps at once (16 MiB float32)
 FEATURE_BLOCK_NUMBERS = 1 << 22
-
-
-class StackedAdam:
-    """torch.optim.Adam's update (no weight decay, no amsgrad) on parameters stacked over K members.
-
-    Each member keeps its own learning rate (a (K, 1, ...) tensor) and its own moments, so member k's
-    slice moves exactly as its own Adam would move it alone. Moments and the step count are read from the
-    members' torch Adam states and written back to them (``write_back``): a member's checkpoint stays that
-    of an unpacked cell, and a segment may start from members resumed from checkpoints.
-    """
-
-    def __init__(self, params: dict[str, torch.Tensor], members: Sequence[CellTrainer]):
-        group = members[0].optimizer.param_groups[0]
-        self.beta1, self.beta2 = group["betas"]
-        self.eps = group["eps"]
-        self.params = params
-        owned = [dict(m.model.named_parameters()) for m in members]
-        states = {
-            name: [m.optimizer.state.get(own[name], {}) for m, own in zip(members, owned)] for name in params
-        }  # name -> each member's Adam state
-        self.exp_avg = {name: self._stack(states[name], "exp_avg", p) for name, p in params.items()}
-        self.exp_avg_sq = {name: self._stack(states[name], "exp_avg_sq", p) for name, p in params.items()}
-        steps = {int(st.get("step", 0)) for per_param in states.values() for st in per_param}
-        if len(steps) != 1:
-            raise ValueError(
-                f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
-            )
-        self.step = steps.pop()
-        lr = torch.tensor([m.optimizer.param_groups[0]["lr"] for m in members], dtype=torch.float32)
-        self.lr = {name: lr.to(p.device).view(-1, *[1] * (p.dim() - 1)) for name, p in params.items()}
-
-    @staticmethod
-    def _stack(states: list[dict], key: str, like: torch.Tensor) -> torch.Tensor:
-        return torch.stack([st[key] if key in st else torch.zeros_like(like[0]) for st in states])
-
-    @torch.no_grad()
-    def update(self, grads: dict[str, torch.Tensor]) -> None:
-        """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
-        self.step += 1
-        names = list(self.params)
-        params, grads = [self.params[n] for n in names], [grads[n] for n in names]
-        m, v = [self.exp_avg[n] for n in names], [self.exp_avg_sq[n] for n in names]
-        torch._foreach_lerp_(m, grads, 1 - self.beta1)
-        torch._foreach_mul_(v, self.beta2)
-        torch._foreach_addcmul_(v, grads, grads, 1 - self.beta2)
-        denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, (1 - self.beta2**self.step) ** 0.5)
-        torch._foreach_add_(denom, self.eps)
-        steps = torch._foreach_div(m, denom)
-        torch._foreach_mul_(steps, [self.lr[n] for n in names])
-        torch._foreach_div_(steps, 1 - self.beta1**self.step)
-        torch._foreach_sub_(params, steps)
-
-    def write_back(self, members: Sequence[CellTrainer]) -> None:
-        """Each member's torch Adam state becomes its slice of the stacked moments and the step count."""
-        for k, member in enumerate(members):
-            own = dict(member.model.named_parameters())
-            for name in self.params:
-                member.optimizer.state[own[name]] = {
-                    "step": torch.tensor(float(self.step), dtype=torch.float32, device=own[name].device),
-                    "exp_avg": self.exp_avg[name][k].clone(),
-                    "exp_avg_sq": self.exp_avg_sq[name][k].clone(),
-                }
 
 
 class StackedMembers:
@@ -217,6 +158,12 @@ class StackedMembers:
         self.optimizer.write_back(self.members)
 
 
+def stack(members: Sequence[CellTrainer]) -> "StackedMembers | StackedTransformer":
+    """The members as one stacked model: the transformer engine for GPT-2 and SGPT
+    (scaling.science.stacked_transformers), the features-then-head engine for the MLP-type models."""
+    return StackedTransformer(members) if packs(members[0].model) else StackedMembers(members)
+
+
 class PackTrainer:
     """K CellTrainers trained together in segments: stacked forward/backward and Adam (StackedMembers)."""
 
@@ -237,7 +184,7 @@ class PackTrainer:
         stop = min(stop, train.steps)
         if members[0].step >= stop:
             return
-        stacked = StackedMembers(members)
+        stacked = stack(members)
         indices = [self.trainers.index(m) for m in members]
         while stacked.step < stop:
             losses = stacked.train_step()

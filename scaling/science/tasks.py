@@ -540,7 +540,12 @@ def fresh_prompts(
     purpose: str = "eval",
     device: torch.device | str = "cpu",
 ) -> Prompts:
-    """``count`` prompts with fresh (unseen) tasks: the evaluation set of a cell."""
-    gen = generator(seed, purpose, 0, device)
+    """``count`` prompts with fresh (unseen) tasks: the evaluation set of a cell, moved to ``device``.
+
+    Drawn on the CPU whatever the device: CUDA's generator is another stream than the CPU's, and a cell's
+    evaluation prompts (and so its errors, a scan's or a construction's answers) must not depend on where
+    it ran. Training batches are drawn on the training device (TaskPool): another sample there, of the same
+    distributions."""
+    gen = generator(seed, purpose, 0, "cpu")
     params = family.draw(count, gen)
-    return family.label(params, family.inputs(count, points, gen), gen)
+    return family.label(params, family.inputs(count, points, gen), gen).to(device)

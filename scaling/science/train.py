@@ -128,8 +128,10 @@ class CellTrainer:
         self.step = int(state["step"])
 
     def _autocast(self):
+        """bf16 autocast for ``precision: bfloat16``; its cast cache off (each weight is cast once per
+        step anyway, and a cached cast cannot be captured in a CUDA graph)."""
         if self.cell.train.precision == "bfloat16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
         return contextlib.nullcontext()
 
     def batch_shape(self, step: int) -> tuple[int, int, int | None, int]:
@@ -148,25 +150,36 @@ class CellTrainer:
         """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""
         return self.pool.batch(step, *self.batch_shape(step))
 
-    def train_step(self) -> float:
-        batch = self.train_batch(self.step)
+    def step_on(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """One training step on the batch (xs, ys), the step counter left alone; the loss before it, on the
+        device (no synchronisation: scaling.science.cuda_graphs captures this)."""
         self.model.train()
         with self._autocast():
-            pred = self.model(batch.xs, batch.ys)
-        loss = prefix_loss(pred.float(), batch.ys)
+            pred = self.model(xs, ys)
+        loss = prefix_loss(pred.float(), ys)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
+        return loss.detach()
+
+    def next_loss(self) -> torch.Tensor:
+        """Train the current step on its batch; its loss on the device."""
+        batch = self.train_batch(self.step)
+        loss = self.step_on(batch.xs, batch.ys)
         self.step += 1
-        return float(loss.detach())
+        return loss
+
+    def train_step(self) -> float:
+        return float(self.next_loss())
 
     def train_until(self, stop: int, on_loss: Callable[[int, float], None] | None = None) -> None:
-        """Train up to step ``stop`` (exclusive of nothing: afterwards self.step == stop)."""
+        """Train up to step ``stop`` (exclusive of nothing: afterwards self.step == stop); a loss is read
+        off the device only at the steps it is logged."""
         stop = min(stop, self.cell.train.steps)
         while self.step < stop:
-            loss = self.train_step()
+            loss = self.next_loss()
             if on_loss and (self.step % self.cell.train.log_every == 0 or self.step == self.cell.train.steps):
-                on_loss(self.step, loss)
+                on_loss(self.step, float(loss))
 
     @property
     def done_training(self) -> bool:

@@ -296,52 +296,6 @@ def exact_match_score(answers: Sequence[str], items: Sequence[SciQItem]) -> floa
     )
 
 
-@dataclass(frozen=True)
-class MonteCarloResult:
-    mean: float
-    std: float  # sample standard deviation over runs (0 for a single run)
-    scores: tuple[float, ...]
-
-
-def monte_carlo_exact_match(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    train: Sequence[SciQItem],
-    test: Sequence[SciQItem],
-    tau: float,
-    n_demos: int,
-    noisy_ratio: float,
-    n_runs: int = 12,
-    seed: int = 0,
-    retriever: str | Retriever = "tfidf",
-    batch_size: int = 8,
-    max_new_tokens: int = MAX_NEW_TOKENS,
-) -> MonteCarloResult:
-    """Exact match over n_runs draws of the noisy labels, every attention layer at temperature tau.
-
-    Retrieval is deterministic and done once; run r draws its noise from numpy Generator (seed, r).
-    Decoding is the scan's fast path (scaling.temperature.scan: each distinct prompt tokenised and
-    answered once, shared prompt beginnings computed once, stopped when the answer is complete); a scan over
-    several taus should call ``scan.scan_exact_match``, which builds the prompts once for all of them.
-    """
-    from scaling.temperature.scan import scan_exact_match
-
-    return scan_exact_match(
-        model,
-        tokenizer,
-        train,
-        test,
-        (tau,),
-        n_demos,
-        noisy_ratio,
-        n_runs,
-        seed,
-        retriever,
-        batch_size,
-        max_new_tokens,
-    )[float(tau)]
-
-
 def prompt_score_moments(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], batch_size: int = 4
 ) -> ScoreMoments:

@@ -119,7 +119,8 @@ class ScoreMomentRecorder:
         q_len, k_len = scores.shape[-2:]
         allowed = (attention_mask == 0).expand(scores.shape[0], 1, q_len, k_len)  # (B, 1, Q, K)
         diag = torch.zeros(q_len, k_len, dtype=torch.bool, device=scores.device)
-        diag[torch.arange(q_len), torch.arange(q_len) + k_len - q_len] = True  # query i is key i + offset
+        rows = torch.arange(q_len, device=scores.device)
+        diag[rows, rows + k_len - q_len] = True  # query i is key i + offset
         diag_allowed = allowed & diag  # (B, 1, Q, K)
         real_query = diag_allowed.any(dim=-1, keepdim=True)  # (B, 1, Q, 1): padded queries drop out
         offdiag_allowed = allowed & ~diag & real_query  # (B, 1, Q, K)

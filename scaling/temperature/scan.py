@@ -36,7 +36,6 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from scaling.temperature.llm_icl import (
     MAX_NEW_TOKENS,
-    MonteCarloResult,
     Retriever,
     SciQItem,
     answer_from_generation,
@@ -353,6 +352,13 @@ def generate_token_answers(
     return answers  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class MonteCarloResult:
+    mean: float
+    std: float  # sample standard deviation over runs (0 for a single run)
+    scores: tuple[float, ...]
+
+
 @dataclass
 class PromptSet:
     """A cell's prompts for every Monte Carlo run, each distinct prompt tokenised once.
@@ -418,6 +424,43 @@ class PromptSet:
         return MonteCarloResult(mean=float(np.mean(scores)), std=std, scores=tuple(scores))
 
 
+def monte_carlo_exact_match(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[SciQItem],
+    test: Sequence[SciQItem],
+    tau: float,
+    n_demos: int,
+    noisy_ratio: float,
+    n_runs: int = 12,
+    seed: int = 0,
+    retriever: str | Retriever = "tfidf",
+    batch_size: int = 8,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+) -> MonteCarloResult:
+    """Exact match over n_runs draws of the noisy labels, every attention layer at temperature tau.
+
+    Retrieval is deterministic and done once; run r draws its noise from numpy Generator (seed, r).
+    Decoding is the scan's fast path (scaling.temperature.scan: each distinct prompt tokenised and
+    answered once, shared prompt beginnings computed once, stopped when the answer is complete); a scan over
+    several taus should call ``scan_exact_match``, which builds the prompts once for all of them.
+    """
+    return scan_exact_match(
+        model,
+        tokenizer,
+        train,
+        test,
+        (tau,),
+        n_demos,
+        noisy_ratio,
+        n_runs,
+        seed,
+        retriever,
+        batch_size,
+        max_new_tokens,
+    )[float(tau)]
+
+
 def scan_exact_match(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -432,7 +475,7 @@ def scan_exact_match(
     batch_size: int = 16,
     max_new_tokens: int = MAX_NEW_TOKENS,
 ) -> dict[float, MonteCarloResult]:
-    """``llm_icl.monte_carlo_exact_match`` at every tau, with retrieval and prompts built once."""
+    """``monte_carlo_exact_match`` at every tau, with retrieval and prompts built once."""
     if isinstance(retriever, str):
         retriever = make_retriever(retriever, train)
     demo_indices = retriever.top_k([query_text(item) for item in test], n_demos)

@@ -1,4 +1,8 @@
-"""The MLflow contract: the only module that speaks MLflow (the sweeps, the trials and analysis alike).
+"""The MLflow contract: this package alone speaks MLflow (the sweeps, the trials and analysis alike).
+
+This module holds the contract below (Tracker, CellLog, the retries, the run layout); beside it,
+store_template.py (new SQLite stores start as a copy of an empty one), adaptive_waves.py (the adaptive
+driver's wave records on the sweep's parent run) and analysis_runs.py (analysis's outputs as a run).
 
 One experiment per sweep (named by the sweep), one parent run per sweep (tag ``kind=sweep``) and one
 child run per cell (tag ``kind=cell``), found again by its ``cell_key`` tag so a resumed or retried
@@ -27,13 +31,11 @@ or the cell fails and Tune retries it.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
 import shlex
 import shutil
-import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,7 +45,9 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import pandas as pd
 import yaml
 
-from .redact import redact
+from ..cluster import ray_up_head
+from ..redact import redact
+from .store_template import seed_sqlite_store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -77,8 +81,6 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
     Relative SQLite paths are made absolute: Tune runs each trial in its own working directory.
     """
     if not uri and not os.environ.get("MLFLOW_TRACKING_URI"):
-        from .cluster import ray_up_head
-
         head = ray_up_head()
         uri = head.tracking_uri if head else None
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
@@ -95,68 +97,6 @@ def artifact_root(uri: str) -> str | None:
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
     return None
-
-
-def template_dir() -> Path:
-    """Where empty stores at MLflow's current schema are cached (``$SCALING_MLFLOW_TEMPLATES``)."""
-    return Path(os.environ.get("SCALING_MLFLOW_TEMPLATES", "~/.cache/icl-scaling/mlflow")).expanduser()
-
-
-def empty_store_template() -> Path:
-    """An empty SQLite store at the installed MLflow's schema head, built once per MLflow version.
-
-    It is what MLflow itself builds for a new file (its migrations run on a new database), less the
-    Default experiment, which MLflow adds on first open with the opening process's artifact location.
-    """
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    template = template_dir() / f"empty-mlflow-{mlflow.__version__}.db"
-    if template.exists():
-        return template
-    template.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=template.parent) as tmp:
-        db = Path(tmp) / "store.db"
-        MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments(max_results=1)
-        with contextlib.closing(sqlite3.connect(db)) as connection, connection:
-            connection.execute("DELETE FROM experiments WHERE experiment_id = 0")
-        os.replace(db, template)  # atomic: a concurrent builder's copy is as good
-    return template
-
-
-def seed_sqlite_store(uri: str) -> None:
-    """Start a new SQLite store as a copy of the cached empty one: MLflow's ~50 schema migrations cost
-    ~2.6 s per new store here (every new sweep database, every test store), a copy milliseconds.
-
-    Only a file that does not exist is created (hard-linked into place, never over another process's
-    store); where the cache cannot be written or linking is not supported, MLflow builds the file itself.
-    """
-    if not uri.startswith("sqlite:///"):
-        return
-    target = Path(uri[len("sqlite:///") :])
-    if target.exists() or not target.parent.is_dir():
-        return
-    try:
-        template = empty_store_template()
-        handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(handle)
-        try:
-            shutil.copyfile(template, partial)
-            with contextlib.suppress(FileExistsError):  # the store appeared meanwhile: that one is kept
-                os.link(partial, target)
-        finally:
-            os.unlink(partial)
-    except (OSError, sqlite3.Error) as err:
-        log.debug("MLflow builds %s itself (no template: %s)", target, err)
-
-
-def preload() -> None:
-    """Import what a Tracker on a SQLite store needs (~2 s of CPU here) and build the empty-store template;
-    the sweep runs it in a thread while ray.init waits on the processes it starts. Creates no store."""
-    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - the import is the work
-    from mlflow.tracking import MlflowClient  # noqa: F401
-
-    empty_store_template()
 
 
 def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: float = 0.5) -> T:
@@ -268,7 +208,7 @@ class Tracker:
 
     def sweep_run(self, experiment_id: str, sweep: str, document: dict) -> str:
         """The sweep's parent run (created once), with the resolved sweep file as an artifact."""
-        runs = self._search(experiment_id, f"tags.kind = 'sweep' and tags.sweep = '{sweep}'")
+        runs = self.search(experiment_id, f"tags.kind = 'sweep' and tags.sweep = '{sweep}'")
         if runs:
             run_id = runs[0].info.run_id
             retrying(lambda: self.client.update_run(run_id, status="RUNNING"), "reopening sweep run")
@@ -291,7 +231,8 @@ class Tracker:
         interrupted (a rerun reopens it)."""
         retrying(lambda: self.client.set_terminated(run_id, status), "ending sweep run")
 
-    def _search(self, experiment_id: str, filter_string: str) -> list:
+    def search(self, experiment_id: str, filter_string: str) -> list:
+        """Every run of the experiment matching the filter (all pages)."""
         runs, token = [], None
         while True:
             page = retrying(
@@ -313,7 +254,7 @@ class Tracker:
             raise LookupError(
                 f"no MLflow experiment named {experiment!r} in {redact(self.uri)}; run the sweep first"
             )
-        return self._search(experiment_id, filter_string)
+        return self.search(experiment_id, filter_string)
 
     def download(self, run_id: str, artifact: str, directory: str | Path) -> str:
         """Download one artifact of a run into ``directory``; its local path."""
@@ -332,73 +273,6 @@ class Tracker:
         )
         return runs[0].info.run_id if runs else None
 
-    def log_adaptive_wave(self, run_id: str, record: dict, answers: pd.DataFrame) -> None:
-        """One wave of an adaptive sweep on its parent run: ``adaptive/wave_NN.json`` (the decision: cells,
-        why, compute spent), ``adaptive/answers_NN.json`` (the answers before it, a table the UI shows)
-        and the metrics ``adaptive.settled``, ``adaptive.open``, ``adaptive.spent`` at step NN."""
-        from mlflow.entities import Metric
-
-        wave = int(record["wave"])
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"wave_{wave:02d}.json"
-            path.write_text(json.dumps(record, indent=1, default=str))
-            retrying(lambda: self.client.log_artifact(run_id, str(path), "adaptive"), "logging a wave")
-        retrying(
-            lambda: self.client.log_table(run_id, answers, f"adaptive/answers_{wave:02d}.json"),
-            "logging a wave's answers",
-        )
-        now = int(time.time() * 1000)
-        metrics = [
-            Metric(f"adaptive.{name}", float(record[name]), now, wave)
-            for name in ("settled", "open", "spent")
-        ]
-        retrying(lambda: self.client.log_batch(run_id, metrics=metrics), "logging a wave's metrics")
-
-    def adaptive_waves(self, experiment_id: str, sweep: str) -> list[dict]:
-        """The wave records on the sweep's parent run, in order (empty for a sweep run in full or not yet
-        run)."""
-        run_id = self.sweep_parent(experiment_id, sweep)
-        if run_id is None:
-            return []
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per wave
-        files = retrying(lambda: self.client.list_artifacts(run_id, "adaptive"), "listing waves")
-        names = sorted(f.path for f in files if re.fullmatch(r"adaptive/wave_\d+\.json", f.path))
-        out = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in names:
-                local = self.download(run_id, name, tmp)
-                out.append(json.loads(Path(local).read_text()))
-        return out
-
-    def log_outputs_run(
-        self,
-        experiment: str,
-        run_name: str,
-        tags: dict[str, str],
-        files: list[tuple[str | Path, str | None]],
-        late: Callable[[str], list[tuple[str | Path, str | None]]] | None = None,
-    ) -> str:
-        """A finished run of ``experiment`` (nested under the sweep's parent run when there is one) holding
-        ``files`` as artifacts, each (path, artifact sub-directory or None); its run id (analysis uses it).
-        ``late(run_id)`` gives more files made once the run's id is known (a report that names its run)."""
-        experiment_id = self.experiment_id(experiment)
-        if experiment_id is None:
-            raise LookupError(f"no MLflow experiment named {experiment!r} in {redact(self.uri)}")
-        tags = dict(tags)
-        parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
-        if parent:
-            tags["mlflow.parentRunId"] = parent
-        run = retrying(
-            lambda: self.client.create_run(experiment_id, run_name=run_name, tags=tags), "creating run"
-        )
-        for path, sub in [*files, *(late(run.info.run_id) if late else [])]:
-            retrying(
-                lambda: self.client.log_artifact(run.info.run_id, str(path), sub),
-                f"logging {Path(path).name}",
-            )
-        retrying(lambda: self.client.set_terminated(run.info.run_id, "FINISHED"), "ending run")
-        return run.info.run_id
-
     def complete_keys(self, experiment_id: str) -> set[str]:
         """The keys of the cells with a complete run."""
         return {k for k, r in self.cell_records(experiment_id).items() if r.status == STATUS_COMPLETE}
@@ -406,7 +280,7 @@ class Tracker:
     def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
         records: dict[str, CellRecord] = {}
-        runs = sorted(self._search(experiment_id, "tags.kind = 'cell'"), key=lambda r: r.info.start_time or 0)
+        runs = sorted(self.search(experiment_id, "tags.kind = 'cell'"), key=lambda r: r.info.start_time or 0)
         for run in runs:
             key, status = run.data.tags.get("cell_key"), run.data.tags.get("status", "")
             if key and (
@@ -440,7 +314,7 @@ class CellLog:
         """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run:
         untouched)."""
         tracker = Tracker(uri)
-        found = tracker._search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
+        found = tracker.search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
         if any(r.data.tags.get("status") == STATUS_COMPLETE for r in found):
             done = next(r for r in found if r.data.tags.get("status") == STATUS_COMPLETE)
             return cls(
@@ -635,50 +509,3 @@ def metric_name(name: str) -> str:
     """``name`` with the characters MLflow metric names do not allow (``=``, ``|``, brackets) written
     ``_``."""
     return re.sub(r"[^/\w.\- :]", "_", name)
-
-
-def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:
-    """(cell.yaml as a dict, model.pt state dict) of the one complete cell run of ``experiment`` whose
-    settings match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match.
-    A setting the run logs is matched against its param; one it does not log (it does not apply to the
-    run's model and task: scaling.cells.Cell.params) against its cell.yaml, which keeps every setting."""
-    import torch
-
-    from .cells import ALWAYS, Cell
-
-    tracker = Tracker(resolve_tracking_uri(uri))
-    experiment_id = tracker.experiment_id(experiment)
-    if experiment_id is None:
-        raise TrackingError(
-            f"no MLflow experiment {experiment!r} in {redact(tracker.uri)}; run that sweep first"
-        )
-    clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
-    # every cell logs these; the others are matched run by run
-    clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items()) if k in ALWAYS]
-    runs = sorted(tracker._search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in runs:
-            logged = run.data.params
-            if any(k in logged and logged[k] != str(v) for k, v in params.items()):
-                continue
-            run_id = run.info.run_id
-            Path(tmp, run_id).mkdir()
-            cell = yaml.safe_load(
-                Path(
-                    retrying(
-                        lambda: tracker.client.download_artifacts(run_id, "cell.yaml", f"{tmp}/{run_id}"),
-                        "downloading cell.yaml",
-                    )
-                ).read_text()
-            )
-            absent = [k for k in params if k not in logged]
-            if absent:
-                flat = Cell.from_dict(cell).flat()
-                if any(flat.get(k) != str(params[k]) for k in absent):
-                    continue
-            path = retrying(
-                lambda: tracker.client.download_artifacts(run_id, "model.pt", f"{tmp}/{run_id}"),
-                "downloading model.pt",
-            )
-            return cell, torch.load(path, map_location="cpu", weights_only=True)
-    raise TrackingError(f"no complete cell run in {experiment!r} has settings {params}")

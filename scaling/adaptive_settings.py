@@ -14,7 +14,8 @@
       seed: 0                      # the policy's seed: the order in which seeds are drawn, tie-breaks
 
 Pure: no Ray, no MLflow, no analysis. ``check_against_lattice`` checks the section against the grid it
-will sample (scaling.plan calls it, so a bad section stops the planner before anything runs).
+will sample (scaling.plan calls it, so a bad section stops the planner before anything runs). It sits
+beside the planner, below the adaptive driver (scaling.adaptive), which reads the checked settings.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..config import check, check_choice
+from .config import check, check_choice
 
 VERDICTS = ("context", "task")
 EXPONENTS = {"alpha": ("joint", "context"), "beta": ("joint", "task")}  # parameter -> forms that have it

@@ -1,0 +1,47 @@
+"""A model trained by a sweep, read back from its complete cell run: what a temperature scan of a sweep's
+model (scaling.kinds.temperature, ``temperature.from_sweep`` and ``from_params``) scans."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+
+from .cells import ALWAYS, Cell
+from .redact import redact
+from .tracking import STATUS_COMPLETE, Tracker, TrackingError, resolve_tracking_uri
+
+
+def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:
+    """(cell.yaml as a dict, model.pt state dict) of the one complete cell run of ``experiment`` whose
+    settings match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match.
+    A setting the run logs is matched against its param; one it does not log (it does not apply to the
+    run's model and task: scaling.cells.Cell.params) against its cell.yaml, which keeps every setting."""
+    tracker = Tracker(resolve_tracking_uri(uri))
+    experiment_id = tracker.experiment_id(experiment)
+    if experiment_id is None:
+        raise TrackingError(
+            f"no MLflow experiment {experiment!r} in {redact(tracker.uri)}; run that sweep first"
+        )
+    clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
+    # every cell logs these; the others are matched run by run
+    clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items()) if k in ALWAYS]
+    runs = sorted(tracker.search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in runs:
+            logged = run.data.params
+            if any(k in logged and logged[k] != str(v) for k, v in params.items()):
+                continue
+            run_id = run.info.run_id
+            Path(tmp, run_id).mkdir()
+            cell = yaml.safe_load(Path(tracker.download(run_id, "cell.yaml", f"{tmp}/{run_id}")).read_text())
+            absent = [k for k in params if k not in logged]
+            if absent:
+                flat = Cell.from_dict(cell).flat()
+                if any(flat.get(k) != str(params[k]) for k in absent):
+                    continue
+            path = tracker.download(run_id, "model.pt", f"{tmp}/{run_id}")
+            return cell, torch.load(path, map_location="cpu", weights_only=True)
+    raise TrackingError(f"no complete cell run in {experiment!r} has settings {params}")
