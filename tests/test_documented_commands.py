@@ -3,8 +3,8 @@ blocks), of the sweep files' headers and of the tools' --help examples (tests/do
 checked here or listed in NOT_RUN with why it cannot run on this machine and which test covers it. A
 command added to the docs with neither fails.
 
-How a command is checked: bash runs it as written in a throwaway working directory that holds the
-checkout (loops, `&&`, `$USER`, `~` and globs expand as for a user), with every program replaced by a
+How a command is checked: bash runs it as written in a throwaway copy of the checkout (loops, `&&`,
+`$USER`, `~` and globs expand as for a user, shell builtins run), with every program replaced by a
 recorder; each recorded program call is then checked by what it is (kind() below), all of them in one
 python process (tests/documented_runner.py), in the ordinary test environment:
 
@@ -16,8 +16,8 @@ python process (tests/documented_runner.py), in the ordinary test environment:
   README's venv, in the slow test below and in tests/test_ray_up.py;
 - `python -m benchmarks ...` parses its arguments (the suite takes minutes: tests/test_speed.py runs it
   at quick sizes, slow);
-- other modules and scripts of the project (`scaling.cost`, `scaling.temperature.tiny_llm`,
-  `scaling.temperature.smollm`, `cluster/onprem.py`) run as written;
+- the modules and scripts of RUN_AS_WRITTEN (`scaling.cost`, `scaling.temperature.tiny_llm`,
+  `scaling.temperature.smollm`, `cluster/onprem.py`) run as written; any other program has no check;
 - `pip install ...` and `python3 -m venv .venv`: the extras they name exist and the pins match the code
   here; the slow tests make the README's venv by its line (tests/test_readme_env.py) and ask pip to
   resolve every other documented install in it (below).
@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -158,13 +159,37 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
         *CLUSTER_YAML,
     ),
     "docker push <registry>/icl-scaling:0.1.0": ("needs a registry", *CLUSTER_YAML),
+    "python cluster/device_wheels.py download /tmp/device-wheels": (
+        "downloads ~130 MB of wheels for the lent GPU machine",
+        "tests/test_device_wheels.py",
+        "splits wheels into carry folders and joins them to the same bytes",
+    ),
+    "python cluster/device_wheels.py split /tmp/device-wheels --out .": (
+        "needs the downloaded wheels, and writes carry folders into the checkout",
+        "tests/test_device_wheels.py",
+        "splits wheels into carry folders and joins them to the same bytes",
+    ),
+    "printf '/.dw-*/\\n' >> .git/info/exclude": (
+        "edits the checkout's git settings (for the GPU machine's carry folders)",
+        "tests/test_device_wheels.py",
+        "the carry folders that line keeps out of git",
+    ),
+}
+# Programs run as written (cheap, and writing only into the working directory or /tmp); any other
+# module or script of the project needs a rule in kind() or a NOT_RUN entry.
+RUN_AS_WRITTEN = {
+    "scaling.cost",  # prints the cost table
+    "scaling.temperature.tiny_llm",  # a tiny random LLaMA into the given folder
+    "scaling.temperature.smollm",  # converts SmolLM2's file once (cached), or says which extra is missing
+    "cluster/onprem.py",  # writes the cluster file
 }
 
 # Planted into the checked commands: each must fail, so the test shows that a broken command is caught.
 PLANTED = {
     "python -m scaling.sweep sweeps/smoke.yaml --profile no-such-profile": "exit 2",
     "python -m analysis sweeps/no-such-sweep.yaml": "exit 2",
-    "python -m scaling.no_such_module --help": "exit 1",
+    "python -m scaling.cost --no-such-option": "exit 2",
+    "python -m scaling.no_such_module --help": "no check",
     "frobnicate --all": "no check",
 }
 
@@ -202,9 +227,9 @@ def kind(argv: list[str]) -> str | None:
             return "parse"
         if args[1] in ("analysis", "scaling.adaptive.replay"):
             return "on-empty-store"
-        if args[1].split(".")[0] in ("scaling", "analysis"):
+        if args[1] in RUN_AS_WRITTEN:
             return "run"
-    if args[0].startswith("cluster/") and args[0].endswith(".py"):
+    if args[0] in RUN_AS_WRITTEN:
         return "run"
     return None
 
@@ -253,11 +278,13 @@ def verdict(result: dict) -> str | None:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """A throwaway working directory holding the checkout (links), as a user's clone would be."""
-    work = tmp_path_factory.mktemp("documented")
-    for entry in ROOT.iterdir():
-        if entry.name not in (".git", ".venv", "analysis_out", "mlflow.db", "mlruns", "mlartifacts"):
-            (work / entry.name).symlink_to(entry)
+    """A throwaway copy of the checkout (~5 MB, without .git), as a user's clone would be: what a
+    command writes stays there."""
+    work = tmp_path_factory.mktemp("documented") / "clone"
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", "*.egg-info", "analysis_out", "mlflow.db", "mlruns", "mlartifacts"
+    )
+    shutil.copytree(ROOT, work, ignore=ignore, symlinks=True)
     (work / ".venv" / "bin").mkdir(parents=True)
     (work / ".venv" / "bin" / "activate").write_text("")  # sourced by the README's first command
     return work
