@@ -14,8 +14,9 @@ from mlflow.tracking import MlflowClient
 from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main
+from analysis.pipeline import analyse
+from analysis.plugin import Request
 from analysis.report import answer_html
-from analysis.run import analyse
 from scaling.table import cell_runs, load_table
 from scaling.tracking import Tracker
 
@@ -89,7 +90,7 @@ def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, m
 
 def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_path):
     uri, _ = store
-    result = analyse(None, "fig1-quick", tracking_uri=uri, out=tmp_path / "out", bootstrap=30)
+    result = analyse(Request(None, "fig1-quick", tracking_uri=uri, out=tmp_path / "out", bootstrap=30))
     page = (tmp_path / "out" / "report.html").read_text()
     assert answer_html(result.answer()) in page and "gpt2 context-scales" in result.answer()
     for heading in (
