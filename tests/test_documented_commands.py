@@ -65,6 +65,18 @@ ON_LOOPBACK = (
     " sweep and analysis, rsync-down and the restored mlflow server, the SSH tunnel, stop_ray.py, ray down",
 )
 CLUSTER_YAML = ("tests/test_cluster_yaml.py", "validates cluster.yaml with Ray's own schema, offline")
+POSTGRES_BACKUP = (
+    "tests/test_cluster_yaml.py",
+    "test_start_mlflow_postgresql_serves_backs_up_and_restores (slow): start_mlflow.sh's PostgreSQL, backup,"
+    " a new MLFLOW_HOME restored from the dump, stop_ray.py --mlflow",
+)
+LOAD_TEST = (
+    "a heavy run: 128-256 processes and a server for several minutes (docs/results.md has its numbers)"
+)
+TRACKING_LOAD = (
+    "tests/test_tracking_load.py",
+    "the load test itself (slow): 256 trials against the shipped PostgreSQL server, judged",
+)
 # command as documented -> (why it is not run here, the test that covers it, what that test does)
 NOT_RUN: dict[str, tuple[str, str, str]] = {
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test,ui]' && pip install --no-deps "
@@ -142,6 +154,25 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
         *ON_LOOPBACK,
     ),
     "ray down -y cluster.yaml": (AWS, *ON_LOOPBACK),
+    "ray exec cluster.yaml 'bash ~/icl-scaling/cluster/start_mlflow.sh backup'": (AWS, *POSTGRES_BACKUP),
+    "ray rsync-down cluster.yaml /home/ray/mlflow/backup/ ./mlflow-backup/": (AWS, *POSTGRES_BACKUP),
+    "ray rsync-down cluster.yaml /home/ray/mlflow/artifacts/ ./mlflow-backup/artifacts/": (
+        AWS,
+        *POSTGRES_BACKUP,
+    ),
+    "MLFLOW_HOME=$PWD/mlflow-restored MLFLOW_HOST=127.0.0.1 MLFLOW_PORT=5001 "
+    "MLFLOW_RESTORE_FROM=$PWD/mlflow-backup/mlflow.dump "
+    "MLFLOW_ARTIFACTS_DESTINATION=$PWD/mlflow-backup/artifacts "
+    "bash cluster/start_mlflow.sh": (
+        "needs a backup copied off the cluster, and PostgreSQL",
+        *POSTGRES_BACKUP,
+    ),
+    "python -m benchmarks.tracking_load --db postgresql --trials 256": (LOAD_TEST, *TRACKING_LOAD),
+    "python -m benchmarks.tracking_load --db sqlite --pool mlflow-default --trials 128": (
+        LOAD_TEST,
+        *TRACKING_LOAD,
+    ),
+    "python -m pytest -m slow tests/test_tracking_load.py": (LOAD_TEST, *TRACKING_LOAD),
     "ray up -y my-cluster.yaml": ("needs an sshd that admits the user's key", *ON_LOOPBACK),
     "ray exec my-cluster.yaml 'cd ~/icl-scaling-cluster && python -m scaling.sweep sweeps/smoke.yaml'": (
         "needs the cluster of ray up",
