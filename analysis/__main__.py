@@ -1,10 +1,11 @@
-"""``python -m analysis sweeps/smoke.yaml`` (or ``--experiment NAME``): MLflow -> table, fits, figures.
+"""``python -m analysis sweeps/smoke.yaml`` (or ``--experiment NAME``): MLflow -> table, verdicts, figures.
 
-Writes into ``--out`` (default ``analysis_out/<experiment>``): ``table.parquet`` (the tidy table),
-``fits.csv`` (scaling-law fits with intervals), ``verdicts.csv`` (does each model context-/task-scale?),
-the figures of the sweep's layout as PNG and SVG (``fig1.png`` for fig1*; ``context_scaling`` and
-``task_scaling`` for other names), ``report.html``; and logs all of it to MLflow as a run tagged
-``kind=analysis`` under the sweep's parent run.
+Builds one ``Request`` (analysis/plugin.py) and runs the pipeline (analysis/pipeline.py) with the plug-in of
+the sweep's experiment kind. Writes into ``--out`` (default ``analysis_out/<experiment>``): ``table.parquet``
+(the tidy table), ``verdicts.csv``, the figures as PNG and SVG, ``report.html``, and what the kind adds (a
+training sweep: ``fits.csv``, scaling-law fits with intervals; its figures in the sweep's layout, ``fig1.png``
+for fig1*, ``context_scaling`` and ``task_scaling`` for other names); and logs all of it to MLflow as a run
+tagged ``kind=analysis`` under the sweep's parent run.
 
 ``--set KEY=VALUE`` (repeatable): with a sweep file, the cells of the sweep run with the same ``--set``;
 with ``--experiment``, the cells whose setting KEY is VALUE (one variant of a sweep; cells that differ
@@ -24,8 +25,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from scaling.plan import add_set_argument
+
+from .compare import compare
 from .figures import LAYOUTS
-from .run import AnalysisError, analyse, compare
+from .paper import analyse_figures, write_paper
+from .pipeline import analyse
+from .plugin import AnalysisError, Request
 
 DESCRIPTION = """\
 Analyse a sweep: read its complete cells from MLflow into one table, fit the
@@ -51,8 +57,6 @@ exit status:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from scaling.plan import add_set_argument
-
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description=DESCRIPTION,
@@ -120,47 +124,38 @@ def source(spec: str) -> tuple[str | None, str | None]:
     return (spec, None) if Path(spec).is_file() else (None, spec)
 
 
+def request_of(args: argparse.Namespace) -> Request:
+    """The one request of this command (--compare and --paper take their sweeps beside it)."""
+    return Request(
+        sweep=args.sweep,
+        experiment=args.experiment[0] if args.experiment else None,
+        profile=args.profile,
+        overrides=tuple(args.overrides),
+        tracking_uri=args.tracking_uri,
+        out=Path(args.out) if args.out else None,
+        bootstrap=args.bootstrap,
+        log=not args.no_log,
+        layout=args.layout,
+        ui_url=args.ui_url,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = Path(args.out) if args.out else None
+    request = request_of(args)
     try:
         if args.paper:
-            from .paper import analyse_figures, write_paper
-
-            out = out or Path("analysis_out") / ("paper" + (f"-{args.profile}" if args.profile else ""))
-            figures = analyse_figures(
-                args.paper,
-                args.profile,
-                args.tracking_uri,
-                out.resolve(),
-                args.bootstrap,
-                not args.no_log,
-                args.ui_url,
-            )
-            page, claims = write_paper(figures, out.resolve(), args.profile, args.bootstrap)
+            page, claims = write_paper(analyse_figures(args.paper, request), request)
             for row in claims.itertuples():
                 print(f"{row.panel:>3} {row.status:<15} {row.claim}: {row.evidence}")
             print(f"wrote {page}")
             return 0
         if args.compare or len(args.experiment) == 2:
             pair = [source(s) for s in args.compare] if args.compare else [(None, e) for e in args.experiment]
-            a, b, report = compare(
-                *pair, args.profile, args.tracking_uri, out, args.bootstrap, log=not args.no_log
-            )
+            a, b, report = compare(request, *pair)
             print(f"A: {a.experiment}: {a.answer()}\nB: {b.experiment}: {b.answer()}\nwrote {report}")
             return 0
-        result = analyse(
-            args.sweep,
-            args.experiment[0] if args.experiment else None,
-            args.profile,
-            args.tracking_uri,
-            out,
-            args.bootstrap,
-            log=not args.no_log,
-            layout=args.layout,
-            overrides=tuple(args.overrides),
-            ui_url=args.ui_url,
-        )
+        result = analyse(request)
     except AnalysisError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

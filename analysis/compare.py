@@ -1,5 +1,11 @@
 """Comparing two sweeps (say two versions of seed 001's Fig. 1): matching points, fits side by side,
-overlaid curves.
+overlaid curves, one report.
+
+``compare`` reads both sweeps (analysis/pipeline.py) and judges each with the training kind's plug-in
+(analysis/training.py), writes each one's tables into ``<out>/<experiment>/``, and into ``<out>``
+``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
+``fits_side_by_side.csv``, the overlaid figures and ``report.html``; logged as a ``kind=analysis`` run (tag
+``compare_with``) in the first sweep's experiment only.
 
 Points match on (model, T, N, predictor, n) and the task family when both tables have one; other task
 settings may differ (a quick profile at d = 4 against the full sweep at d = 8). Errors are means over
@@ -8,12 +14,21 @@ seeds; ``diff`` = err_B - err_A and ``ratio`` = err_B / err_A.
 
 from __future__ import annotations
 
+import html
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from scaling.tracking import resolve_tracking_uri
+
 from . import plots
+from .pipeline import judged, log_analysis, read, resolve, write_tables
+from .plugin import AnalysisError, AnalysisResult, Request
+from .report import _page, image_html, sweep_sections, table_html
+from .training import TRAINING
 
 POINT_KEYS = ["model", "T", "N", "predictor", "n"]
 FIT_VALUES = [
@@ -142,3 +157,52 @@ def summary_line(diffs: pd.DataFrame) -> str:
         f"{len(model)} matching points of the trained models; err_B / err_A median {ratio.median():.4g} "
         f"(min {ratio.min():.4g}, max {ratio.max():.4g}); B lower at {(model['diff'] < 0).sum()} points"
     )
+
+
+def write_comparison(a, b, diffs: pd.DataFrame, side: pd.DataFrame, images: list[Path], path: Path) -> Path:
+    """One report comparing sweeps A and B: overlaid curves, differences at matching points, fits side by
+    side, then each sweep's own sections (verdicts, fits, missing cells, runs, settings)."""
+    names = f"A = {a.experiment}, B = {b.experiment}"
+    body = f"""<h1>{html.escape(a.experiment)} vs {html.escape(b.experiment)}</h1><p>{html.escape(names)}</p>
+<p class="answer">A: {html.escape(a.answer())}<br>B: {html.escape(b.answer())}</p>
+<p>{html.escape(summary_line(diffs))}</p>
+<h2>Overlaid curves</h2>{"".join(image_html(p) for p in images if p.suffix == ".png")}
+<h2>Differences at matching points (err_B - err_A)</h2>{table_html(diffs, "no matching points")}
+<h2>Fits side by side</h2>{table_html(side, "no fit group in both sweeps", precise=True)}
+<h2>A: {html.escape(a.experiment)}</h2>{sweep_sections(a, figures=False)}
+<h2>B: {html.escape(b.experiment)}</h2>{sweep_sections(b, figures=False)}"""
+    path.write_text(_page(f"{a.experiment} vs {b.experiment}", body))
+    return path
+
+
+def compare(
+    request: Request, first: tuple[str | None, str | None], second: tuple[str | None, str | None]
+) -> tuple[AnalysisResult, AnalysisResult, Path]:
+    """Compare two sweeps, each given as (sweep file, experiment name), with the request's profile, store,
+    output folder (default analysis_out/A-vs-B), bootstrap and logging: both judged, one report."""
+    uri = resolve_tracking_uri(request.tracking_uri)
+    sides = [replace(request, sweep=sweep, experiment=name, overrides=()) for sweep, name in (first, second)]
+    source_a, source_b = resolve(sides[0]), resolve(sides[1])
+    name_a, name_b = source_a.name, source_b.name
+    if name_a == name_b:
+        raise AnalysisError(f"both sweeps are the experiment {name_a!r}; compare two different experiments")
+    out = (request.out or Path("analysis_out") / f"{name_a}-vs-{name_b}").resolve()
+    results = [read(source, uri, out / source.name) for source in (source_a, source_b)]
+    for result, side in zip(results, sides):
+        write_tables(judged(result, TRAINING, side))
+    a, b = results
+    files = [*a.files, *b.files]
+    diffs = differences(a.table, b.table)
+    side = fits_side_by_side(a.fits, b.fits)
+    for frame, stem in ((diffs, "differences"), (side, "fits_side_by_side")):
+        frame.to_csv(out / f"{stem}.csv", index=False)
+        files.append(out / f"{stem}.csv")
+    for stem, fig in overlay_figures(a.table, b.table).items():
+        files += plots.save(fig, out / stem)
+    report = write_comparison(a, b, diffs, side, [p for p in files if p.parent == out], out / "report.html")
+    files.append(report)
+    if request.log:
+        a.run_id = log_analysis(
+            uri, name_a, replace(a, out=out, files=files), extra_tags={"compare_with": name_b}
+        )
+    return a, b, report

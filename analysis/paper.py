@@ -11,7 +11,7 @@ is not given, or whose experiment is not in the store, is listed as not run, wit
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +20,10 @@ from scaling.judge.verdicts import Rule
 
 from . import claims as claiming
 from .figures import layout_name
+from .pipeline import analyse, resolve
+from .plugin import AnalysisError, Request
 from .report import _page, image_html, table_html
+from .training import TRAINING
 from .verdicts import rule_text
 
 FIGURES = [f"fig{k}" for k in range(1, 9)]
@@ -44,40 +47,31 @@ class Figure:
     reason: str = "no sweep file given for it"
 
 
-def analyse_figures(
-    sweeps: list[str],
-    profile: str,
-    tracking_uri: str | None,
-    out: Path,
-    bootstrap: int,
-    log: bool,
-    ui_url: str = "",
-) -> dict[str, Figure]:
-    """Each sweep file's analysis, by figure (fig1 .. fig8); files of other layouts are refused."""
-    from scaling.plan import SweepError, load_plan
-
-    from .run import AnalysisError, analyse_training
-
+def analyse_figures(sweeps: list[str], request: Request) -> dict[str, Figure]:
+    """Each sweep file's analysis (the request's profile, store, bootstrap, logging and UI address; each in
+    its own folder under the paper's), by figure (fig1 .. fig8); files of other layouts are refused."""
     figures = {name: Figure(name) for name in FIGURES}
     for sweep in sweeps:
-        try:
-            plan = load_plan(sweep, profile)
-        except SweepError as err:
-            raise AnalysisError(str(err)) from None
-        name = layout_name(plan.name)
+        side = replace(request, sweep=sweep, experiment=None, overrides=(), layout=None)
+        source = resolve(side)
+        name = layout_name(source.name)
         if name not in figures:
             raise AnalysisError(
-                f"{sweep}: the sweep {plan.name!r} is not one of the paper's figures "
+                f"{sweep}: the sweep {source.name!r} is not one of the paper's figures "
                 f"({', '.join(FIGURES)}); the reproduction report reads only those"
             )
-        figure = figures[name] = Figure(name, sweep, plan.name)
+        figure = figures[name] = Figure(name, sweep, source.name)
         try:
-            figure.result = analyse_training(
-                sweep, None, profile, tracking_uri, out / plan.name, bootstrap, log, None, ui_url=ui_url
-            )
+            figure.result = analyse(replace(side, out=paper_folder(request) / source.name), source, TRAINING)
         except AnalysisError as err:
             figure.reason = str(err)
     return figures
+
+
+def paper_folder(request: Request) -> Path:
+    """The report's folder: the request's, else analysis_out/paper[-PROFILE]."""
+    default = Path("analysis_out") / ("paper" + (f"-{request.profile}" if request.profile else ""))
+    return Path(request.out or default).resolve()
 
 
 def main_figure(result) -> Path | None:
@@ -116,10 +110,9 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
     )
 
 
-def write_paper(
-    figures: dict[str, Figure], out: Path, profile: str, bootstrap: int
-) -> tuple[Path, pd.DataFrame]:
+def write_paper(figures: dict[str, Figure], request: Request) -> tuple[Path, pd.DataFrame]:
     """The one-page reproduction report and claims.csv; returns the page's path and the claims."""
+    out, profile, bootstrap = paper_folder(request), request.profile, request.bootstrap
     out.mkdir(parents=True, exist_ok=True)
     results = {name: f.result for name, f in figures.items() if f.result is not None}
     claims = claiming.evaluate(results, {name: f.reason for name, f in figures.items()})

@@ -1,8 +1,10 @@
-"""Self-contained HTML reports (figures inlined as PNG): one sweep, or a comparison of two.
+"""Self-contained HTML reports (figures inlined as PNG), the same page for every kind (its plug-in fills in
+the verdict section and any further sections, analysis/plugin.py), and the pieces a comparison reuses.
 
-A sweep's report, top to bottom: the one-line answer and the verdict table, notes on the figures, the
-figures, the scaling-law fits with their intervals at full precision, the cells not complete with their
-errors, the MLflow run of every cell, the sweep's settings.
+A sweep's report, top to bottom: the one-line answer and the kind's verdicts (the training kind: the rule
+and the verdict table, an adaptive sweep's path), notes on the figures, the figures, the kind's further
+sections (the training kind: the scaling-law fits with their intervals at full precision), the cells not
+complete with their errors, the MLflow run of every cell, the sweep's settings.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import yaml
 from scaling.judge.fit import PARAMS
 from scaling.judge.verdicts import Rule
 
-from .compare import summary_line
 from .verdicts import display_table, rule_text
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
@@ -234,44 +235,30 @@ def waves_html(waves: list[dict]) -> str:
 
 
 def sweep_sections(result, figures: bool = True) -> str:
-    table = result.table
+    """A sweep's report below its title: the answer, the kind's verdict section (its plug-in's
+    ``verdict_html``), the notes and figures (``figures``), the kind's further sections, the cells not
+    complete, the MLflow runs and the sweep's settings."""
+    plugin = result.plugin
     figs = "".join(image_html(p) for p in result.files if p.suffix == ".png") if figures else ""
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
+    extra = "".join(f"<h2>{html.escape(title)}</h2>{body}\n" for title, body in plugin.sections(result))
     settings = (
         yaml.safe_dump(result.document, sort_keys=False)
         if result.document
         else "(analysed by experiment name)"
     )
     return f"""<p class="answer">{answer_html(result.answer())}</p>
-<p>{table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
-<h2>Verdicts</h2>{verdict_html(result.verdicts, getattr(result, "rule", None))}
-{waves_html(getattr(result, "waves", []))}
+<p>{result.table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
+<h2>Verdicts</h2>{plugin.verdict_html(result)}
 {f"<h2>Figures</h2><ul>{notes}</ul>{figs}" if figures else ""}
-<h2>Scaling-law fits</h2>{fits_html(result.fits)}
-<h2>Cells not complete</h2>{table_html(result.missing, "every cell is complete")}
+{extra}<h2>Cells not complete</h2>{table_html(result.missing, "every cell is complete")}
 <h2>MLflow runs</h2>{runs_html(result)}
 <h2>Sweep settings</h2><pre>{html.escape(settings)}</pre>"""
 
 
 def write_report(result, path: Path) -> Path:
-    """Write ``report.html`` for an AnalysisResult; returns its path."""
+    """Write ``report.html`` for an AnalysisResult (analysis/plugin.py); returns its path."""
     path.write_text(
         _page(result.experiment, f"<h1>Sweep {html.escape(result.experiment)}</h1>" + sweep_sections(result))
     )
-    return path
-
-
-def write_comparison(a, b, diffs: pd.DataFrame, side: pd.DataFrame, images: list[Path], path: Path) -> Path:
-    """One report comparing sweeps A and B: overlaid curves, differences at matching points, fits side by
-    side, then each sweep's own sections (verdicts, fits, missing cells, runs, settings)."""
-    names = f"A = {a.experiment}, B = {b.experiment}"
-    body = f"""<h1>{html.escape(a.experiment)} vs {html.escape(b.experiment)}</h1><p>{html.escape(names)}</p>
-<p class="answer">A: {html.escape(a.answer())}<br>B: {html.escape(b.answer())}</p>
-<p>{html.escape(summary_line(diffs))}</p>
-<h2>Overlaid curves</h2>{"".join(image_html(p) for p in images if p.suffix == ".png")}
-<h2>Differences at matching points (err_B - err_A)</h2>{table_html(diffs, "no matching points")}
-<h2>Fits side by side</h2>{table_html(side, "no fit group in both sweeps", precise=True)}
-<h2>A: {html.escape(a.experiment)}</h2>{sweep_sections(a, figures=False)}
-<h2>B: {html.escape(b.experiment)}</h2>{sweep_sections(b, figures=False)}"""
-    path.write_text(_page(f"{a.experiment} vs {b.experiment}", body))
     return path

@@ -1,8 +1,8 @@
 """Analysis of seed 003's construction kinds (scaling.kinds.statisticians): their plug-in.
 
-Reads the sweep's cells from MLflow (scaling.table, through scaling.tracking) and writes into the output
-folder ``table.parquet``, ``verdicts.csv``, the figures (PNG and SVG) and ``report.html``, then logs them
-as a ``kind=analysis`` run, as the training analysis does. The figure depends on the curves present:
+``python -m analysis sweeps/stat_*.yaml`` runs the pipeline every kind shares (analysis/pipeline.py) with this
+plug-in (``CONSTRUCTIONS``): the table, ``verdicts.csv``, the figures (PNG and SVG) and ``report.html``,
+logged as a ``kind=analysis`` run. The figure depends on the curves present:
 
 - ``gd_vs_L``: cells with a ``constructed`` curve (the gd_transformer kind, issue 22 sweep a): error
   against L at each scored n, the constructed transformer (markers) on explicit gradient descent (lines)
@@ -17,15 +17,10 @@ as a ``kind=analysis`` run, as the training analysis does. The figure depends on
 
 from __future__ import annotations
 
-import html
-from dataclasses import dataclass
-from pathlib import Path
-
 import pandas as pd
 
-from . import plots
 from .plots import plt
-from .run import AnalysisError, AnalysisResult, log_analysis, open_analysis
+from .plugin import Analysis, AnalysisError, AnalysisResult
 
 EXACT = 1e-8  # the constructed GD "equals" explicit GD when no difference exceeds this
 GD_CURVES = {"constructed": "constructed transformer", "explicit_gd": "explicit GD", "gd_limit": "GD limit"}
@@ -38,27 +33,6 @@ LABELS = {
     "ridge_validation": "post-ICL validation (exact ridge)",
     "least_squares": "least squares",
 }
-
-
-@dataclass
-class ConstructionResult(AnalysisResult):
-    """An AnalysisResult whose verdicts are the constructions' (columns: figure, subject, value, verdict)."""
-
-    def answer(self) -> str:
-        if self.verdicts is None or self.verdicts.empty:
-            return "no verdicts"
-        return " | ".join(self.verdicts["verdict"])
-
-    def summary(self) -> str:
-        cells = self.table["cell_key"].nunique() if len(self.table) else 0
-        lines = [
-            f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
-            f"wrote {len(self.files)} files to {self.out}",
-        ]
-        lines += list(self.verdicts["verdict"]) if self.verdicts is not None else []
-        if self.run_id:
-            lines.append(f"logged to MLflow as run {self.run_id}")
-        return "\n".join(lines)
 
 
 def number(table: pd.DataFrame, column: str, default: float = float("nan")) -> pd.Series:
@@ -252,55 +226,32 @@ def selection_verdicts(rows: pd.DataFrame) -> list[dict]:
 # ----------------------------------------------------------------------------- the plug-in
 
 
-def write_report(result: ConstructionResult, path: Path) -> Path:
-    figures = [p for p in result.files if p.suffix == ".png"]
-    lines = "".join(f"<li>{html.escape(v)}</li>" for v in result.verdicts["verdict"])
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
-    images = "".join(f'<p><img src="{p.name}" style="max-width:100%"></p>' for p in figures)
-    path.write_text(
-        f"<html><head><meta charset='utf-8'><title>{html.escape(result.experiment)}</title></head><body>"
-        f"<h1>{html.escape(result.experiment)}: seed 003 constructions</h1><h2>Verdicts</h2><ul>{lines}</ul>"
-        f"{'<h2>Notes</h2><ul>' + notes + '</ul>' if notes else ''}{images}</body></html>"
-    )
-    return path
+class ConstructionAnalysis(Analysis):
+    """The constructions' figures and verdicts, by the curves present: ``gd_vs_L`` (cells with a
+    ``constructed`` curve) and ``selection`` (cells with a ``selection`` curve)."""
+
+    def setup(self, result: AnalysisResult) -> None:
+        if gd_frame(result.table).empty and split_rows(result.table).empty:
+            raise AnalysisError(
+                f"experiment {result.experiment!r} has no construction curves (constructed or selection)"
+            )
+
+    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
+        gd, selection = gd_frame(result.table), split_rows(result.table)
+        rows = gd_verdicts(gd) if len(gd) else []
+        rows += selection_verdicts(selection) if len(selection) else []
+        return pd.DataFrame(rows, columns=["figure", "subject", "value", "verdict"])
+
+    def figures(self, result: AnalysisResult) -> dict[str, plt.Figure]:
+        gd, selection = gd_frame(result.table), split_rows(result.table)
+        drawn = {"gd_vs_L": gd_figure(gd)} if len(gd) else {}
+        return drawn | ({"selection": selection_figure(selection)} if len(selection) else {})
+
+    def answer(self, result: AnalysisResult) -> str:
+        return " | ".join(result.verdicts["verdict"]) if len(result.verdicts) else "no verdicts"
+
+    def summary(self, result: AnalysisResult) -> list[str]:
+        return list(result.verdicts["verdict"])
 
 
-def analyse(
-    sweep,
-    experiment=None,
-    profile="",
-    tracking_uri=None,
-    out=None,
-    bootstrap=1000,
-    log=True,
-    layout=None,
-    overrides=(),
-    ui_url="",
-) -> ConstructionResult:
-    """Table, figures, verdicts and report of a sweep of seed-003 construction cells; logged to MLflow."""
-    source, uri, base = open_analysis(sweep, experiment, profile, overrides, tracking_uri, out)
-    name = source.name
-    result = ConstructionResult(**vars(base))
-    table = result.table
-    table.to_parquet(result.out / "table.parquet", index=False)
-    result.files.append(result.out / "table.parquet")
-    verdicts, figures = [], {}
-    gd = gd_frame(table)
-    if len(gd):
-        figures["gd_vs_L"] = gd_figure(gd)
-        verdicts += gd_verdicts(gd)
-    selection = split_rows(table)
-    if len(selection):
-        figures["selection"] = selection_figure(selection)
-        verdicts += selection_verdicts(selection)
-    if not figures:
-        raise AnalysisError(f"experiment {name!r} has no construction curves (constructed or selection)")
-    for stem, fig in figures.items():
-        result.files += plots.save(fig, result.out / stem)
-    result.verdicts = pd.DataFrame(verdicts, columns=["figure", "subject", "value", "verdict"])
-    result.verdicts.to_csv(result.out / "verdicts.csv", index=False)
-    result.files.append(result.out / "verdicts.csv")
-    result.files.append(write_report(result, result.out / "report.html"))
-    if log:
-        result.run_id = log_analysis(uri, name, result)
-    return result
+CONSTRUCTIONS = ConstructionAnalysis()

@@ -1,9 +1,9 @@
 """Analysis of seed 004's temperature kinds (scaling.kinds.temperature): their plug-in.
 
-``python -m analysis sweeps/temp_*.yaml [--profile P]`` reads the sweep's complete cells (MLflow through
-scaling.tracking, as every analysis does) and writes into ``analysis_out/<experiment>/``: the table,
+``python -m analysis sweeps/temp_*.yaml [--profile P]`` runs the pipeline every kind shares
+(analysis/pipeline.py) with this plug-in (``TEMPERATURE``): into ``analysis_out/<experiment>/`` the table,
 ``verdicts.csv``, the paper's figures as PNG and SVG (fig1 / fig2a / fig2bc / fig3 / fig4 / fig5 / fig6)
-and ``report.html``; and logs them as a ``kind=analysis`` run under the sweep's parent run.
+and ``report.html``, logged as a ``kind=analysis`` run under the sweep's parent run.
 
 ``draw(table)`` gives the paper's figures (one per job found in the table), ``verdicts(table)`` a table a
 reader can act on: per panel the best tau, the error (or exact match) at tau = 1 and at the best tau with
@@ -20,10 +20,7 @@ conservative). For the LLM the standard error of a mean over ``mc_runs`` runs is
 
 from __future__ import annotations
 
-import html
 import math
-from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib
 
@@ -31,6 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from .plugin import Analysis, AnalysisResult  # noqa: E402
 
 Z90 = 1.6448536269514722
 VERDICT_COLUMNS = [
@@ -552,80 +551,27 @@ def answer_line(table: pd.DataFrame) -> str:
     )
 
 
-def _result_type():
-    from .run import AnalysisResult
+class TemperatureAnalysis(Analysis):
+    """The paper's figures of each temperature job in the table, the verdict rows, the answer line."""
 
-    @dataclass
-    class TemperatureResult(AnalysisResult):
-        def answer(self) -> str:
-            return answer_line(self.verdicts)
+    verdict_note = (
+        "Intervals are 90%: theory Monte Carlo +-1.645 standard errors over prompts;"
+        " GPT-2 bootstrap over prompts;\n"
+        "LLM exact match +-1.645 standard errors over the Monte Carlo runs (std / sqrt(runs))."
+        " A gain is resolved\n"
+        "when its interval excludes zero. theory_gap is the largest |Thm 4.6 - Monte Carlo|"
+        " over a panel's points:\n"
+        "the finite-l effect of a large-l theory."
+    )
 
-        def summary(self) -> str:
-            cells = self.table["cell_key"].nunique() if len(self.table) else 0
-            lines = [
-                f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
-                f"wrote {len(self.files)} files to {self.out}",
-                self.answer(),
-            ]
-            if self.verdicts is not None:
-                lines += [f"- {v}" for v in self.verdicts["verdict"]]
-            if self.run_id:
-                lines.append(f"logged to MLflow as run {self.run_id}")
-            return "\n".join(lines)
+    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
+        return verdicts(result.table)
 
-    return TemperatureResult
+    def figures(self, result: AnalysisResult) -> dict[str, plt.Figure]:
+        return draw(result.table, result.experiment)
 
-
-def write_report(result, path: Path) -> Path:
-    import yaml
-
-    from .report import _page, image_html, runs_html, table_html
-
-    figs = "".join(image_html(p) for p in result.files if p.suffix == ".png")
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
-    shown = result.verdicts.drop(columns=["verdict"])
-    verdict_lines = "".join(f"<li>{html.escape(str(v))}</li>" for v in result.verdicts["verdict"])
-    settings = yaml.safe_dump(result.document, sort_keys=False) if result.document else "(by experiment name)"
-    body = f"""<h1>Sweep {html.escape(result.experiment)}</h1>
-<p class="answer">{html.escape(result.answer())}</p>
-<p>{result.table["cell_key"].nunique()} complete cells; {len(result.missing)} not complete.</p>
-<h2>Verdicts</h2><ul>{verdict_lines}</ul>{table_html(shown, "no verdicts")}
-<p>Intervals are 90%: theory Monte Carlo +-1.645 standard errors over prompts; GPT-2 bootstrap over prompts;
-LLM exact match +-1.645 standard errors over the Monte Carlo runs (std / sqrt(runs)). A gain is resolved
-when its interval excludes zero. theory_gap is the largest |Thm 4.6 - Monte Carlo| over a panel's points:
-the finite-l effect of a large-l theory.</p>
-<h2>Figures</h2><ul>{notes}</ul>{figs}
-<h2>Cells not complete</h2>{table_html(result.missing, "every cell is complete")}
-<h2>MLflow runs</h2>{runs_html(result)}
-<h2>Sweep settings</h2><pre>{html.escape(settings)}</pre>"""
-    path.write_text(_page(result.experiment, body))
-    return path
+    def answer(self, result: AnalysisResult) -> str:
+        return answer_line(result.verdicts)
 
 
-def analyse(
-    sweep,
-    experiment=None,
-    profile="",
-    tracking_uri=None,
-    out=None,
-    bootstrap=1000,
-    log=True,
-    layout=None,
-    overrides=(),
-    ui_url="",
-):
-    """The temperature kinds' analysis: table, verdicts, the paper's figures, report, logged (the report
-    names the analysis run it is logged in). ``bootstrap`` and ``layout`` do not apply (no fits; one
-    figure per kind)."""
-    from dataclasses import fields
-
-    from .run import open_analysis, save_report_and_log
-
-    source, uri, base = open_analysis(sweep, experiment, profile, overrides, tracking_uri, out)
-    result = _result_type()(**{f.name: getattr(base, f.name) for f in fields(base)})
-    result.ui_url = ui_url or (uri if uri.startswith("http") else "")
-    result.table.to_parquet(result.out / "table.parquet", index=False)
-    result.verdicts = verdicts(result.table)
-    result.verdicts.to_csv(result.out / "verdicts.csv", index=False)
-    result.files += [result.out / "table.parquet", result.out / "verdicts.csv"]
-    return save_report_and_log(result, uri, source.name, draw(result.table, source.name), write_report, log)
+TEMPERATURE = TemperatureAnalysis()

@@ -180,10 +180,12 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     ) == len(waves)
 
     # The analysis report shows the path the waves took.
-    from analysis.run import analyse_training
+    from analysis.pipeline import analyse
+    from analysis.plugin import Request
+    from analysis.training import TRAINING
 
     out = tmp_path / "analysis"
-    result = analyse_training(str(path), tracking_uri=uri, out=out, bootstrap=200, log=False)
+    result = analyse(Request(str(path), tracking_uri=uri, out=out, bootstrap=200, log=False), plugin=TRAINING)
     report = (tmp_path / "analysis" / "report.html").read_text()
     assert len(result.waves) == len(records) and "<h2>Adaptive path</h2>" in report
     assert "first wave: T in {2, 16, inf}" in report

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from analysis.run import restrict_to_plan
+from analysis.pipeline import restrict_to_plan
 
 
 def test_restrict_to_plan_drops_stale_and_lists_unstarted():

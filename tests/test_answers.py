@@ -226,21 +226,24 @@ def variants_store(tmp_path_factory):
 
 
 def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
-    from analysis.run import AnalysisError, analyse
+    from analysis.pipeline import analyse
+    from analysis.plugin import AnalysisError, Request
     from scaling.plan import load_plan
 
     uri, sweep = variants_store
     steps = load_plan(sweep).cells[0].cell.params()["train.steps"]  # the sweep file's own
-    plain = analyse(sweep, tracking_uri=uri, out=tmp_path / "plain", bootstrap=20, log=False)
+    plain = analyse(Request(sweep, tracking_uri=uri, out=tmp_path / "plain", bootstrap=20, log=False))
     assert set(plain.table["param.train.steps"]) == {steps} != {"60"}
     assert any("train.steps = 60" in note for note in plain.notes)
     short = analyse(
-        sweep,
-        tracking_uri=uri,
-        out=tmp_path / "short",
-        bootstrap=20,
-        log=False,
-        overrides=("train.steps=60",),
+        Request(
+            sweep,
+            tracking_uri=uri,
+            out=tmp_path / "short",
+            bootstrap=20,
+            log=False,
+            overrides=("train.steps=60",),
+        )
     )
     assert set(short.table["param.train.steps"]) == {"60"}
     assert short.table["cell_key"].nunique() == plain.table["cell_key"].nunique() == 24
@@ -248,17 +251,21 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
         AnalysisError,
         match=rf"no complete cells of this sweep file.*train\.steps = (60 / {steps}|{steps} / 60)\)",
     ):
-        analyse(sweep, tracking_uri=uri, out=tmp_path / "none", log=False, overrides=("train.steps=7",))
+        analyse(
+            Request(sweep, tracking_uri=uri, out=tmp_path / "none", log=False, overrides=("train.steps=7",))
+        )
     with pytest.raises(AnalysisError, match=rf"train\.steps = {steps} / 60.*--set train\.steps="):
-        analyse(None, "smoke", tracking_uri=uri, out=tmp_path / "pooled", bootstrap=20, log=False)
+        analyse(Request(None, "smoke", tracking_uri=uri, out=tmp_path / "pooled", bootstrap=20, log=False))
     picked = analyse(
-        None,
-        "smoke",
-        tracking_uri=uri,
-        out=tmp_path / "picked",
-        bootstrap=20,
-        log=False,
-        overrides=("train.steps=60",),
+        Request(
+            None,
+            "smoke",
+            tracking_uri=uri,
+            out=tmp_path / "picked",
+            bootstrap=20,
+            log=False,
+            overrides=("train.steps=60",),
+        )
     )
     assert set(picked.table["cell_key"]) == set(short.table["cell_key"])
 

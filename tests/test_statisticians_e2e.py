@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.run import analyse
+from analysis.pipeline import analyse
+from analysis.plugin import Request
 from scaling.plan import SweepError, load_plan
 from scaling.sweep import run_sweep
 
@@ -77,11 +78,12 @@ def test_construction_sweeps_run_and_are_analysed(store, tmp_path):
     assert run.data.metrics["selection_vs_best_single"] > 0
 
     out = tmp_path / "analysis"
-    result = analyse(None, "stat-gd-quick", tracking_uri=uri, out=out / "gd", bootstrap=20)
+    result = analyse(Request(None, "stat-gd-quick", tracking_uri=uri, out=out / "gd", bootstrap=20))
     assert {p.name for p in result.files} >= {"gd_vs_L.png", "gd_vs_L.svg", "verdicts.csv", "report.html"}
     assert result.verdicts["verdict"].iloc[0].startswith("the constructed GD transformer equals explicit GD")
     assert result.run_id
-    result = analyse(None, "stat-selection-quick", tracking_uri=uri, out=out / "selection", bootstrap=20)
+    selection = Request(None, "stat-selection-quick", tracking_uri=uri, out=out / "selection", bootstrap=20)
+    result = analyse(selection)
     assert {p.name for p in result.files} >= {"selection.png", "verdicts.csv", "report.html"}
     subjects = set(result.verdicts["subject"])
     for level in ("noise_std=0.1", "noise_std=0.5"):

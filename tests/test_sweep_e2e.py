@@ -12,7 +12,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from analysis.run import analyse
+from analysis.pipeline import analyse
+from analysis.plugin import Request
 from scaling.sweep import main, run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
@@ -87,7 +88,7 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
     runs = cell_runs(uri, "tiny")
     assert len(runs) == 4 and all(r.data.tags["status"] == "complete" for r in runs)
 
-    result = analyse(str(path), tracking_uri=uri, out=path.parent / "out", bootstrap=50)
+    result = analyse(Request(str(path), tracking_uri=uri, out=path.parent / "out", bootstrap=50))
     table = result.table
     assert table["cell_key"].nunique() == 4
     assert set(table["predictor"]) == {"model", "zero", "least_squares", "ridge"}

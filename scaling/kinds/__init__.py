@@ -4,8 +4,8 @@ Training a cell is one kind; each seed-004 scan is another. A kind is a ``Kind``
 this package that says how its settings are validated (``settings``, the dataclass of the cell's
 ``group`` of settings, and ``check``), how its cell runs inside a trial (``run``), what it logs (the
 curves and summary it hands to the trial's log, and ``metric_key``), what it costs (``cost``, for
-``--dry-run``) and how analysis reads and draws it (``analysis``, the module path of its analysis
-plug-in; analysis imports it, this package never imports analysis).
+``--dry-run``) and how analysis reads and draws it (``analysis``, "module:OBJECT" of its analysis
+plug-in, an ``analysis.plugin.Analysis``; analysis imports it, this package never imports analysis).
 
 ``KINDS`` is the only list of kind names: a cell's ``job`` is one of its keys (the field keeps its name so
 that every cell key stays what it was). Each entry is ``"module:attribute"``, imported the first time a
@@ -56,7 +56,7 @@ class Kind:
     name: str
     run: Callable[..., dict[str, Any]]
     label: Callable[[Any], str]
-    analysis: str  # "module:function" of its analysis plug-in (analysis/)
+    analysis: str  # "module:OBJECT" of its analysis plug-in (analysis/plugin.py: the Analysis template)
     settings: type | None = None
     group: str | None = None
     check: Callable[[Any], None] = lambda cell: None

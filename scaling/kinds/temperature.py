@@ -532,7 +532,7 @@ def _kind(
         name=name,
         run=runner(job),
         label=label,
-        analysis="analysis.temperature:analyse",
+        analysis="analysis.temperature:TEMPERATURE",
         settings=TemperatureConfig,
         group="temperature",
         check=check,

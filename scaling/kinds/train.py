@@ -97,5 +97,5 @@ def packable(cell) -> bool:
 
 
 TRAIN = Kind(
-    name="train", run=run, label=label, analysis="analysis.run:analyse_training", cost=cost, packable=packable
+    name="train", run=run, label=label, analysis="analysis.training:TRAINING", cost=cost, packable=packable
 )

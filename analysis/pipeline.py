@@ -1,0 +1,274 @@
+"""The analysis pipeline, the same for every experiment kind: request -> cells -> table -> verdicts, figures
+-> files, report, MLflow run.
+
+``analyse(request)`` resolves the request once (a sweep file is planned once: its cells and their kinds),
+picks the kind's analysis plug-in (scaling.kinds.Kind.analysis, "module:OBJECT"; analysis/plugin.py says what
+one implements), reads the complete cells from MLflow into the tidy table (scaling.table; only the sweep
+file's planned cells, or one poolable variant of an experiment: scaling.judge.provenance), lets the plug-in
+judge and draw them, and writes into the output folder ``table.parquet``, ``ridge_lambda.parquet`` when cells
+scanned ridge's lambda, ``fits.csv`` when the kind fits, ``verdicts.csv``, the figures as PNG and SVG and
+``report.html``; then logs them to MLflow as a run tagged ``kind=analysis`` under the sweep's parent run (the
+report names that run). Nothing goes into the output folder when the request cannot be analysed
+(AnalysisError: no such sweep file or experiment, nothing complete, cells that may not be pooled).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from scaling.judge import provenance
+from scaling.kinds import kind
+from scaling.plan import SweepError, load_plan
+from scaling.table import RunNames, load_table, split_scans
+from scaling.tracking import Tracker, resolve_tracking_uri
+from scaling.tracking.analysis_runs import log_outputs_run
+
+from . import plots
+from .plugin import Analysis, AnalysisError, AnalysisResult, Request
+from .report import write_report
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to read: the experiment, the sweep document (for the report), the planned cells of a sweep file
+    (key -> run name; None for an experiment name: every cell run in it counts) and their kinds (None: read
+    from the experiment's runs), the grid axes, and the ``--set`` overrides (a sweep file's, planning its
+    cells; an experiment's, picking one variant)."""
+
+    name: str
+    document: dict
+    planned: dict[str, str] | None
+    axes: tuple[str, ...]
+    overrides: tuple[str, ...] = ()
+    settings: pd.DataFrame | None = None  # the planned cells' settings: cell_key, model, param.*
+    jobs: frozenset[str] | None = None
+
+
+def resolve(request: Request) -> Source:
+    """The source of a sweep file (planned once, with the request's profile and overrides, as the sweep ran)
+    or of an experiment name."""
+    if request.experiment:
+        return Source(request.experiment, {}, None, provenance.DEFAULT_AXES, tuple(request.overrides))
+    try:
+        plan = load_plan(request.sweep, request.profile, request.overrides)
+    except SweepError as err:
+        raise AnalysisError(str(err)) from None
+    axes = dict.fromkeys(a for p in plan.cells for a in p.axes)
+    settings = pd.DataFrame(
+        [
+            {"cell_key": p.cell.key, **{f"param.{k}": v for k, v in p.cell.params().items()}}
+            for p in plan.cells
+        ]
+    )
+    return Source(
+        plan.name,
+        plan.document,
+        {p.cell.key: p.cell.name for p in plan.cells},
+        tuple(dict.fromkeys([*provenance.DEFAULT_AXES[:4], *axes])),
+        tuple(request.overrides),
+        settings.assign(model=settings.get("param.model.name", "")),
+        frozenset(p.cell.job for p in plan.cells),
+    )
+
+
+def experiment_jobs(uri: str, experiment: str) -> frozenset[str]:
+    """The kinds of the experiment's cell runs (a run without a ``job`` param trains)."""
+    try:
+        runs = Tracker(uri).runs(experiment, "tags.kind = 'cell'")
+    except LookupError as err:
+        raise AnalysisError(str(err)) from None
+    return frozenset({r.data.params.get("job", "train") for r in runs} or {"train"})
+
+
+def plugin_for(source: Source, uri: str) -> Analysis:
+    """The analysis plug-in of the source's cells: their kinds' (one plug-in per sweep; a sweep that mixes
+    kinds of different plug-ins is refused, naming them)."""
+    jobs = source.jobs if source.jobs is not None else experiment_jobs(uri, source.name)
+    plugins = {kind(job).analysis for job in jobs}
+    if len(plugins) > 1:
+        raise AnalysisError(
+            f"the sweep mixes experiment kinds analysed apart ({', '.join(sorted(jobs))});"
+            f" give each its own sweep file"
+        )
+    module, attribute = plugins.pop().split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def restrict_to_plan(
+    table: pd.DataFrame,
+    missing: pd.DataFrame,
+    planned: dict[str, str],
+    settings: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Only the sweep file's cells: the experiment's other complete cells (cells since removed from the file,
+    or made with other ``--set`` overrides) are left out with a note naming the settings in which they differ
+    from the planned cells (``settings``, else the planned cells found complete), and planned cells that
+    never started are listed as missing."""
+    others = table[~table["cell_key"].isin(planned)]
+    table = table[table["cell_key"].isin(planned)].reset_index(drop=True)
+    missing = missing[missing["cell_key"].isin(planned)] if len(missing) else missing
+    seen = set(table["cell_key"]) | set(missing["cell_key"] if len(missing) else [])
+    never = pd.DataFrame(
+        [
+            {"cell_key": k, "run_id": "", "name": n, "status": "not started", "error": ""}
+            for k, n in planned.items()
+            if k not in seen
+        ]
+    )
+    mine = settings if settings is not None else table
+    note = provenance.other_variants(others, mine) if len(others) else ""
+    return table, pd.concat([missing, never], ignore_index=True), [note] if note else []
+
+
+def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
+    """The grid axes of the sweep file the experiment was last run with (the ``sweep.yaml`` of its parent
+    run), else provenance.DEFAULT_AXES."""
+    try:
+        tracker = Tracker(uri)
+        parents = tracker.runs(experiment, "tags.kind = 'sweep'")
+        if not parents:
+            return provenance.DEFAULT_AXES
+        with tempfile.TemporaryDirectory() as tmp:
+            document = yaml.safe_load(
+                Path(tracker.download(parents[0].info.run_id, "sweep.yaml", tmp)).read_text()
+            )
+    except Exception:  # noqa: BLE001 - no parent run or no sweep.yaml: the default axes
+        return provenance.DEFAULT_AXES
+    grid = (document or {}).get("grid") or {}
+    return tuple(dict.fromkeys([*provenance.DEFAULT_AXES, *map(str, grid)]))
+
+
+def pooled(table: pd.DataFrame, source: Source, uri: str) -> tuple[pd.DataFrame, tuple[str, ...], list[str]]:
+    """An experiment's cells that may be pooled (the ``--set`` variant asked for), its grid axes and a note;
+    fails when the cells differ beyond the grid axes (scaling.judge.provenance)."""
+    axes = grid_axes(uri, source.name)
+    try:
+        table = provenance.select(table, source.overrides).reset_index(drop=True)
+        provenance.check_poolable(table, axes, source.name)
+    except provenance.PoolingError as err:
+        raise AnalysisError(str(err)) from None
+    return table, axes, [f"the cells with {', '.join(source.overrides)}"] if source.overrides else []
+
+
+def read(source: Source, uri: str, out: Path) -> AnalysisResult:
+    """The read (not yet judged) result of one experiment; fails when nothing is complete, or when an
+    experiment's cells differ beyond its grid axes (scaling.judge.provenance)."""
+    name = source.name
+    try:
+        table, missing = load_table(uri, name)
+    except LookupError as err:
+        raise AnalysisError(str(err)) from None
+    attrs = dict(table.attrs)
+    notes: list[str] = []
+    axes = source.axes
+    if source.planned is not None:
+        everything = table
+        table, missing, notes = restrict_to_plan(table, missing, source.planned, source.settings)
+        if table.empty and len(everything):
+            raise AnalysisError(
+                f"experiment {name!r} has no complete cells of this sweep file as given yet; "
+                + (notes[0] if notes else "")
+            )
+    elif len(table):
+        table, axes, notes = pooled(table, source, uri)
+    table, repeated = provenance.drop_repeats(table)
+    notes += repeated
+    table, scans = split_scans(table)
+    kept = set(table["run_id"])
+    table.attrs.update(attrs, runs=RunNames({r: n for r, n in attrs.get("runs", {}).items() if r in kept}))
+    if table.empty:
+        raise AnalysisError(f"experiment {name!r} has no complete cells of this sweep yet")
+    result = AnalysisResult(
+        name, out, table, missing, tracking_uri=uri, document=source.document, scans=scans, axes=axes
+    )
+    result.notes += notes
+    return result
+
+
+def judged(result: AnalysisResult, plugin: Analysis, request: Request) -> AnalysisResult:
+    """The plug-in's fits and verdicts of a read result (after its ``setup``)."""
+    result.plugin, result.request = plugin, request
+    result.ui_url = request.ui_url or (result.tracking_uri if result.tracking_uri.startswith("http") else "")
+    plugin.setup(result)
+    result.fits = plugin.fits(result)
+    result.verdicts = plugin.verdicts(result)
+    return result
+
+
+def write_tables(result: AnalysisResult) -> None:
+    """The output folder with the table (and ridge's lambda scans, when any), the fits and the verdicts."""
+    result.out.mkdir(parents=True, exist_ok=True)
+    scans = result.scans if result.scans is not None and len(result.scans) else None
+    for frame, name in (
+        (result.table, "table.parquet"),
+        (scans, "ridge_lambda.parquet"),
+        (result.fits, "fits.csv"),
+        (result.verdicts, "verdicts.csv"),
+    ):
+        if frame is None:
+            continue
+        path = result.out / name
+        if path.suffix == ".parquet":
+            frame.to_parquet(path, index=False)
+        else:
+            frame.to_csv(path, index=False)
+        result.files.append(path)
+
+
+def analyse(request: Request, source: Source | None = None, plugin: Analysis | None = None) -> AnalysisResult:
+    """Analyse a sweep (or an experiment) with its kind's plug-in (``plugin`` overrides the choice;
+    ``source``: the request already resolved): the tables, figures and report written, the analysis logged
+    unless the request says not to."""
+    uri = resolve_tracking_uri(request.tracking_uri)
+    source = source or resolve(request)
+    plugin = plugin or plugin_for(source, uri)
+    folder = Path(request.out) if request.out else Path("analysis_out") / source.name
+    result = judged(read(source, uri, folder.resolve()), plugin, request)
+    drawn = plugin.figures(result)
+    write_tables(result)
+    for stem, fig in drawn.items():
+        result.files += plots.save(fig, result.out / stem)
+    report = write_report(result, result.out / "report.html")
+    if request.log:
+
+        def named(run_id: str) -> Path:  # the report again, once it can name the run it is logged in
+            return write_report(replace(result, run_id=run_id), report)
+
+        result.run_id = log_analysis(uri, source.name, result, report=named)
+    result.files.append(report)
+    return result
+
+
+def log_analysis(
+    uri: str, experiment: str, result: AnalysisResult, extra_tags: dict | None = None, report=None
+) -> str:
+    """Log the outputs as a run tagged kind=analysis in the sweep's experiment, under its parent run;
+    ``report`` (run id -> path) writes the report once the run's id is known, logged into the same run."""
+    tags = {"kind": "analysis", "sweep": experiment, **(extra_tags or {})}
+    name = f"analysis {experiment}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
+    files = [
+        (path, path.parent.relative_to(result.out).as_posix() if path.parent != result.out else None)
+        for path in result.files
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "summary.yaml"
+        summary.write_text(
+            yaml.safe_dump(
+                {
+                    "cells": int(result.table["cell_key"].nunique()),
+                    "missing": int(len(result.missing)),
+                    "out": os.fspath(result.out),
+                    "answer": result.answer(),
+                    "notes": result.notes,
+                }
+            )
+        )
+        late = (lambda run_id: [(report(run_id), None)]) if report else None
+        return log_outputs_run(Tracker(uri), experiment, name, tags, files + [(summary, None)], late=late)

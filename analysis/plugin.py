@@ -1,0 +1,137 @@
+"""The analysis side of an experiment kind: the request, the result, and the template a kind implements.
+
+As Ray Tune's ``Trainable`` is a template (implement a few methods, the framework does the rest),
+``Analysis`` is one for a kind's analysis (docs/design.md, "Experiment kinds are plug-ins").
+``python -m analysis`` builds one ``Request``; analysis/pipeline.py resolves and reads the sweep's cells once
+into an ``AnalysisResult``, asks the kind's plug-in (scaling.kinds.Kind.analysis names it: "module:OBJECT")
+for its verdicts, figures and answer, then writes the table, verdicts, figures and report, logs them to
+MLflow and prints the summary, for every kind alike. A plug-in implements:
+
+- ``verdicts(result)``: the verdict table, with a ``verdict`` column in words (``verdicts.csv``);
+- ``figures(result)``: file stem -> matplotlib figure (saved as PNG and SVG; may add notes to
+  ``result.notes`` for the report);
+- ``answer(result)``: the one line at the head of the report and the summary;
+
+and, where the kind needs them, ``setup`` (read what else it needs beside the cells), ``fits`` (a fit table,
+``fits.csv``), ``verdict_html`` / ``verdict_note`` (the report's verdict section), ``sections`` (further
+report sections) and ``summary`` (the verdict lines printed after an analysis).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from scaling.judge.provenance import DEFAULT_AXES
+
+from .report import table_html
+
+
+class AnalysisError(RuntimeError):
+    """The analysis cannot run (no such sweep or experiment, nothing complete yet)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to analyse and how: a sweep file (planned with ``profile`` and ``overrides``, as it ran) or an
+    experiment name (``overrides`` then pick one variant of its cells); the MLflow store (None:
+    $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here), the output folder (None:
+    analysis_out/<experiment>), bootstrap resamples of intervals, whether to log the analysis to MLflow, the
+    figure layout (None: by the sweep's name) and the MLflow UI's address for links to runs."""
+
+    sweep: str | None = None
+    experiment: str | None = None
+    profile: str = ""
+    overrides: tuple[str, ...] = ()
+    tracking_uri: str | None = None
+    out: Path | None = None
+    bootstrap: int = 1000
+    log: bool = True
+    layout: str | None = None
+    ui_url: str = ""
+
+
+@dataclass
+class AnalysisResult:
+    """One sweep's analysis: what was read (filled by the pipeline), what the plug-in made of it (fits,
+    verdicts), and what was written and logged."""
+
+    experiment: str
+    out: Path
+    table: pd.DataFrame
+    missing: pd.DataFrame
+    plugin: Analysis | None = None  # the kind's analysis that judges and draws this result
+    request: Request = field(default_factory=Request)
+    files: list[Path] = field(default_factory=list)
+    fits: pd.DataFrame | None = None
+    verdicts: pd.DataFrame | None = None
+    run_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+    tracking_uri: str = ""
+    scans: pd.DataFrame | None = None  # ridge error vs lambda rows (scaling.table.split_scans)
+    document: dict = field(default_factory=dict)
+    axes: tuple[str, ...] = DEFAULT_AXES  # the settings cells may differ in (the grid axes)
+    ui_url: str = ""  # the MLflow UI's address, for links to runs
+    waves: list = field(default_factory=list)  # an adaptive sweep's wave records (scaling.adaptive)
+
+    def answer(self) -> str:
+        return self.plugin.answer(self) if self.plugin else "no verdicts"
+
+    def summary(self) -> str:
+        """What ``python -m analysis`` prints: cells read, files written, notes, the plug-in's verdict lines,
+        the MLflow run."""
+        cells = self.table["cell_key"].nunique() if len(self.table) else 0
+        lines = [
+            f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
+            f"wrote {len(self.files)} files to {self.out}",
+            *[f"note: {n}" for n in self.notes],
+            *(self.plugin.summary(self) if self.plugin else []),
+        ]
+        if self.run_id:
+            lines.append(f"logged to MLflow as run {self.run_id}")
+        return "\n".join(lines)
+
+
+class Analysis:
+    """The template of a kind's analysis (the module docstring lists what to implement). Subclass it and
+    implement ``verdicts``, ``figures`` and ``answer``; the other methods have defaults. Methods get the
+    result and may read anything on it (its ``table``, ``request``, the ``verdicts`` once made)."""
+
+    verdict_note: str = ""  # how the verdicts are made, in words: a paragraph below the verdict table
+
+    def setup(self, result: AnalysisResult) -> None:
+        """Read what the kind needs beside its cells (default: nothing); first, before any other method."""
+
+    def fits(self, result: AnalysisResult) -> pd.DataFrame | None:
+        """The kind's fit table (``fits.csv``), or None: the kind fits nothing (the default)."""
+        return None
+
+    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
+        """The verdict table: a row per verdict, its ``verdict`` column in words."""
+        raise NotImplementedError
+
+    def figures(self, result: AnalysisResult) -> dict:
+        """File stem -> matplotlib figure."""
+        raise NotImplementedError
+
+    def answer(self, result: AnalysisResult) -> str:
+        """One line: what the verdicts say."""
+        raise NotImplementedError
+
+    def verdict_html(self, result: AnalysisResult) -> str:
+        """The report's verdict section: each verdict in words, the table without them, the note."""
+        verdicts = result.verdicts
+        lines = "".join(f"<li>{html.escape(str(v))}</li>" for v in verdicts["verdict"])
+        note = f"\n<p>{self.verdict_note}</p>" if self.verdict_note else ""
+        return f"<ul>{lines}</ul>{table_html(verdicts.drop(columns=['verdict']), 'no verdicts')}{note}"
+
+    def sections(self, result: AnalysisResult) -> list[tuple[str, str]]:
+        """Further report sections after the figures, as (heading, HTML); default none."""
+        return []
+
+    def summary(self, result: AnalysisResult) -> list[str]:
+        """The lines printed after the analysis's counts and notes: the answer, then each verdict."""
+        return [self.answer(result), *(f"- {v}" for v in result.verdicts["verdict"])]
