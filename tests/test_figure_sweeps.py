@@ -1,4 +1,4 @@
-"""Every sweeps/figK.yaml of seed 001 plans, full and quick, with the lattice FIGURES.md gives for it, and
+"""Every sweeps/figK.yaml of seed 001 plans, full and quick, with the lattice the specification (../shared/FIGURES.md) gives for it, and
 ``python -m scaling.sweep sweeps/figK.yaml --dry-run`` lists it without creating a store."""
 
 import math

@@ -10,7 +10,7 @@
 
 For Hugging Face GPT-2, ``hf_attention(name)`` registers phi as an attention function with
 transformers' ``AttentionInterface`` and the eager mask function under the same name (without it the
-causal mask silently disappears, FIGURES.md); the models also always pass their own 4D mask.
+causal mask silently disappears: the specification, ../shared/FIGURES.md, warns of it); the models also always pass their own 4D mask.
 
 ``stacked_prefix_mask(P)`` is the mask that lets one forward pass score every prefix of a stacked prompt
 (seed 001 eq. 2): the sequence is the P context tokens [x_j; y_j] followed by the P query tokens

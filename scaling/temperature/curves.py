@@ -7,7 +7,7 @@ Each function returns one row per curve point with the columns
 "simulation" (Monte Carlo of the model on fresh test prompts, all curves of one point on the same
 prompts). The pretrained parameters are Lemma 4.1's, estimated from m pretraining prompts of the
 same l ("sampled", as in the paper's Fig. 1 with m = 5000) or in population form ("population").
-Settings follow /work/shared/FIGURES.md; the paper does not state its l/d grid, so the defaults
+Settings follow the specification beside the repository (../shared/FIGURES.md); the paper does not state its l/d grid, so the defaults
 below are a choice.
 """
 
