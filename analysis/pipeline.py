@@ -26,7 +26,7 @@ import yaml
 from scaling.judge import provenance
 from scaling.kinds import kind
 from scaling.plan import SweepError, load_plan
-from scaling.table import load_table, split_scans
+from scaling.table import RunNames, load_table, split_scans
 from scaling.tracking import Tracker, resolve_tracking_uri
 from scaling.tracking.analysis_runs import log_outputs_run
 
@@ -182,7 +182,7 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     notes += repeated
     table, scans = split_scans(table)
     kept = set(table["run_id"])
-    table.attrs.update(attrs, runs={r: n for r, n in attrs.get("runs", {}).items() if r in kept})
+    table.attrs.update(attrs, runs=RunNames({r: n for r, n in attrs.get("runs", {}).items() if r in kept}))
     if table.empty:
         raise AnalysisError(f"experiment {name!r} has no complete cells of this sweep yet")
     result = AnalysisResult(

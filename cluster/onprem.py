@@ -27,6 +27,10 @@ The second is one machine (a workstation, a laptop) as the whole cluster, withou
   --temp-dir DIR           this cluster's Ray temp dir (default /tmp/ray); the start commands stop only
                            the Ray of this dir (cluster/stop_ray.py), never other Rays on the machine
   --cluster-name NAME      default icl-scaling-onprem
+  --mlflow-db DB           postgresql (default: a PostgreSQL of its own on the head, sized for a cluster's
+                           trials; installed in the head's container, or already on a head without Docker
+                           with psycopg2-binary in P's environment) or sqlite (one file: a few dozen trials
+                           at once at most); cluster/start_mlflow.sh says how and why
 
 The template's own commands are this script's output for the template's own settings (a test checks
 it), so the file you get differs from cluster/cluster-local.yaml only where your settings do.
@@ -69,6 +73,7 @@ class Settings:
     ports: int | None = None
     temp_dir: str = "/tmp/ray"
     cluster_name: str = "icl-scaling-onprem"
+    mlflow_db: str = "postgresql"
 
     @property
     def docker(self) -> bool:
@@ -104,6 +109,25 @@ def setup_commands(s: Settings) -> list[str]:
     return [f"{env_prefix(s)}python {VERSION_CHECK}"]
 
 
+# The head's PostgreSQL (cluster/start_mlflow.sh): Ray's image has neither the server nor psycopg2.
+POSTGRES_IN_DOCKER = [
+    "command -v pg_dump >/dev/null || (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive"
+    " apt-get install -y -qq postgresql >/dev/null)",
+    "pip install --quiet --no-cache-dir 'psycopg2-binary>=2.9'",
+]
+POSTGRES_CHECK = (
+    'python -c "import psycopg2" && (command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl) >/dev/null'
+    ' || (echo "the head needs PostgreSQL (apt-get install postgresql) and psycopg2-binary in its Python'
+    ' environment, or --mlflow-db sqlite" >&2; exit 1)'
+)
+
+
+def head_setup_commands(s: Settings) -> list[str]:
+    if s.mlflow_db != "postgresql":
+        return []
+    return list(POSTGRES_IN_DOCKER) if s.docker else [f"{env_prefix(s)}{POSTGRES_CHECK}"]
+
+
 def head_start_commands(s: Settings) -> list[str]:
     prefix, mlflow_home = env_prefix(s), ("~/mlflow" if s.docker else MLFLOW_HOST_DIR)
     trials = "" if not s.worker_ips else " --num-cpus=0 --num-gpus=0"
@@ -115,7 +139,7 @@ def head_start_commands(s: Settings) -> list[str]:
     return [
         f"{prefix}python {s.project}/cluster/stop_ray.py {s.temp_dir}",
         f"{prefix}MLFLOW_HOME={mlflow_home} MLFLOW_HOST={s.head_ip} MLFLOW_PORT={s.port('mlflow')}"
-        f" bash {s.project}/cluster/start_mlflow.sh",
+        f"{' MLFLOW_DB=sqlite' if s.mlflow_db == 'sqlite' else ''} bash {s.project}/cluster/start_mlflow.sh",
         f"{prefix}ulimit -n 65536;"
         f' export RAY_AUTH_MODE=token MLFLOW_TRACKING_URI="$(cat {mlflow_home}/tracking_uri)";'
         f" ray start --head --node-ip-address={s.head_ip} --port={s.port('gcs')} --temp-dir={s.temp_dir}"
@@ -159,6 +183,7 @@ def onprem_config(template: dict, s: Settings) -> dict:
     else:
         config.pop("docker", None)
     config["setup_commands"] = setup_commands(s)
+    config["head_setup_commands"] = head_setup_commands(s)
     config["head_start_ray_commands"] = head_start_commands(s)
     config["worker_start_ray_commands"] = worker_start_commands(s)
     return config
@@ -182,6 +207,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ports", type=int, default=None)
     parser.add_argument("--temp-dir", default=Settings.temp_dir)
     parser.add_argument("--cluster-name", default=Settings.cluster_name)
+    parser.add_argument("--mlflow-db", choices=("postgresql", "sqlite"), default=Settings.mlflow_db)
     parser.add_argument("-o", "--output", required=True, help="the cluster file to write")
     args = parser.parse_args(argv)
     if args.no_docker != bool(args.python):
@@ -203,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         args.ports,
         args.temp_dir,
         args.cluster_name,
+        args.mlflow_db,
     )
     config = onprem_config(yaml.safe_load(TEMPLATE.read_text()), settings)
     header = (

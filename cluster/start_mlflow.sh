@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Start the cluster's MLflow tracking server on the head node (idempotent).
+# Start the cluster's MLflow tracking server on the head node (idempotent); or back its database up.
+#
+#   bash cluster/start_mlflow.sh          start PostgreSQL (if it is the backend) and MLflow, or find them up
+#   bash cluster/start_mlflow.sh backup   write $MLFLOW_HOME/backup/mlflow.dump (pg_dump, consistent while
+#                                         trials log) or mlflow.db (SQLite's online backup)
 #
 # Run by `head_start_ray_commands` in cluster.yaml and cluster/cluster-local.yaml,
 # inside the head's container. The server:
@@ -7,36 +11,170 @@
 #     the cluster network, people reach it through an SSH tunnel (docs/cluster.md);
 #   * proxies artifacts (--serve-artifacts), so workers upload through HTTP and
 #     need no shared disk and no cloud credentials for artifacts;
+#   * keeps its runs in PostgreSQL on the head: a database cluster of its own in
+#     $MLFLOW_HOME/postgres (the head host's disk: the cluster files mount it), listening on a
+#     Unix socket in $MLFLOW_HOME/pg only (no TCP port: only the head's user reaches it);
 #   * keeps running across `ray stop` / `ray up` restarts (a second call finds it
 #     healthy and returns). It runs in its own session; its process-group id is in
-#     $MLFLOW_HOME/server.pid (stop it with: kill -- -"$(cat ~/mlflow/server.pid)").
+#     $MLFLOW_HOME/server.pid (stop it, and PostgreSQL, with:
+#     python cluster/stop_ray.py /tmp/ray --mlflow --mlflow-home ~/mlflow).
 # It writes the tracking URI to $MLFLOW_HOME/tracking_uri, which the head's
 # `ray start` line exports as MLFLOW_TRACKING_URI for every job started there.
 #
 # Settings (environment variables, all optional):
 #   MLFLOW_HOME                  state directory        (default ~/mlflow)
-#   MLFLOW_BACKEND_URI           runs/metrics database  (default sqlite:///$MLFLOW_HOME/mlflow.db;
-#                                e.g. postgresql://user:pw@host:5432/mlflow)
+#   MLFLOW_DB                    postgresql (default) or sqlite ($MLFLOW_HOME/mlflow.db). A head whose
+#                                $MLFLOW_HOME holds a SQLite store and no PostgreSQL one keeps SQLite
+#                                unless MLFLOW_DB says otherwise (its runs are not moved: docs/cluster.md)
+#   MLFLOW_BACKEND_URI           a database elsewhere (e.g. postgresql://user:pw@rds-host:5432/mlflow);
+#                                overrides MLFLOW_DB, nothing is started for it
 #   MLFLOW_ARTIFACTS_DESTINATION where proxied artifacts land (default $MLFLOW_HOME/artifacts;
 #                                e.g. s3://bucket/mlflow-artifacts)
 #   MLFLOW_HOST                  address to bind        (default: first address of `hostname -I`)
 #   MLFLOW_PORT                  port                   (default 5000)
+#   MLFLOW_RESTORE_FROM          a backup's mlflow.dump: a new PostgreSQL store starts as its copy
+#
+# Sizing: the one place it is decided, and why (measured: docs/results.md, "The tracking server under load").
+# A cluster's trials each send one request at a time (the MLflow client is synchronous),
+# so the server sees at most as many requests at once as trials run: up to 128 on a cluster of 32 GPU
+# nodes with four fractional trials each, 256 in the load test (benchmarks/tracking_load.py).
+#   MLFLOW_WORKERS=4             uvicorn worker processes: one per vCPU of the head (m5.xlarge: 4);
+#                                PostgreSQL's backends share those cores.
+#   pool 10 + overflow 30 = 40   database connections a worker may hold at once. Each worker runs MLflow's
+#                                request handlers on anyio's thread pool, 40 threads, and a handler holds
+#                                one connection: with 40 a handler never waits for a connection, so
+#                                MLflow's "QueuePool limit of size 5 overflow 10 reached" (SQLAlchemy's
+#                                default pool: a 400 that the client does not retry) cannot happen;
+#                                requests beyond 4 x 40 queue for a thread instead, without a timeout.
+#                                10 stay open between bursts, the rest close when idle.
+#   max_connections              PostgreSQL's: 2 engines per worker (tracking store and model registry)
+#                                x 4 workers x 40, plus 20 for backups and psql.
+#   worker health check 60 s     uvicorn kills a worker that does not answer its supervisor's ping in 5 s
+#                                (its default) and drops every request in flight on it; a worker busy
+#                                with 40 requests on a loaded head is slow, not hung (measured: 256 trials
+#                                on 2 cores lost 123 requests to such kills at 5 s).
+# Overridable (MLFLOW_WORKERS, MLFLOW_SQLALCHEMYSTORE_POOL_SIZE, MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW) for
+# measuring other sizes; a larger head wants more workers, and max_connections follows.
 set -euo pipefail
 
+MLFLOW_WORKERS="${MLFLOW_WORKERS:-4}"
+export MLFLOW_SQLALCHEMYSTORE_POOL_SIZE="${MLFLOW_SQLALCHEMYSTORE_POOL_SIZE:-10}"
+export MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW="${MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW:-30}"
+PG_MAX_CONNECTIONS=$((2 * MLFLOW_WORKERS * (MLFLOW_SQLALCHEMYSTORE_POOL_SIZE + MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW) + 20))
+
 MLFLOW_HOME="${MLFLOW_HOME:-$HOME/mlflow}"
-MLFLOW_BACKEND_URI="${MLFLOW_BACKEND_URI:-sqlite:///$MLFLOW_HOME/mlflow.db}"
 MLFLOW_ARTIFACTS_DESTINATION="${MLFLOW_ARTIFACTS_DESTINATION:-$MLFLOW_HOME/artifacts}"
 MLFLOW_HOST="${MLFLOW_HOST:-$(hostname -I | awk '{print $1}')}"
 MLFLOW_PORT="${MLFLOW_PORT:-5000}"
+PGDATA="$MLFLOW_HOME/postgres"
+PGSOCKET="$MLFLOW_HOME/pg"
+PG_USER=mlflow  # the database's owner and MLflow's login (trust over the socket, which only the owner reaches)
+
+fail() { echo "start_mlflow.sh: $*" >&2; exit 1; }
 
 case "$MLFLOW_HOST" in
   ""|0.0.0.0|::|"[::]"|\*)
-    echo "start_mlflow.sh: refusing to bind MLflow to '$MLFLOW_HOST'; set MLFLOW_HOST to the head's private IP" >&2
-    exit 1 ;;
+    fail "refusing to bind MLflow to '$MLFLOW_HOST'; set MLFLOW_HOST to the head's private IP" ;;
 esac
+
+if [ -z "${MLFLOW_DB:-}" ]; then
+  if [ -f "$MLFLOW_HOME/mlflow.db" ] && [ ! -d "$PGDATA" ]; then
+    MLFLOW_DB=sqlite
+    echo "keeping this head's SQLite store $MLFLOW_HOME/mlflow.db (MLFLOW_DB=postgresql starts an empty" \
+      "PostgreSQL one; docs/cluster.md says how to move runs)"
+  else
+    MLFLOW_DB=postgresql
+  fi
+fi
+case "$MLFLOW_DB" in
+  postgresql) LOCAL_URI="postgresql+psycopg2://$PG_USER@/mlflow?host=$PGSOCKET" ;;
+  sqlite) LOCAL_URI="sqlite:///$MLFLOW_HOME/mlflow.db" ;;
+  *) fail "MLFLOW_DB must be postgresql or sqlite, not '$MLFLOW_DB'" ;;
+esac
+MLFLOW_BACKEND_URI="${MLFLOW_BACKEND_URI:-$LOCAL_URI}"
+OWN_POSTGRES=$([ "$MLFLOW_BACKEND_URI" = "$LOCAL_URI" ] && [ "$MLFLOW_DB" = postgresql ] && echo 1 || echo 0)
+
+# PostgreSQL refuses to run as root: as root (a head without Docker run by root, the tests) its server runs
+# as the system account `postgres`, which must reach $MLFLOW_HOME.
+as_db_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_bin() {  # Debian and Ubuntu keep initdb and pg_ctl out of PATH, in /usr/lib/postgresql/<major>/bin
+  local found
+  found="$(command -v "$1" 2>/dev/null || ls -d /usr/lib/postgresql/*/bin/"$1" 2>/dev/null | sort -V | tail -n 1)"
+  [ -n "$found" ] || fail "PostgreSQL's $1 is not installed (Debian/Ubuntu: apt-get install postgresql;" \
+    "the cluster files install it on the head) - or choose MLFLOW_DB=sqlite"
+  echo "$found"
+}
+
+start_postgres() {
+  mkdir -p "$PGSOCKET"
+  chmod 700 "$PGSOCKET"
+  touch "$MLFLOW_HOME/postgres.log"
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres "$PGSOCKET" "$MLFLOW_HOME/postgres.log"
+    runuser -u postgres -- test -x "$MLFLOW_HOME" ||
+      fail "as root, PostgreSQL runs as user postgres, who cannot reach $MLFLOW_HOME; choose a" \
+        "MLFLOW_HOME it can reach (every folder above it searchable), or run as another user"
+  fi
+  local fresh=0
+  if [ ! -f "$PGDATA/PG_VERSION" ]; then
+    fresh=1
+    mkdir -p "$PGDATA"
+    [ "$(id -u)" = 0 ] && chown postgres "$PGDATA"
+    as_db_owner "$(pg_bin initdb)" -D "$PGDATA" -U "$PG_USER" --auth=trust --encoding=UTF8 >"$MLFLOW_HOME/initdb.log" 2>&1 ||
+      fail "initdb failed; see $MLFLOW_HOME/initdb.log"
+  fi
+  local initdb_major
+  initdb_major="$("$(pg_bin initdb)" --version | awk '{print $3}' | cut -d. -f1)"
+  [ "$(cat "$PGDATA/PG_VERSION")" = "$initdb_major" ] ||
+    fail "$PGDATA was made by PostgreSQL $(cat "$PGDATA/PG_VERSION"), this head runs $initdb_major:" \
+      "restore a backup into a new MLFLOW_HOME (docs/cluster.md)"
+  if ! as_db_owner "$(pg_bin pg_ctl)" -D "$PGDATA" status >/dev/null 2>&1; then
+    as_db_owner "$(pg_bin pg_ctl)" -D "$PGDATA" -l "$MLFLOW_HOME/postgres.log" -w -t 120 start \
+      -o "-c listen_addresses='' -c unix_socket_directories='$PGSOCKET' -c max_connections=$PG_MAX_CONNECTIONS" \
+      >/dev/null || fail "PostgreSQL did not start; see $MLFLOW_HOME/postgres.log"
+  fi
+  if [ "$fresh" = 1 ]; then
+    as_db_owner createdb -h "$PGSOCKET" -U "$PG_USER" mlflow
+    if [ -n "${MLFLOW_RESTORE_FROM:-}" ]; then
+      [ -f "$MLFLOW_RESTORE_FROM" ] || fail "MLFLOW_RESTORE_FROM: no file $MLFLOW_RESTORE_FROM"
+      pg_restore -h "$PGSOCKET" -U "$PG_USER" -d mlflow --no-owner --exit-on-error "$MLFLOW_RESTORE_FROM" ||
+        fail "restoring $MLFLOW_RESTORE_FROM failed"
+      echo "restored $MLFLOW_RESTORE_FROM into $PGDATA"
+    fi
+  elif [ -n "${MLFLOW_RESTORE_FROM:-}" ]; then
+    fail "MLFLOW_RESTORE_FROM restores only into a new store, and $PGDATA exists"
+  fi
+}
+
+backup() {
+  mkdir -p "$MLFLOW_HOME/backup"
+  if [ "$MLFLOW_DB" = postgresql ]; then
+    [ "$OWN_POSTGRES" = 1 ] || fail "backup: the database is $MLFLOW_BACKEND_URI, not this head's; back it up there"
+    pg_dump -h "$PGSOCKET" -U "$PG_USER" -Fc -f "$MLFLOW_HOME/backup/mlflow.dump.tmp" mlflow
+    mv "$MLFLOW_HOME/backup/mlflow.dump.tmp" "$MLFLOW_HOME/backup/mlflow.dump"
+    echo "wrote $MLFLOW_HOME/backup/mlflow.dump"
+  else
+    python - "$MLFLOW_HOME/mlflow.db" "$MLFLOW_HOME/backup/mlflow.db" <<'EOF'
+import sqlite3, sys
+source, target = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+source.backup(target)
+EOF
+    echo "wrote $MLFLOW_HOME/backup/mlflow.db"
+  fi
+}
 
 URI="http://$MLFLOW_HOST:$MLFLOW_PORT"
 mkdir -p "$MLFLOW_HOME"
+
+if [ "${1:-}" = backup ]; then
+  backup
+  exit 0
+fi
+[ $# -eq 0 ] || fail "unknown argument '$1' (none starts the server; 'backup' backs its database up)"
+
 echo "$URI" > "$MLFLOW_HOME/tracking_uri"
 
 is_healthy() {
@@ -48,6 +186,10 @@ except Exception:
     sys.exit(1)
 EOF
 }
+
+if [ "$OWN_POSTGRES" = 1 ]; then
+  start_postgres  # also when MLflow is up: a server whose database went away is not healthy for long
+fi
 
 if is_healthy; then
   echo "MLflow already serving at $URI"
@@ -65,17 +207,19 @@ nohup setsid mlflow server \
   --serve-artifacts \
   --host "$MLFLOW_HOST" \
   --port "$MLFLOW_PORT" \
+  --workers "$MLFLOW_WORKERS" \
+  --uvicorn-opts "--timeout-worker-healthcheck 60" \
   > "$MLFLOW_HOME/server.log" 2>&1 < /dev/null &
 echo $! > "$MLFLOW_HOME/server.pid"
 
 # First start creates the database schema; allow a few minutes on a small head.
 for _ in $(seq 1 180); do
+  kill -0 "$(cat "$MLFLOW_HOME/server.pid")" 2>/dev/null || break  # it died: no use waiting
   if is_healthy; then
-    echo "MLflow serving at $URI (log: $MLFLOW_HOME/server.log)"
+    echo "MLflow serving at $URI ($MLFLOW_DB; log: $MLFLOW_HOME/server.log)"
     exit 0
   fi
   sleep 1
 done
-echo "start_mlflow.sh: MLflow did not become healthy within 180 s; see $MLFLOW_HOME/server.log" >&2
-tail -n 30 "$MLFLOW_HOME/server.log" >&2 || true
-exit 1
+fail "MLflow did not become healthy (it stopped, or 180 s passed); see $MLFLOW_HOME/server.log
+$(tail -n 30 "$MLFLOW_HOME/server.log" 2>/dev/null || true)"

@@ -4,7 +4,7 @@ Run by the cluster files' start commands before ``ray start`` (a repeated ``ray 
 by hand before ``ray down`` on clusters without Docker (docs/cluster.md, "On-premises cluster"):
 
     python cluster/stop_ray.py /tmp/ray-icl             # the Ray started with --temp-dir=/tmp/ray-icl
-    python cluster/stop_ray.py /tmp/ray-icl --mlflow    # and the MLflow server of start_mlflow.sh
+    python cluster/stop_ray.py /tmp/ray-icl --mlflow    # and start_mlflow.sh's MLflow and PostgreSQL
 
 A Ray node's processes name its temp dir on their command lines (the GCS and raylet through their
 session's log and socket paths, the dashboard, monitor and log monitor through --temp-dir or
@@ -67,6 +67,23 @@ def mlflow_group(mlflow_home: Path) -> list[psutil.Process]:
     return members
 
 
+def stop_postgres(mlflow_home: Path, grace: float) -> int:
+    """Stop the PostgreSQL that start_mlflow.sh started in ``mlflow_home/postgres`` (a fast shutdown:
+    open transactions roll back, nothing committed is lost); 1 if one was running, else 0."""
+    pid_file = mlflow_home / "postgres" / "postmaster.pid"
+    if not pid_file.exists():
+        return 0
+    try:
+        postmaster = psutil.Process(int(pid_file.read_text().split()[0]))
+        postmaster.send_signal(signal.SIGINT)
+        postmaster.wait(timeout=grace + 20)
+    except (psutil.NoSuchProcess, ValueError, IndexError):
+        return 0
+    except psutil.TimeoutExpired:
+        postmaster.kill()
+    return 1
+
+
 def stop(processes: list[psutil.Process], grace: float) -> int:
     """SIGTERM, wait up to ``grace`` seconds, SIGKILL what is left; the number of processes stopped."""
     for proc in processes:
@@ -104,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.mlflow:
         home = Path(args.mlflow_home).expanduser()
         print(f"stopped {stop(mlflow_group(home), args.grace)} MLflow processes of {home}")
+        if stop_postgres(home, args.grace):
+            print(f"stopped the PostgreSQL of {home / 'postgres'}")
     return 0
 
 

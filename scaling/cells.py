@@ -66,9 +66,10 @@ class Cell:
         except KeyError:
             raise AttributeError(f"a {self.job} cell has no setting {name!r}") from None
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """Stable 16-hex-digit key: sha256 of the canonical JSON form."""
+        """Stable 16-hex-digit key: sha256 of the canonical JSON form (computed once per cell: a 10,000-cell
+        plan asks each cell's key several times)."""
         blob = json.dumps(canonical(self), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

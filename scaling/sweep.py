@@ -9,8 +9,11 @@
    `ray up` cluster, that cluster (scaling.cluster: its Ray, MLflow server, storage and node types).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
-4. Show the progress (scaling.progress): one live view in a terminal, one line per change elsewhere, then
-   a summary and the commands to run next.
+4. Show the progress (scaling.progress): one live view in a terminal, one line per change elsewhere (and
+   a heartbeat while cells run), then a summary and the commands to run next.
+
+``run_sweep`` does these in named phases (plan_run, read_store, describe_run or done_already, start,
+train, report), each reading and filling in one scaling.sweep_run.SweepRun.
 
 Every check runs before any work: an invalid sweep file, an unusable tracking store or storage, a cell no
 node can hold (and, on a `ray up` cluster, no node type of its autoscaler could) end the driver with a
@@ -193,7 +196,8 @@ def open_tracking(uri: str) -> Tracker | None:
 
 
 def preload_quietly(tracking: bool) -> None:
-    """Import Ray Tune and (``tracking``) tracking.preload; a failure here is reported where it recurs."""
+    """Import Ray Tune and (``tracking``) tracking.store_template.preload; a failure here is reported where it
+    recurs."""
     try:
         import ray.tune  # noqa: F401
 

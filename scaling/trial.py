@@ -21,6 +21,7 @@ The trial reads the tracking URI from its process environment when the spec carr
 from __future__ import annotations
 
 import dataclasses
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -89,10 +90,37 @@ class TrialSpec:
         return cls(**{**data, "members": members})
 
 
+# Seconds between a trial's progress reports to Tune while it trains between checkpoints: the driver's
+# heartbeat line (at most once a minute) then shows a step that moves, although a long cell may checkpoint
+# only every several minutes. A report is one small message to the driver.
+PROGRESS_EVERY_S = 10.0
+
+
+class Throttled:
+    """Passes a progress dict on to ``report`` at most once per ``every`` seconds (default
+    PROGRESS_EVERY_S), unless told it must; ``clock`` reads seconds (time.monotonic)."""
+
+    def __init__(
+        self, report: Callable[[dict], None] | None, every: float | None = None, clock=time.monotonic
+    ):
+        self.report, self.clock = report, clock
+        self.every = PROGRESS_EVERY_S if every is None else every
+        self.last = clock()
+
+    def __call__(self, values: dict[str, Any], force: bool = False) -> None:
+        if not self.report:
+            return
+        now = self.clock()
+        if force or now - self.last >= self.every:
+            self.last = now
+            self.report(values)
+
+
 @dataclass
 class TrialContext:
     """What a kind's ``run`` gets besides its cell: the device, the cell's checkpoint store and MLflow
-    log, the tracking URI (for kinds that read other runs) and ``progress`` (a dict to Tune)."""
+    log, the tracking URI (for kinds that read other runs) and ``progress`` (a dict to Tune: sent at
+    once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
 
     device: torch.device
     store: CheckpointStore
@@ -100,9 +128,11 @@ class TrialContext:
     tracking_uri: str
     report: Callable[[dict], None] | None = field(default=None, repr=False)
 
-    def progress(self, values: dict[str, Any]) -> None:
-        if self.report:
-            self.report(values)
+    def __post_init__(self) -> None:
+        self.throttled = Throttled(self.report)
+
+    def progress(self, values: dict[str, Any], force: bool = True) -> None:
+        self.throttled(values, force)
 
 
 @dataclass(frozen=True)
@@ -263,23 +293,31 @@ def train_members(todo, store, device, report) -> list[CellTrainer]:
     pack = PackTrainer(trainers)
     losses: list[list] = [[] for _ in trainers]
     steps = sum(c.train.steps for c, _ in todo)
+    progress = Throttled(report)
     while not pack.done_training:
         active, stop = pack.next_segment()
-        pack.train_until(active, stop, lambda i, s, v: losses[i].append((s, v)))
+        behind = [t.step for t in trainers if t not in active]
+
+        def on_loss(i: int, step: int, loss: float) -> None:
+            losses[i].append((step, loss))
+            done = sum(t.step for t in trainers if t not in active) + step * len(active)
+            progress({"step": min([step, *behind]), "progress": done / steps, "loss": float("nan")})
+
+        pack.train_until(active, stop, on_loss)
         for trainer in active:
             i = trainers.index(trainer)
             cell, log = todo[i]
             if trainer.step % cell.train.checkpoint_every == 0 or trainer.done_training:
                 checkpoint(trainer, store, log, losses[i])
                 losses[i] = []
-        if report:
-            report(
-                {
-                    "step": min(t.step for t in trainers),
-                    "progress": sum(t.step for t in trainers) / steps,
-                    "loss": float("nan"),
-                }
-            )
+        progress(
+            {
+                "step": min(t.step for t in trainers),
+                "progress": sum(t.step for t in trainers) / steps,
+                "loss": float("nan"),
+            },
+            force=True,
+        )
     return trainers
 
 

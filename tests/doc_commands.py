@@ -10,7 +10,9 @@ A command is one logical line: a backslash, a trailing `&&` or `|` continues it 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,3 +198,29 @@ def documented_entry_points() -> list[tuple[str, ...]]:
                 if repo is not None:
                     found.add((str(repo),))
     return sorted(found)
+
+
+# Every program a traced command calls is recorded, not run: bash finds none on an empty PATH and hands
+# each to this handler (its arguments after bash's expansions, NUL-separated, then a \1 field).
+RECORDER = "command_not_found_handle() { printf '%s\\0' \"$@\"; printf '\\1\\0'; return 0; }\n"
+
+
+def trace(command: str, workdir: Path) -> tuple[list[list[str]], str]:
+    """The program calls (argv lists) that bash makes running `command` in `workdir`, and its errors."""
+    env = {
+        "PATH": "/nonexistent/no-programs-here",
+        "HOME": os.environ.get("HOME", str(workdir)),
+        "USER": os.environ.get("USER") or "user",
+        "PWD": str(workdir),
+    }
+    done = subprocess.run(
+        ["/bin/bash", "-c", RECORDER + command], cwd=workdir, env=env, capture_output=True, timeout=60
+    )
+    calls, current = [], []
+    for field in done.stdout.decode().split("\0")[:-1]:
+        if field == "\1":
+            calls.append(current)
+            current = []
+        else:
+            current.append(field)
+    return calls, done.stderr.decode().strip()

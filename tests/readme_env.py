@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,12 +55,16 @@ def cache_root() -> Path:
 
 
 def venv_key(line: str) -> str:
-    """A hash of the install line, the declared dependencies and the user's python3 (its version)."""
+    """A hash of the install line, what pip resolves from pyproject.toml (the build system, the
+    dependencies and extras) and the user's python3 (its version); not the tools' settings there."""
     python3 = subprocess.run(
         ["python3", "-c", "import sys; print(sys.version)"], env=user_env(), capture_output=True, text=True
     ).stdout
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    resolved = [pyproject["build-system"], project["dependencies"], project.get("optional-dependencies")]
     digest = hashlib.sha256(line.encode())
-    digest.update((ROOT / "pyproject.toml").read_bytes())
+    digest.update(json.dumps(resolved, sort_keys=True).encode())
     digest.update(python3.encode())
     return digest.hexdigest()[:16]
 

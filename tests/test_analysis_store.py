@@ -17,7 +17,8 @@ from analysis.__main__ import main
 from analysis.pipeline import analyse
 from analysis.plugin import Request
 from analysis.report import answer_html
-from scaling.table import cell_runs, load_table
+from scaling.table import RunNames, cell_runs, load_table
+from scaling.tracking import Tracker
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 
@@ -38,14 +39,15 @@ def store(tmp_path_factory):
 
 
 def count_downloads(monkeypatch) -> list:
-    """A spy on the real MlflowClient.download_artifacts: records each call and passes it through."""
-    calls, real = [], MlflowClient.download_artifacts
+    """A spy on the real Tracker.download (each artifact fetched from the store): records each call and
+    passes it through."""
+    calls, real = [], Tracker.download
 
-    def spy(self, run_id, path, dst_path=None):
+    def spy(self, run_id, artifact, directory, artifact_uri=None):
         calls.append(run_id)
-        return real(self, run_id, path, dst_path)
+        return real(self, run_id, artifact, directory, artifact_uri)
 
-    monkeypatch.setattr(MlflowClient, "download_artifacts", spy)
+    monkeypatch.setattr(Tracker, "download", spy)
     return calls
 
 
@@ -86,9 +88,21 @@ def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, m
     ]
 
 
+def test_frames_made_from_the_table_share_its_run_names_instead_of_copying_them():
+    """pandas deep-copies attrs into each frame made from a frame; the run names are shared (a 2,000-cell
+    analysis spent half its time copying them)."""
+    names = RunNames({"r1": "gpt2 T=16 N=8 seed=0", "r2": "gpt2 T=16 N=8 seed=1"})
+    table = pd.DataFrame({"run_id": ["r1", "r2"], "err": [0.5, 0.25]})
+    table.attrs["runs"] = names
+    parts = [part for _, part in table.groupby("run_id")]
+    assert table[table["err"] > 0.3].attrs["runs"] is names
+    assert all(part.attrs["runs"] is names for part in parts)
+
+
 def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_path):
     uri, _ = store
     result = analyse(Request(None, "fig1-quick", tracking_uri=uri, out=tmp_path / "out", bootstrap=30))
+    assert isinstance(result.table.attrs["runs"], RunNames)  # shared by every frame made from the table
     page = (tmp_path / "out" / "report.html").read_text()
     assert answer_html(result.answer()) in page and "gpt2 context-scales" in result.answer()
     for heading in (

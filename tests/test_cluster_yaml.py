@@ -253,6 +253,7 @@ def test_start_mlflow_serves_and_proxies_artifacts(tmp_path):
         "MLFLOW_HOST": "127.0.0.1",
         "MLFLOW_PORT": str(free_port()),
         "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts),
+        "MLFLOW_DB": "sqlite",  # the PostgreSQL backend has its own test below
     }
     first = run_start_mlflow(env, tmp_path, 240)
     try:
@@ -274,3 +275,132 @@ def test_start_mlflow_serves_and_proxies_artifacts(tmp_path):
         pid_file = home / "server.pid"
         if pid_file.exists():
             os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+
+
+def test_server_sizing_is_written_once_in_start_mlflow():
+    """Workers, the database pool and PostgreSQL's connections are decided in start_mlflow.sh alone."""
+    script = START_MLFLOW.read_text()
+    assert '--workers "$MLFLOW_WORKERS"' in script
+    assert re.search(r"^MLFLOW_WORKERS=.*:-4", script, re.M)
+    assert re.search(r"^export MLFLOW_SQLALCHEMYSTORE_POOL_SIZE=.*:-10", script, re.M)
+    assert re.search(r"^export MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW=.*:-30", script, re.M)
+    assert "max_connections=$PG_MAX_CONNECTIONS" in script
+    elsewhere = [ROOT / "cluster.yaml", *(ROOT / "cluster").iterdir(), *(ROOT / "scaling").rglob("*.py")]
+    for path in elsewhere:
+        if path != START_MLFLOW and path.is_file():
+            text = path.read_text(errors="replace")
+            assert "POOL_SIZE" not in text and "--workers" not in text, path
+
+
+@pytest.mark.parametrize("db", ["mysql", "postgres"])
+def test_start_mlflow_refuses_an_unknown_database(db, tmp_path):
+    result = run_start_mlflow(
+        {"MLFLOW_HOST": "127.0.0.1", "MLFLOW_HOME": str(tmp_path / "m"), "MLFLOW_DB": db}, tmp_path, 30
+    )
+    assert result.returncode == 1 and "MLFLOW_DB must be postgresql or sqlite" in result.stderr
+    assert not (tmp_path / "m" / "server.pid").exists()
+
+
+def test_a_head_with_a_sqlite_store_keeps_it_and_backs_it_up(tmp_path):
+    import sqlite3
+
+    home = tmp_path / "m"
+    home.mkdir()
+    with sqlite3.connect(home / "mlflow.db") as db:
+        db.execute("CREATE TABLE runs (id TEXT)")
+        db.execute("INSERT INTO runs VALUES ('r1')")
+    result = run_start_mlflow_args(
+        ["backup"], {"MLFLOW_HOST": "127.0.0.1", "MLFLOW_HOME": str(home)}, tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "keeping this head's SQLite store" in result.stdout
+    with sqlite3.connect(home / "backup" / "mlflow.db") as copy_:
+        assert copy_.execute("SELECT id FROM runs").fetchall() == [("r1",)]
+    assert not (home / "postgres").exists()
+
+
+def run_start_mlflow_args(args, env, tmp_path, timeout=60):
+    return subprocess.run(
+        ["bash", str(START_MLFLOW), *args],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def postgres_missing() -> str | None:
+    """Why start_mlflow.sh's PostgreSQL cannot run here (None: it can)."""
+    import glob
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("psycopg2") is None:
+        return "psycopg2 is not installed (pip install -e '.[postgres]')"
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb") and not shutil.which("initdb"):
+        return "PostgreSQL is not installed (apt-get install postgresql)"
+    return None
+
+
+def reachable_dir() -> Path:
+    """A folder every user can search: as root, start_mlflow.sh runs PostgreSQL as user postgres, and
+    pytest's own temporary folders are root's alone."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="pg-", dir="/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.slow
+def test_start_mlflow_postgresql_serves_backs_up_and_restores(tmp_path):
+    """The default backend: a PostgreSQL of its own in MLFLOW_HOME; a second call finds it up; `backup`
+    dumps it while it serves; a new MLFLOW_HOME started from the dump holds the same run; stop_ray.py
+    --mlflow stops MLflow and PostgreSQL."""
+    import shutil
+
+    import mlflow
+
+    missing = postgres_missing()
+    if missing:
+        pytest.skip(missing)
+    base = reachable_dir()
+    homes = [base / "head", base / "restored"]
+    try:
+        env = {"MLFLOW_HOME": str(homes[0]), "MLFLOW_HOST": "127.0.0.1", "MLFLOW_PORT": str(free_port())}
+        first = run_start_mlflow_args([], env, tmp_path, 400)
+        assert first.returncode == 0, first.stderr + first.stdout
+        assert "(postgresql;" in first.stdout and (homes[0] / "postgres" / "PG_VERSION").exists()
+        again = run_start_mlflow_args([], env, tmp_path, 120)
+        assert again.returncode == 0 and "already serving" in again.stdout
+        uri = (homes[0] / "tracking_uri").read_text().strip()
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        run = client.create_run(client.create_experiment("pg-check"))
+        client.log_metric(run.info.run_id, "train/loss", 0.5, step=3)
+        backup = run_start_mlflow_args(["backup"], env, tmp_path, 120)
+        assert backup.returncode == 0, backup.stderr
+        dump = homes[0] / "backup" / "mlflow.dump"
+        assert dump.stat().st_size > 0
+
+        restored_env = {
+            "MLFLOW_HOME": str(homes[1]),
+            "MLFLOW_HOST": "127.0.0.1",
+            "MLFLOW_PORT": str(free_port()),
+            "MLFLOW_RESTORE_FROM": str(dump),
+        }
+        second = run_start_mlflow_args([], restored_env, tmp_path, 400)
+        assert second.returncode == 0, second.stderr + second.stdout
+        restored = mlflow.MlflowClient(tracking_uri=(homes[1] / "tracking_uri").read_text().strip())
+        history = restored.get_metric_history(run.info.run_id, "train/loss")
+        assert [(m.step, m.value) for m in history] == [(3, 0.5)]
+    finally:
+        for home in homes:
+            subprocess.run(
+                ["python", str(ROOT / "cluster" / "stop_ray.py"), str(home / "no-ray"), "--mlflow"],
+                env={**os.environ, "MLFLOW_HOME": str(home)},
+                capture_output=True,
+                timeout=120,
+            )
+        leftover = subprocess.run(["pgrep", "-f", str(base)], capture_output=True, text=True).stdout
+        shutil.rmtree(base, ignore_errors=True)
+    assert leftover == "", f"processes of the test's servers left running: {leftover}"

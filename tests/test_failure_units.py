@@ -119,6 +119,102 @@ def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_pa
     assert {f.path for f in client.list_artifacts(run_id)} == {"cell.yaml", "curves.parquet"}
 
 
+class Calls:
+    """The tracking calls a CellLog makes, by MlflowClient method (each is one request to a server)."""
+
+    def __init__(self, monkeypatch):
+        self.names: list[str] = []
+        for name in ("search_runs", "create_run", "log_batch", "get_run", "set_terminated", "set_tag"):
+            real = getattr(MlflowClient, name)
+            monkeypatch.setattr(MlflowClient, name, self.counted(name, real))
+
+    def counted(self, name, real):
+        def call(client, *args, **kwargs):
+            self.names.append(name)
+            return real(client, *args, **kwargs)
+
+        return call
+
+
+def short_curves():
+    return pd.DataFrame({"predictor": ["model"] * 4 + ["ridge"] * 4, "n": [1, 2, 3, 4] * 2, "err": [0.5] * 8})
+
+
+def test_a_short_cells_life_asks_the_store_five_times_and_holds_everything(tmp_path, monkeypatch):
+    """Open (search, create), finish: the params ride in the one batch with the losses, curves and tags,
+    the artifacts go straight to the run's artifact store (no request to look the run up)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(uri)
+    experiment = tracker.experiment_id("short", create=True)
+    cell = Cell.from_dict(tiny_cell_dict())
+    calls = Calls(monkeypatch)
+    log = CellLog.open(uri, experiment, cell, "short")
+    log.log_losses([(s, 1.0 / s) for s in range(1, 21)])  # within flush_every: buffered
+    log.finish(cell, short_curves(), None)
+    assert calls.names == ["search_runs", "create_run", "log_batch", "set_terminated"]
+    run = tracker.client.get_run(log.run_id)
+    assert run.data.params == cell.params() and run.data.tags["status"] == STATUS_COMPLETE
+    assert len(tracker.client.get_metric_history(log.run_id, "train/loss")) == 20
+    assert {f.path for f in tracker.client.list_artifacts(log.run_id)} == {"cell.yaml", "curves.parquet"}
+
+
+def test_a_run_whose_trial_died_before_its_first_batch_gets_its_params_when_reopened(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(uri)
+    experiment = tracker.experiment_id("reopen", create=True)
+    cell = Cell.from_dict(tiny_cell_dict())
+    died = CellLog.open(uri, experiment, cell, "reopen")  # created; its trial dies before any batch
+    assert tracker.client.get_run(died.run_id).data.params == {}
+    again = CellLog.open(uri, experiment, cell, "reopen")
+    assert again.run_id == died.run_id
+    again.log_losses([(1, 0.5)], final=True)
+    assert tracker.client.get_run(died.run_id).data.params == cell.params()
+    again.finish(cell, short_curves(), None)  # params sent again with the same values: allowed, unchanged
+    assert tracker.client.get_run(died.run_id).data.params == cell.params()
+
+
+def test_retries_of_an_overloaded_store_back_off_with_jitter_and_are_said_once(monkeypatch, caplog):
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import (
+        BAD_REQUEST,
+        INVALID_PARAMETER_VALUE,
+        REQUEST_LIMIT_EXCEEDED,
+        TEMPORARILY_UNAVAILABLE,
+    )
+
+    import scaling.tracking as tracking
+
+    slept: list[float] = []
+    monkeypatch.setattr(tracking.time, "sleep", slept.append)
+    monkeypatch.setattr(tracking, "_retries", {"count": 0, "said": False})
+    answers = [
+        MlflowException("QueuePool limit of size 5 overflow 10 reached", error_code=BAD_REQUEST),
+        MlflowException("Too many requests", error_code=REQUEST_LIMIT_EXCEEDED),
+        MlflowException("database is locked", error_code=TEMPORARILY_UNAVAILABLE),
+    ]
+
+    def overloaded():
+        if answers:
+            raise answers.pop(0)
+        return "stored"
+
+    with caplog.at_level("DEBUG", logger="scaling.tracking"):
+        assert tracking.retrying(overloaded, "logging train/loss", first_wait=1.0) == "stored"
+        answers.append(MlflowException("Service unavailable", error_code=TEMPORARILY_UNAVAILABLE))
+        assert tracking.retrying(overloaded, "logging curves", first_wait=1.0) == "stored"
+    assert tracking.retry_count() == 4
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "said once" in warnings[0].getMessage()
+    assert [r.levelname for r in caplog.records].count("DEBUG") == 3
+    for got, wait in zip(slept, [1.0, 2.0, 4.0, 1.0]):  # exponential, each drawn from [wait/2, wait]
+        assert wait / 2 <= got <= wait
+    with pytest.raises(MlflowException):  # a request refused as wrong is not retried
+        tracking.retrying(
+            lambda: (_ for _ in ()).throw(MlflowException("bad", error_code=INVALID_PARAMETER_VALUE)), "x"
+        )
+    assert tracking.retry_count() == 4
+
+
 def planned(cpu=1.0, gpu=0.0, custom=None):
     return PlannedCell(Cell.from_dict(tiny_cell_dict()), Resources(cpu, gpu, custom or {}))
 

@@ -1,5 +1,6 @@
-"""Every sweeps/figK.yaml of seed 001 plans, full and quick, with the lattice FIGURES.md gives for it, and
-``python -m scaling.sweep sweeps/figK.yaml --dry-run`` lists it without creating a store."""
+"""Every sweeps/figK.yaml of seed 001 plans, full and quick, with the lattice the specification
+(../shared/FIGURES.md) gives for it, and ``python -m scaling.sweep sweeps/figK.yaml --dry-run`` lists it
+without creating a store."""
 
 import math
 from pathlib import Path

@@ -8,6 +8,7 @@ from scaling.cost import StepShape, step_flops
 from scaling.gpu_plan import describe_gpu
 from scaling.plan import load_plan
 from scaling.sweep import run_sweep
+from scaling.sweep_run import RunOptions
 
 TABLE = {
     "device": "NVIDIA H100 80GB HBM3",
@@ -30,9 +31,8 @@ def gpu_sweep(tmp_path, tiny_sweep, gpu=0.5):
 def test_without_a_measured_table_the_dry_run_says_none_is_measured(tmp_path, tiny_sweep):
     out = io.StringIO()
     path = gpu_sweep(tmp_path, tiny_sweep)
-    run_sweep(
-        str(path), dry_run=True, tracking_uri=f"sqlite:///{tmp_path}/m.db", storage=str(tmp_path), out=out
-    )
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path), out=out, options=RunOptions(dry_run=True))
     text = out.getvalue()
     assert "GPU: no CUDA cost table measured yet" in text and "of one cpu" in text
 

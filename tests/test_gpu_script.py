@@ -28,6 +28,7 @@ LINES = [  # one per figure of issue 33 (the CUDA-only ones SKIP on a CPU)
     "pack_member0[tiny K=4]",
     "cuda_cost_table",
     "fig1_sweep_gpu_estimate",
+    "gpu_pack_size",
     "kind_train_eval[cuda vs cpu]",
     "kind_gpt2_scan[cuda vs cpu]",
     "kind_gd_transformer[cuda vs cpu]",

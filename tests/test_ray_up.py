@@ -193,6 +193,10 @@ def test_ray_up_smoke_sweep_on_the_cluster_mlflow_then_ray_down(loopback_ssh, tm
             temp_dir,
             "--cluster-name",
             name,
+            # SQLite: this test's head runs as root in a folder of root's alone, where PostgreSQL (run as
+            # user postgres) cannot reach; the PostgreSQL backend has its own test (test_cluster_yaml)
+            "--mlflow-db",
+            "sqlite",
             "-o",
             str(cluster),
         ],

@@ -65,14 +65,20 @@ def run(cell, trial) -> dict[str, Any]:
     trainer = CellTrainer(cell, trial.device)
     resume(trainer, trial.store, trial.log)
     every = cell.train.checkpoint_every
+    steps = cell.train.steps
     while not trainer.done_training:
         losses: list = []
-        trainer.train_until((trainer.step // every + 1) * every, lambda s, v: losses.append((s, v)))
+
+        def on_loss(step: int, loss: float) -> None:
+            losses.append((step, loss))
+            trial.progress({"step": step, "progress": step / steps, "loss": loss}, force=False)
+
+        trainer.train_until((trainer.step // every + 1) * every, on_loss)
         checkpoint(trainer, trial.store, trial.log, losses)
         trial.progress(
             {
                 "step": trainer.step,
-                "progress": trainer.step / cell.train.steps,
+                "progress": trainer.step / steps,
                 "loss": losses[-1][1] if losses else float("nan"),
             }
         )

@@ -8,9 +8,10 @@
 - ``relu``: relu(S) divided by the number of allowed keys (Bai et al.'s ReLU attention normalised by 1/N).
 - ``identity``: S itself on the allowed keys (linear attention).
 
-For Hugging Face GPT-2, ``hf_attention(name)`` registers phi as an attention function with
-transformers' ``AttentionInterface`` and the eager mask function under the same name (without it the
-causal mask silently disappears, FIGURES.md); the models also always pass their own 4D mask.
+For Hugging Face GPT-2, ``hf_attention(name)`` registers phi as an attention function with transformers'
+``AttentionInterface`` and the eager mask function under the same name (without it the causal mask silently
+disappears: the specification, ../shared/FIGURES.md, warns of it); the models also always pass their own 4D
+mask.
 
 ``stacked_prefix_mask(P)`` is the mask that lets one forward pass score every prefix of a stacked prompt
 (seed 001 eq. 2): the sequence is the P context tokens [x_j; y_j] followed by the P query tokens

@@ -336,9 +336,9 @@ class ModelFacts:
     layers: Callable[[ModelConfig], int] = lambda config: config.n_layer
     packable: Callable[[ModelConfig], bool] = lambda config: False
     # whether packing small cells pays on a CPU (scaling.packing's ``auto``): measured on this project's
-    # 2-core CPU with ``python -m benchmarks --only packing`` (docs/gpu.md): a packed GPT-2 step of K cells
-    # takes as long as K steps alone (the CPU is busy with arithmetic at every size the sweeps train), so
-    # transformers pack on GPUs only
+    # 2-core CPU (docs/gpu.md, "On this CPU"): 8 packed quick-size GPT-2 cells step at 0.72x, SGPT at 0.94x
+    # of the same cells one after another (a CPU is busy with arithmetic at every size the sweeps
+    # train), so transformers pack on GPUs only
     cpu_packing_pays: bool = True
     max_positions: int | None = None  # tokens per prompt the model takes; None: no limit
     title: str = ""  # the name errors use (default: the arch's)

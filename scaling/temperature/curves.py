@@ -5,10 +5,10 @@ Each function returns one row per curve point with the columns
 (Fig. 5 has its own histogram columns). `err` is normalised by the test distribution's E[y^2]
 (the zero predictor scores 1), `err_raw` is eq. 8 itself, `source` is "theory" (Thm 4.6 / 4.7) or
 "simulation" (Monte Carlo of the model on fresh test prompts, all curves of one point on the same
-prompts). The pretrained parameters are Lemma 4.1's, estimated from m pretraining prompts of the
-same l ("sampled", as in the paper's Fig. 1 with m = 5000) or in population form ("population").
-Settings follow /work/shared/FIGURES.md; the paper does not state its l/d grid, so the defaults
-below are a choice.
+prompts). The pretrained parameters are Lemma 4.1's, estimated from m pretraining prompts of the same l
+("sampled", as in the paper's Fig. 1 with m = 5000) or in population form ("population"). Settings follow the
+specification beside the repository (../shared/FIGURES.md); the paper does not state its l/d grid, so the
+defaults below are a choice.
 """
 
 from __future__ import annotations

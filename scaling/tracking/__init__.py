@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
 import shlex
 import shutil
@@ -62,7 +63,8 @@ STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
 # Trials flush training losses to the store at most this often (and at the end): a fast cell would
 # otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
 LOSS_FLUSH_SECONDS = 30.0
-MAX_BATCH_ENTITIES, MAX_BATCH_TAGS = 1000, 100  # MLflow's log_batch limits (metrics + params + tags; tags)
+# MLflow's log_batch limits (metrics + params + tags; tags; params)
+MAX_BATCH_ENTITIES, MAX_BATCH_TAGS, MAX_BATCH_PARAMS = 1000, 100, 100
 # MLflow 3's experiment kind: "custom_model_development" is a model-training experiment (runs, params,
 # metrics), not a GenAI one (traces). MLflow 3.17's own UI decides its view by the sidebar's GenAI / Model
 # training switch instead (a URL's ``workflowType``, else the browser's last choice): experiment_ui_link.
@@ -99,8 +101,25 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
+_JITTER = random.Random()  # spreads retries of many trials apart; never the science's generators
+_retries = {"count": 0, "said": False}  # this process's retries (a trial is one process)
+
+
+def retry_count() -> int:
+    """How many calls this process has retried so far (scaling.tracking.retrying)."""
+    return _retries["count"]
+
+
 def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: float = 0.5) -> T:
-    """Run ``call``, retrying transient failures with exponential backoff (about a minute in all)."""
+    """Run ``call``, retrying transient failures with exponential backoff and jitter (about a minute in all).
+
+    Transient: the store cannot be reached, or answers that it is overloaded (an exhausted database pool's
+    400, 429, 503) or failed (5xx); a request it refuses as wrong (a bad value, a run that exists or does
+    not) is raised at once. Each wait is drawn from [wait/2, wait], so trials that an overloaded server
+    turned away together do not come back together. The first retry of the process is logged as a warning,
+    once (a trial's log says that the server was overloaded, not each request it repeated); later ones are
+    counted (retry_count) and logged at debug level.
+    """
     from mlflow.exceptions import MlflowException
 
     wait = first_wait
@@ -113,8 +132,17 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
                 raise
             if attempt == attempts - 1:
                 raise TrackingError(f"{what} failed after {attempts} attempts: {redact(str(err))}") from None
-            log.warning("%s failed (%s); retrying in %.1fs", what, redact(str(err)), wait)
-            time.sleep(wait)
+            _retries["count"] += 1
+            level = logging.DEBUG if _retries["said"] else logging.WARNING
+            log.log(
+                level,
+                "%s failed (%s); retrying with backoff%s",
+                what,
+                redact(str(err))[:500],
+                "" if _retries["said"] else " (said once: later retries of this process are not logged)",
+            )
+            _retries["said"] = True
+            time.sleep(wait * _JITTER.uniform(0.5, 1.0))
             wait = min(wait * 2, 15.0)
     raise AssertionError("unreachable")
 
@@ -256,12 +284,21 @@ class Tracker:
             )
         return self.search(experiment_id, filter_string)
 
-    def download(self, run_id: str, artifact: str, directory: str | Path) -> str:
-        """Download one artifact of a run into ``directory``; its local path."""
-        return retrying(
-            lambda: self.client.download_artifacts(run_id, artifact, str(directory)),
-            f"downloading {artifact}",
-        )
+    def download(
+        self, run_id: str, artifact: str, directory: str | Path, artifact_uri: str | None = None
+    ) -> str:
+        """Download one artifact of a run into ``directory``; its local path. With the run's
+        ``artifact_uri`` (a searched run's ``info.artifact_uri``) straight from its artifact store, without
+        asking the tracking store for the run first (half the requests of a bulk read)."""
+        if artifact_uri is None:
+            return retrying(
+                lambda: self.client.download_artifacts(run_id, artifact, str(directory)),
+                f"downloading {artifact}",
+            )
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        store = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
+        return retrying(lambda: store.download_artifacts(artifact, str(directory)), f"downloading {artifact}")
 
     def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
         """The run id of the sweep's parent run, if it exists."""
@@ -300,12 +337,18 @@ class CellLog:
         last_loss_step: int,
         complete: bool = False,
         flush_every: float = 0.0,
+        artifact_uri: str | None = None,
+        params: dict[str, str] | None = None,
     ):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
         self.flush_every, self.flushed_at = flush_every, time.monotonic()
         self.complete = complete  # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
         self.pending: list[tuple[int, float, int]] = []  # (step, loss, time in ms) not yet in the store
+        self.artifact_uri = artifact_uri  # known from opening the run: no request to look it up again
+        # the cell's params, sent with the first batch this log sends (logging a param again with the same
+        # value is allowed, so a reopened run sends them again: one that died before its first batch has none)
+        self.unsent_params = sorted((params or {}).items())
 
     @classmethod
     def open(
@@ -321,7 +364,8 @@ class CellLog:
                 tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS
             )
         if found:
-            run_id = sorted(found, key=lambda r: r.info.start_time or 0)[0].info.run_id
+            reopened = sorted(found, key=lambda r: r.info.start_time or 0)[0]
+            run_id = reopened.info.run_id
             history = retrying(
                 lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history"
             )
@@ -341,16 +385,24 @@ class CellLog:
                 lambda: tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags),
                 "creating cell run",
             )
-            run_id, last = run.info.run_id, 0
-            params = sorted(cell.params().items())
-            from mlflow.entities import Param
-
-            for start in range(0, len(params), 100):
-                chunk = [Param(k, v) for k, v in params[start : start + 100]]
-                retrying(lambda: tracker.client.log_batch(run_id, params=chunk), "logging params")
-            return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)  # created with status=running
+            # created with status=running; its params go with the first batch
+            return cls(
+                tracker,
+                run.info.run_id,
+                0,
+                flush_every=LOSS_FLUSH_SECONDS,
+                artifact_uri=run.info.artifact_uri,
+                params=cell.params(),
+            )
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
-        return cls(tracker, run_id, last, flush_every=LOSS_FLUSH_SECONDS)
+        return cls(
+            tracker,
+            run_id,
+            last,
+            flush_every=LOSS_FLUSH_SECONDS,
+            artifact_uri=reopened.info.artifact_uri,
+            params=cell.params(),
+        )
 
     def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
         """Log (step, value) or (step, value, time in ms) points; identical points sent twice are stored
@@ -359,9 +411,28 @@ class CellLog:
 
         now = int(time.time() * 1000)
         metrics = [Metric(key, float(p[1]), int(p[2]) if len(p) > 2 else now, int(p[0])) for p in points]
-        for start in range(0, len(metrics), 1000):
-            chunk = metrics[start : start + 1000]
-            retrying(lambda: self.client.log_batch(self.run_id, metrics=chunk), f"logging {key}", attempts)
+        for start in range(0, len(metrics), MAX_BATCH_ENTITIES):
+            self._log_batch(metrics[start : start + MAX_BATCH_ENTITIES], [], f"logging {key}", attempts)
+
+    def _log_batch(self, metrics: list, tags: list, what: str, attempts: int = 8) -> None:
+        """One log_batch of ``metrics`` and ``tags``, carrying the cell's params too while they are unsent
+        and fit MLflow's limits (else they go first, on their own)."""
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in self.unsent_params]
+        if params and (
+            len(params) > MAX_BATCH_PARAMS or len(params) + len(metrics) + len(tags) > MAX_BATCH_ENTITIES
+        ):
+            for start in range(0, len(params), MAX_BATCH_PARAMS):
+                chunk = params[start : start + MAX_BATCH_PARAMS]
+                retrying(lambda: self.client.log_batch(self.run_id, params=chunk), "logging params", attempts)
+            self.unsent_params, params = [], []
+        retrying(
+            lambda: self.client.log_batch(self.run_id, metrics=metrics, params=params, tags=tags),
+            what,
+            attempts,
+        )
+        self.unsent_params = []
 
     def log_losses(self, points: Iterable[tuple], final: bool = False) -> bool:
         """Buffer training losses and flush the buffer, skipping steps this run already holds (after a
@@ -441,15 +512,24 @@ class CellLog:
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
             if weights_path is not None:
                 shutil.copyfile(weights_path, Path(tmp) / "model.pt")
-            retrying(lambda: self.client.log_artifacts(self.run_id, tmp), "logging artifacts")
+            retrying(lambda: self._artifact_store().log_artifacts(tmp), "logging artifacts")
         for chunk, tag_chunk in log_batches(metrics, tags + [RunTag("status", STATUS_COMPLETE)]):
-            retrying(
-                lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tag_chunk), "logging curves"
-            )
+            self._log_batch(chunk, tag_chunk, "logging curves")
         if self.pending:
             self.last_loss_step = self.pending[-1][0]
             self.pending.clear()
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
+
+    def _artifact_store(self):
+        """The run's artifact repository, from the artifact URI known since the run was opened (MLflow's
+        log_artifacts would ask the server for the run first); one upload per file, as MLflow's."""
+        if self.artifact_uri is None:
+            self.artifact_uri = retrying(
+                lambda: self.client.get_run(self.run_id), "reading run"
+            ).info.artifact_uri
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        return get_artifact_repository(self.artifact_uri, tracking_uri=self.tracker.uri)
 
     def note(self, tag: str, text: str) -> None:
         """Set a tag on the cell's run (e.g. ``checkpoint_damaged``) and log it as a warning."""
