@@ -53,6 +53,7 @@ from .science.train import TrainConfig
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
 CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
+PRESET_TRAIN = "train"  # the cell field a model preset may hold settings of its own for (the training)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -230,9 +231,9 @@ def apply_override(document: dict, assignment: str) -> dict:
         grid = document.get("grid") or {}
         if isinstance(grid, dict):
             grid.pop(".".join(keys), None)
-        if keys[0] == "train" and len(keys) > 1:  # it wins over the presets' own training settings too
+        if keys[0] == PRESET_TRAIN and len(keys) > 1:  # it wins over the presets' own training settings too
             for spec in (document.get("models") or {}).values():
-                if isinstance(spec, dict) and isinstance(spec.get("train"), dict):
+                if isinstance(spec, dict) and isinstance(spec.get(PRESET_TRAIN), dict):
                     _set_dotted(spec, ".".join(keys), value)
         keys = ["defaults"] + keys
     node = document
@@ -297,7 +298,7 @@ def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources
     for name, spec in models.items():
         spec = dict(spec or {})
         resources = spec.pop("resources", None)
-        train = spec.pop("train", None) or {}
+        train = spec.pop(PRESET_TRAIN, None) or {}
         if not isinstance(train, dict):
             raise SweepError(f"{at('models', name, 'train')}: expected a mapping of training settings")
         spec.setdefault("name", str(name))
@@ -349,8 +350,8 @@ def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[di
                 spec = dict(value)
                 if "resources" in spec:
                     resources = from_dict(Resources, spec.pop("resources"), "resources")
-                if isinstance(spec.get("train"), dict):
-                    tree["train"] = deep_merge(tree.get("train") or {}, spec.pop("train"))
+                if isinstance(spec.get(PRESET_TRAIN), dict):
+                    tree["train"] = deep_merge(tree.get("train") or {}, spec.pop(PRESET_TRAIN))
             tree["model"] = deep_merge(tree.get("model") or {}, spec)
     for axis, value in combo.items():
         if axis != "model":
