@@ -303,9 +303,15 @@ def _gpt2_params(s) -> int:
 
 
 def _head_params(s) -> int:
-    """The MLP-type models: the first layer's weights and biases dominate (inputs x width + width)."""
+    """The MLP-type models: the first layer's weights dominate (inputs x width + width)."""
     inputs = (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
     return inputs * s.width + s.width
+
+
+def _mlp_params(s) -> int:
+    """Eq. 14 with its biases (the default): ``_head_params`` plus b_0 (width) and b_1 (1); ``bias: false``
+    has width + 1 fewer, which no estimate made from this notices."""
+    return _head_params(s) + s.width + 1
 
 
 def _attention_flops(block: int):
@@ -392,8 +398,8 @@ MODELS: dict[str, ModelFacts] = {
     ),
     "mlp": ModelFacts(
         PromptMLP,
-        _head_params,
-        lambda s: 2 * _head_params(s),
+        _mlp_params,
+        lambda s: 2 * _mlp_params(s),
         packable=lambda c: True,
         settings=("width", "inputs", "feature_map", "bias"),
         unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
