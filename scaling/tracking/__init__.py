@@ -19,7 +19,9 @@ cell reuses its run instead of creating another. A cell run carries:
   (e.g. ``temperature/tau_1.5``: MLflow names allow no ``=``; step = the curves' ``step`` column, else
   n) and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
 - artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
-  prompts) and ``model.pt`` (final weights; temperature jobs log it only for a model they trained).
+  prompts), ``model.pt`` (final weights; temperature jobs log it only for a model they trained) and, for
+  the temperature scans, ``units.parquet`` (a score per question or prompt, which the analysis
+  resamples: scaling.kinds.temperature.JobResult.units; cells logged before it have none).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
 loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
@@ -300,6 +302,11 @@ class Tracker:
         store = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
         return retrying(lambda: store.download_artifacts(artifact, str(directory)), f"downloading {artifact}")
 
+    def artifact_names(self, run_id: str) -> set[str]:
+        """The names of the artifacts at the top of a run (not those in its folders)."""
+        listed = retrying(lambda: self.client.list_artifacts(run_id), "listing artifacts")
+        return {Path(f.path).name for f in listed if not f.is_dir}
+
     def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
         """The run id of the sweep's parent run, if it exists."""
         runs = retrying(
@@ -477,6 +484,7 @@ class CellLog:
         weights_path: str | Path | None,
         summary: dict[str, float] | None = None,
         metric_key: Callable[[str], str] | None = None,
+        units: pd.DataFrame | None = None,
     ) -> None:
         """Log the artifacts, then the buffered training losses, curves, summary and status=complete, then end
         the run: three round trips for a cell of up to ~1000 points (log_batches).
@@ -485,7 +493,7 @@ class CellLog:
         so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere
         raises TrackingError (after retries) with the run still incomplete, and the retried trial redoes it.
         ``metric_key`` names each curve's metric (the cell's kind's, scaling.kinds.Kind.metric_key;
-        default: curve_metric_key).
+        default: curve_metric_key). ``units``, when given, is logged as ``units.parquet``.
         """
         from mlflow.entities import Metric, RunTag
 
@@ -510,6 +518,8 @@ class CellLog:
         with tempfile.TemporaryDirectory() as tmp:  # the artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
+            if units is not None:
+                units.to_parquet(Path(tmp) / "units.parquet", index=False)
             if weights_path is not None:
                 shutil.copyfile(weights_path, Path(tmp) / "model.pt")
             retrying(lambda: self._artifact_store().log_artifacts(tmp), "logging artifacts")
