@@ -397,16 +397,9 @@ def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None)
     taus = {f"tau={tau:g}": float(tau) for tau in t.taus}
     predictors = {name: at_temperature(tau) for name, tau in taus.items()}
     predictors.update(applicable_baselines(cell.eval.baselines, cell.task)[0])
-    per_prompt: dict[str, np.ndarray] = {}
+    per_prompt: dict[str, np.ndarray] = {}  # each tau's error per prompt, averaged over n: units.parquet
     curves = evaluate(
-        predictors,
-        prompts,
-        family.y_second_moment(),
-        cell.eval,
-        cell.N,
-        cell.seed,
-        family=family,
-        prompt_errors=per_prompt,
+        predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family, per_prompt
     )
     curves = curves.assign(
         tau=curves["predictor"].str.split("|").str[0].map(taus),
