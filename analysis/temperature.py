@@ -394,24 +394,17 @@ def scan_verdicts(
             else:
                 i1, ib, ig = _gpt2_intervals(cells, logged, best, resamples)
             lo, hi = ig[1], ig[2]
-            where = "all x" if x is None else f"x = {x:g}"
-            what = f"exact match ({where})" if llm else "the error averaged over n"
+            what = (
+                f"exact match ({'all x' if x is None else f'x = {x:g}'})"
+                if llm
+                else "the error averaged over n"
+            )
             text = _verdict_text(gain, lo, hi, what, f"tau = {best:g}")
             if unlogged and best != 1.0:
-                text = (
-                    f"not judged: gain of tau = {best:g} over tau = 1 on {what} is {gain:.3g}, but"
-                    f" {len(unlogged)} of {len(cells)} cells logged no units.parquet (per-question or"
-                    f" per-prompt scores: {', '.join(unlogged[:3])}{', ...' if len(unlogged) > 3 else ''});"
-                    " they ran before the scans recorded them: rerun them for an interval"
-                )
+                text = _not_judged(gain, best, what, unlogged, len(cells))
             if math.isfinite(heuristic):
                 text += f"; heuristic tau (App. J) = {heuristic:.3g}"
-            if llm:  # report exact match (from the units' correct answers, as the curves' 1 - err)
-                at = dict(at_tau1=1 - a1, at_best=1 - ab)
-                at.update(at_tau1_lo=i1[1], at_tau1_hi=i1[2], at_best_lo=ib[1], at_best_hi=ib[2])
-            else:
-                at = dict(at_tau1=a1, at_best=ab)
-                at.update(at_tau1_lo=i1[1], at_tau1_hi=i1[2], at_best_lo=ib[1], at_best_hi=ib[2])
+            at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
             out.append(
                 _row(
                     figure=figure,
@@ -420,6 +413,10 @@ def scan_verdicts(
                     metric="exact match" if llm else "err (mean over n)",
                     best_tau=best,
                     **at,
+                    at_tau1_lo=i1[1],
+                    at_tau1_hi=i1[2],
+                    at_best_lo=ib[1],
+                    at_best_hi=ib[2],
                     gain=gain,
                     gain_lo=lo,
                     gain_hi=hi,
@@ -429,6 +426,16 @@ def scan_verdicts(
                 )
             )
     return out
+
+
+def _not_judged(gain: float, best: float, what: str, unlogged: list[str], cells: int) -> str:
+    """The verdict of a gain whose cells did not all log units.parquet (cells run before the scans did)."""
+    named = ", ".join(unlogged[:3]) + (", ..." if len(unlogged) > 3 else "")
+    return (
+        f"not judged: gain of tau = {best:g} over tau = 1 on {what} is {gain:.3g}, but {len(unlogged)} of"
+        f" {cells} cells logged no units.parquet (per-question or per-prompt scores: {named}); they ran"
+        " before the scans recorded them: rerun them for an interval"
+    )
 
 
 def _llm_intervals(
