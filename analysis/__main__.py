@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 
 from scaling.plan import add_set_argument
+from scaling.redact import redact
+from scaling.tracking import TrackingError
 
 from .compare import compare
 from .figures import LAYOUTS
@@ -156,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"A: {a.experiment}: {a.answer()}\nB: {b.experiment}: {b.answer()}\nwrote {report}")
             return 0
         result = analyse(request)
-    except AnalysisError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (AnalysisError, TrackingError) as err:  # TrackingError: no such store, or it does not answer
+        print(f"error: {redact(str(err))}", file=sys.stderr)
         return 2
     print(result.summary())
     return 0

@@ -37,8 +37,10 @@ import random
 import re
 import shlex
 import shutil
+import sqlite3
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -169,15 +171,113 @@ class CellRecord:
     name: str
 
 
-class Tracker:
-    """Driver- and analysis-side access to a tracking store."""
+def local_store_path(uri: str) -> Path | None:
+    """The file (``sqlite:///``) or folder (``file:``) a local store lives in; None for a server or a database
+    elsewhere."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :].split("?")[0])
+    if uri.startswith("file:"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
+    return None
 
-    def __init__(self, uri: str):
+
+# what every "no store" message points to: the command that writes a store
+WRITES_A_STORE = "a sweep writes one: python -m scaling.sweep SWEEP.yaml --tracking-uri {uri}"
+OTHER_STORE = (
+    "nothing was read or written; point --tracking-uri at an MLflow store (or, for a sweep, a new file)"
+)
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
+def check_store_exists(uri: str) -> None:
+    """Refuse, with a TrackingError naming the path (or URI) and the command that writes a store, a store
+    that is not there: a missing SQLite file or ``file:`` folder, a file that is not an MLflow store (not
+    SQLite, or without MLflow's tables), a folder without MLflow's layout, a database server without MLflow's
+    tables or that does not answer. Only reads: MLflow itself would create the store, or its tables."""
+    path = local_store_path(uri)
+    if path is None:
+        if uri.split("://")[0].split("+")[0] in DATABASE_SCHEMES:
+            _check_database_store(uri)
+        return
+    path, writes = path.resolve(), WRITES_A_STORE.format(uri=shlex.quote(uri))
+    what = "folder" if uri.startswith("file:") else "file"
+    if not path.exists():
+        raise TrackingError(
+            f"no MLflow store at {path}: no such {what} (nothing was read or written); {writes}"
+            f" (or give the --tracking-uri of an existing store, or set MLFLOW_TRACKING_URI)"
+        )
+    if what == "folder":
+        if not (path / ".trash").is_dir() and not any(path.glob("*/meta.yaml")):
+            raise TrackingError(
+                f"{path} is not an MLflow store: a folder without MLflow's layout; {OTHER_STORE}"
+            )
+        return
+    try:
+        if not path.is_file():
+            raise sqlite3.DatabaseError("not a file")
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as err:
+        raise TrackingError(f"{path} is not an MLflow store: {err}; {OTHER_STORE}") from None
+    if not MLFLOW_TABLES <= tables:
+        raise TrackingError(
+            f"{path} is not an MLflow store: a SQLite file without MLflow's tables; {OTHER_STORE}"
+        )
+
+
+def _check_database_store(uri: str) -> None:
+    """A database server's store: reachable within seconds and holding MLflow's tables (MLflow creates them
+    in an empty database)."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(
+            uri, connect_args={"connect_timeout": 10} if uri.startswith("postgresql") else {}
+        )
+        try:
+            tables = set(sqlalchemy.inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+    except Exception as err:  # noqa: BLE001 - any failure here means unusable
+        raise TrackingError(
+            f"cannot use the MLflow tracking store {redact(uri)}: {redact(str(err))}"
+        ) from None
+    if not MLFLOW_TABLES <= tables:
+        raise TrackingError(f"{redact(uri)} holds no MLflow store: no MLflow tables; {OTHER_STORE}")
+
+
+class Tracker:
+    """Driver- and analysis-side access to a tracking store.
+
+    ``Tracker(uri)`` is the writers' (the sweep, its trials): a SQLite store not there yet is created
+    (store_template). Reading commands open ``Tracker.existing(uri)``, which never creates one."""
+
+    def __init__(self, uri: str, create: bool = True):
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
-        seed_sqlite_store(uri)
-        self.client = MlflowClient(tracking_uri=uri)
+        if create:
+            seed_sqlite_store(uri)
+        else:
+            check_store_exists(uri)
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+        except MlflowException as err:  # e.g. MLflow 3 refuses a file: store unless MLFLOW_ALLOW_FILE_STORE
+            raise TrackingError(
+                f"cannot use the MLflow tracking store {redact(uri)}: {redact(str(err))}"
+            ) from None
+
+    @classmethod
+    def existing(cls, uri: str) -> "Tracker":
+        """A store that exists already, checked to answer within seconds; never creates one (nor MLflow's
+        tables in an empty database). TrackingError, naming the path or URI, for a missing file or folder,
+        a file that is not an MLflow store, or a server that does not answer: what every reading command
+        (analysis, the adaptive replay, a sweep's --dry-run, a model read from another sweep) opens."""
+        tracker = cls(uri, create=False)
+        tracker.check_reachable()
+        return tracker
 
     def check_reachable(self) -> None:
         """Fail fast (seconds, not MLflow's minutes of HTTP retries), with the URI, when the store is
