@@ -54,8 +54,9 @@ examples:
 
 exit status:
   0  the report was written
-  2  invalid input (no such sweep file or experiment, no complete cell,
-     bad arguments); nothing was written"""
+  2  invalid input (no such sweep file, store or experiment, no complete
+     cell, bad arguments; a tracking server that does not answer); nothing
+     was written (a store is never created)"""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
