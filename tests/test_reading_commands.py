@@ -4,9 +4,9 @@ The analysis (a sweep file, ``--experiment``, ``--compare``, ``--paper``) and th
 user runs them (``python -m ...`` in a folder of their own), open the store with Tracker.existing: on a
 store that is not there they exit 2 naming its path and the command that writes one, and leave the folder
 exactly as it was (listed, with every file's bytes, before and after); a file or folder that is not an
-MLflow store is refused untouched; a server that does not answer is said within seconds. A sweep's
-``--dry-run`` reads a store the same way. On a real store the same commands still read and write their
-outputs.
+MLflow store, or a database server's database without MLflow's tables, is refused untouched; a server that
+does not answer is said within seconds. A sweep's ``--dry-run`` reads a store the same way. On a real store
+the same commands still read and write their outputs.
 """
 
 import hashlib
@@ -192,3 +192,59 @@ def test_the_replay_still_reads_a_real_store(tmp_path, tiny_sweep):
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(tmp_path / "replay" / "replay.csv")
     assert set(frame["method"]) >= {"adaptive", "random"}, set(frame["method"])
+
+
+@pytest.fixture
+def postgres_server():
+    """A throwaway PostgreSQL on a Unix socket of its own (run as user postgres when root), with two
+    databases: ``empty``, and ``store``, which holds MLflow's tables; yields its URI prefix."""
+    import shutil
+
+    from test_cluster_yaml import postgres_missing, reachable_dir
+
+    missing = postgres_missing()
+    if missing:
+        pytest.skip(missing)
+    home = reachable_dir()
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(home, "postgres")
+    data = home / "data"
+    subprocess.run([*as_user, "initdb", "-D", str(data), "-A", "trust"], check=True, capture_output=True)
+    options = f"-k {home} -c listen_addresses=''"
+    start = [*as_user, "pg_ctl", "-D", str(data), "-o", options, "-l", str(home / "log"), "-w", "start"]
+    subprocess.run(start, check=True, capture_output=True)
+    try:
+        user = "postgres" if as_user else os.environ.get("USER", "")
+        for name in ("empty", "store"):
+            subprocess.run([*as_user, "createdb", "-h", str(home), name], check=True, capture_output=True)
+        prefix = f"postgresql+psycopg2://{user}@/"
+        MlflowClient(f"{prefix}store?host={home}").search_experiments()  # MLflow creates its tables
+        yield prefix, home
+    finally:
+        subprocess.run([*as_user, "pg_ctl", "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def tables(home: Path, database: str) -> str:
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    query = [*as_user, "psql", "-h", str(home), "-d", database, "-Atc", "\\dt"]
+    return subprocess.run(query, check=True, capture_output=True, text=True).stdout
+
+
+def test_a_database_without_mlflow_tables_is_refused_by_readers_and_left_empty(
+    postgres_server, tmp_path, capsys
+):
+    """MLflow creates its tables in an empty database it opens: the analysis refuses one, a --dry-run
+    plans every cell pending, and neither writes a table; a database with MLflow's tables is read."""
+    prefix, home = postgres_server
+    empty, store = f"{prefix}empty?host={home}", f"{prefix}store?host={home}"
+    assert analysis_main([SMOKE, "--tracking-uri", empty, "--out", str(tmp_path / "out")]) == 2
+    assert f"error: {empty} holds no MLflow store: no MLflow tables" in capsys.readouterr().err
+    dry = ["--dry-run", "--tracking-uri", empty, "--storage", str(tmp_path / "runs")]
+    assert sweep_main([SMOKE, *dry]) == 0
+    assert "24 pending" in capsys.readouterr().out
+    assert tables(home, "empty") == ""
+    assert analysis_main([SMOKE, "--tracking-uri", store, "--out", str(tmp_path / "out")]) == 2
+    assert "error: no MLflow experiment named 'smoke'" in capsys.readouterr().err
+    assert listing(tmp_path) == {}

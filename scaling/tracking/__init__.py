@@ -197,8 +197,8 @@ def check_store_exists(uri: str) -> None:
     tables or that does not answer. Only reads: MLflow itself would create the store, or its tables."""
     path = local_store_path(uri)
     if path is None:
-        if uri.split("://")[0].split("+")[0] in DATABASE_SCHEMES:
-            _check_database_store(uri)
+        if is_database(uri) and not database_has_store(uri):
+            raise TrackingError(f"{redact(uri)} holds no MLflow store: no MLflow tables; {OTHER_STORE}")
         return
     path, writes = path.resolve(), WRITES_A_STORE.format(uri=shlex.quote(uri))
     what = "folder" if uri.startswith("file:") else "file"
@@ -226,9 +226,14 @@ def check_store_exists(uri: str) -> None:
         )
 
 
-def _check_database_store(uri: str) -> None:
-    """A database server's store: reachable within seconds and holding MLflow's tables (MLflow creates them
-    in an empty database)."""
+def is_database(uri: str) -> bool:
+    """Whether ``uri`` names a database server MLflow opens itself (``postgresql://``, ``mysql+pymysql://``)."""
+    return uri.split("://")[0].split("+")[0] in DATABASE_SCHEMES
+
+
+def database_has_store(uri: str) -> bool:
+    """Whether a database server's database holds MLflow's tables (MLflow creates them in one that does not:
+    what a sweep does, never a reading command); TrackingError when it does not answer within seconds."""
     import sqlalchemy
 
     try:
@@ -240,11 +245,9 @@ def _check_database_store(uri: str) -> None:
         finally:
             engine.dispose()
     except Exception as err:  # noqa: BLE001 - any failure here means unusable
-        raise TrackingError(
-            f"cannot use the MLflow tracking store {redact(uri)}: {redact(str(err))}"
-        ) from None
-    if not MLFLOW_TABLES <= tables:
-        raise TrackingError(f"{redact(uri)} holds no MLflow store: no MLflow tables; {OTHER_STORE}")
+        why = " ".join(str(err).split("(Background on this error")[0].split())  # SQLAlchemy's, on one line
+        raise TrackingError(f"cannot use the MLflow tracking store {redact(uri)}: {redact(why)}") from None
+    return MLFLOW_TABLES <= tables
 
 
 class Tracker:
