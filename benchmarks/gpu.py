@@ -54,6 +54,7 @@ from scaling.science.train import CellTrainer
 
 from .common import Result, interleaved_medians, skipped
 
+LLM_SWEEP = Path(__file__).resolve().parents[1] / "sweeps" / "temp_llama_a.yaml"  # the paper-size LLM scan
 FIG1 = {"d": 8, "N": 40, "n_layer": 8, "n_head": 8, "n_embd": 256, "batch": 64}
 QUICK = {"d": 4, "N": 10, "n_layer": 2, "n_head": 2, "n_embd": 64, "batch": 64}  # sweeps/fig1.yaml quick
 TINY = {"d": 3, "N": 5, "n_layer": 1, "n_head": 2, "n_embd": 16, "batch": 8}
@@ -772,8 +773,10 @@ def llm_phase(run: Run, seconds: float) -> None:
     run.say(
         f"llm: {params / 1e9:.2f}e9 random parameters in {dtype} built in {time.perf_counter() - start:.1f} s"
     )
-    n_test, runs, taus = (2, 1, (1.0,)) if run.smoke else (12, 2, (1.0, 1.5))
-    m = compare_scan(model, tokenizer, n_test, runs, taus)
+    # 24 questions x 2 runs: 48 distinct prompts, as many as one decoding batch of the paper's sweep holds
+    n_test, runs, taus = (2, 1, (1.0,)) if run.smoke else (24, 2, (1.0,))
+    batch = scan_batch_size()
+    m = compare_scan(model, tokenizer, n_test, runs, taus, batch)
     per_answer = m["fast_s"] / m["answers"]
     fig3_hours = FIG3_ANSWERS * per_answer / 3600
     peak = run.peak_bytes()
@@ -781,7 +784,7 @@ def llm_phase(run: Run, seconds: float) -> None:
         Result(
             "llm_scan_7b" if not run.smoke else "llm_scan_tiny",
             "plain generate: 1 prompt, 30 new tokens",
-            "scan: shared prefixes once, batches of 16, stop at answer",
+            f"scan: shared prefixes once, batches of {batch}, stop at answer",
             "answers/s",
             m["answers"] / m["plain_s"],
             m["answers"] / m["fast_s"],
@@ -791,7 +794,7 @@ def llm_phase(run: Run, seconds: float) -> None:
             f" {m['answers']} answers; answers agree {m['agree']:.0%};"
             f" {m['prompt_tokens'] / m['answers']:.0f} prompt tokens and"
             f" {m['plain_new_tokens'] / m['answers']:.1f} new tokens per plain answer;"
-            f" {m['decode_steps_per_batch']:.1f} decoding steps per batch of 16"
+            f" {m['decode_steps_per_batch']:.1f} decoding steps per batch of {batch}"
             + (f"; peak {peak / 2**30:.1f} GiB" if peak else "")
             + f". Fig. 3b at the paper's size ({FIG3_ANSWERS} answers) at ours' rate: {fig3_hours:.1f} h"
             " on this device (random weights rarely stop early: an upper bound for the real model's answers)",
@@ -799,6 +802,14 @@ def llm_phase(run: Run, seconds: float) -> None:
         ).judged()
     )
     del model
+
+
+def scan_batch_size(sweep: Path = LLM_SWEEP) -> int:
+    """The decoding batch of the paper-size LLM scan (``temperature.batch_size`` of the sweep file's
+    defaults, one whole GPU per cell), so that this line times what a cell of that sweep runs."""
+    import yaml
+
+    return int(yaml.safe_load(sweep.read_text())["defaults"]["temperature"]["batch_size"])
 
 
 PHASES = {

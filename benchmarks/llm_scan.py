@@ -44,9 +44,12 @@ def _non_embedding_params(model) -> int:
     return sum(p.numel() for p in model.parameters()) - embedding
 
 
-def compare_scan(model, tokenizer, n_test: int, runs: int, taus: tuple[float, ...]) -> dict:
+def compare_scan(
+    model, tokenizer, n_test: int, runs: int, taus: tuple[float, ...], batch_size: int = 16
+) -> dict:
     """Both sides on the same ``n_test`` questions x ``runs`` x ``taus`` (see the module docstring), ours
-    before and after the plain loop: their seconds, exact matches, agreement and token counts."""
+    (decoding ``batch_size`` prompts at a time) before and after the plain loop: their seconds, exact
+    matches, agreement and token counts."""
     import torch
 
     from scaling.temperature.llm_icl import (
@@ -71,7 +74,9 @@ def compare_scan(model, tokenizer, n_test: int, runs: int, taus: tuple[float, ..
         answers = []
         for tau in taus:
             with attention_temperature(model, tau):
-                unique = generate_token_answers(model, tokenizer, prompts.token_ids, 30, 16, stats=stats)
+                unique = generate_token_answers(
+                    model, tokenizer, prompts.token_ids, 30, batch_size, stats=stats
+                )
             answers += [[unique[i] for i in run] for run in prompts.runs]
         synchronize(model)
         return answers, time.perf_counter() - start

@@ -134,7 +134,10 @@ def canonical(obj: Any) -> Any:
     """The hashable form of a config: like ``to_dict`` but without fields equal to their default.
 
     Fields declared with ``metadata={"key": False}`` (how, not what: device, checkpoint cadence) are
-    left out too, so they never change a cell's key. A field declared ``metadata={"inline": True}`` is a
+    left out too, so they never change a cell's key. A field declared ``metadata={"in_key": predicate}``
+    is kept even at its default where the predicate, given the config holding it, is true: a default that
+    changed what a model computes (ModelConfig.bias) so that no cell keyed before the change is taken for
+    one after it. A field declared ``metadata={"inline": True}`` is a
     mapping of named groups written at this level, as if each were a field (scaling.cells.Cell.settings).
     """
     if dataclasses.is_dataclass(obj):
@@ -148,6 +151,10 @@ def canonical(obj: Any) -> Any:
                         out[name] = canonical(group)
                 continue
             value = getattr(obj, f.name)
+            always = f.metadata.get("in_key")
+            if always is not None and always(obj):
+                out[f.name] = canonical(value)
+                continue
             if f.default is not dataclasses.MISSING and value == f.default:
                 continue
             if f.default_factory is not dataclasses.MISSING and value == f.default_factory():

@@ -8,7 +8,7 @@ A sweep file names an MLflow experiment and declares a lattice of cells::
       train: {steps: 1500, lr: 1.0e-3}
     models:                          # the `model` axis picks these presets by name
       gpt2: {arch: gpt2, n_layer: 2, n_head: 2, n_embd: 64, resources: {cpu: 1, gpu: 0.25}}
-      mlp: {arch: mlp, width: 256}
+      mlp: {arch: mlp, width: 256, train: {steps: 4000}}   # a preset may set its own training
     grid:                            # the product of the axes gives the cells
       model: [gpt2, mlp]
       T: [16, 256, inf]
@@ -20,8 +20,10 @@ A sweep file names an MLflow experiment and declares a lattice of cells::
     profiles:                        # named variants, deep-merged over the file by --profile NAME
       quick: {defaults: {train: {steps: 200}}}
 
-Precedence: defaults < model preset < grid axis < ``--set`` override. ``--set train.steps=200`` sets a cell
-setting (and replaces the axis of that name, if any); ``--set grid.T=[16,64]`` or ``--set name=x`` set the
+Precedence: defaults < model preset < grid axis < ``--set`` override. A model preset holds model settings,
+its ``resources`` and, under ``train``, training settings of its own (a cheap MLP trains longer than a
+GPT-2). ``--set train.steps=200`` sets a cell setting (and replaces the axis of that name, if any, and the
+presets' own value); ``--set grid.T=[16,64]`` or ``--set name=x`` set the
 file's own keys. Every error names the file, line and key (or the ``--set`` that caused it), says what is
 wrong and what is allowed, and is raised before anything runs. The file itself is checked first
 (scaling.guards: a UTF-8 text file of at most 1 MB, YAML nested at most 50 levels, aliases bounded), and a
@@ -47,9 +49,11 @@ from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds import kind_of_group
 from .science.models import ModelConfig, model_facts
+from .science.train import TrainConfig
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
 CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
+PRESET_TRAIN = "train"  # the cell field a model preset may hold settings of its own for (the training)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -227,6 +231,10 @@ def apply_override(document: dict, assignment: str) -> dict:
         grid = document.get("grid") or {}
         if isinstance(grid, dict):
             grid.pop(".".join(keys), None)
+        if keys[0] == PRESET_TRAIN and len(keys) > 1:  # it wins over the presets' own training settings too
+            for spec in (document.get("models") or {}).values():
+                if isinstance(spec, dict) and isinstance(spec.get(PRESET_TRAIN), dict):
+                    _set_dotted(spec, ".".join(keys), value)
         keys = ["defaults"] + keys
     node = document
     for key in keys[:-1]:
@@ -280,7 +288,8 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = copy.deepcopy(value)
 
 
-def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources | None]]:
+def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources | None, dict]]:
+    """name -> (model settings, resources or None, training settings of its own: a partial ``train``)."""
     if models is None:
         return {}
     if not isinstance(models, dict):
@@ -289,12 +298,23 @@ def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources
     for name, spec in models.items():
         spec = dict(spec or {})
         resources = spec.pop("resources", None)
+        train = spec.pop(PRESET_TRAIN, None) or {}
+        if not isinstance(train, dict):
+            raise SweepError(f"{at('models', name, 'train')}: expected a mapping of training settings")
         spec.setdefault("name", str(name))
         try:
             from_dict(ModelConfig, spec)
-            presets[str(name)] = (spec, None if resources is None else from_dict(Resources, resources))
         except ConfigError as err:
             raise at.error(("models", name), err) from None
+        try:
+            from_dict(TrainConfig, train)
+        except ConfigError as err:
+            raise at.error(("models", name, "train"), err) from None
+        try:
+            resources = None if resources is None else from_dict(Resources, resources)
+        except ConfigError as err:
+            raise at.error(("models", name), err) from None
+        presets[str(name)] = (spec, resources, train)
     return presets
 
 
@@ -323,11 +343,15 @@ def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[di
     for axis, value in combo.items():
         if axis == "model":
             if isinstance(value, str):
-                spec, resources = presets[value]
+                spec, resources, train = presets[value]
+                if train:
+                    tree["train"] = deep_merge(tree.get("train") or {}, train)
             else:
                 spec = dict(value)
                 if "resources" in spec:
                     resources = from_dict(Resources, spec.pop("resources"), "resources")
+                if isinstance(spec.get(PRESET_TRAIN), dict):
+                    tree["train"] = deep_merge(tree.get("train") or {}, spec.pop(PRESET_TRAIN))
             tree["model"] = deep_merge(tree.get("model") or {}, spec)
     for axis, value in combo.items():
         if axis != "model":

@@ -131,6 +131,19 @@ def test_full_profile_is_the_reference_recipe_and_quick_runs_on_cpus(figure):
     assert all(p.cell.train.steps <= 5000 for p in plan.cells)
 
 
+@pytest.mark.parametrize("figure, d", [("fig1", 4), ("fig7", 8)])
+def test_repro_profiles_run_on_cpus_with_the_papers_mlp_on_its_own_recipe(figure, d):
+    plan = load_plan(SWEEPS / f"{figure}.yaml", "repro")
+    assert plan.name == f"{figure}-repro"
+    assert all(p.resources.gpu == 0 for p in plan.cells), "repro profiles run on CPUs"
+    mlps = [p.cell for p in plan.cells if p.cell.model.arch == "mlp"]
+    assert mlps and all(c.model.width == 1024 and c.model.bias for c in mlps)
+    assert all(c.train.schedule == "cosine" and c.train.lr == 3e-3 for c in mlps)
+    assert {c.task.d for c in cells(figure, "repro")} == {d}
+    assert {5, 10, 20} <= {c.N for c in mlps} and {16, math.inf} <= {c.T for c in mlps}
+    assert {c.seed for c in mlps} == {0, 1}
+
+
 @pytest.mark.parametrize("profile", ["", "quick"])
 @pytest.mark.parametrize("figure", FIGURES)
 def test_dry_run_lists_every_cell_and_creates_nothing(figure, profile, tmp_path, capsys):

@@ -4,7 +4,7 @@ import io
 
 import yaml
 
-from scaling.cost import StepShape, step_flops
+from scaling.cost import StepShape, load_gpu_table, step_flops
 from scaling.gpu_plan import describe_gpu
 from scaling.plan import load_plan
 from scaling.sweep import run_sweep
@@ -29,12 +29,21 @@ def gpu_sweep(tmp_path, tiny_sweep, gpu=0.5):
 
 
 def test_without_a_measured_table_the_dry_run_says_none_is_measured(tmp_path, tiny_sweep):
+    text = describe_gpu(load_plan(str(gpu_sweep(tmp_path, tiny_sweep))), path=tmp_path / "none.json")
+    assert text.startswith("GPU: no CUDA cost table measured yet")
+
+
+def test_the_dry_run_prints_gpu_hours_from_the_shipped_measured_table(tmp_path, tiny_sweep):
+    """scaling/cost_table_cuda.json is the GPU script's measurement on a real card (docs/results.md)."""
+    table = load_gpu_table()
+    assert table is not None and not table["smoke"] and "H100" in table["device"]
     out = io.StringIO()
     path = gpu_sweep(tmp_path, tiny_sweep)
     uri = f"sqlite:///{tmp_path}/m.db"
     run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path), out=out, options=RunOptions(dry_run=True))
     text = out.getvalue()
-    assert "GPU: no CUDA cost table measured yet" in text and "of one cpu" in text
+    assert "GPU-hours" in text and f"on one {table['device']} (measured on {table['measured']})" in text
+    assert "of one cpu" in text
 
 
 def test_gpu_hours_are_the_packs_steps_under_the_measured_fit(tmp_path, tiny_sweep):

@@ -73,6 +73,18 @@ def test_packed_members_equal_unpacked_cells(arch):
         torch.testing.assert_close(torch.tensor(cp["err"].values), torch.tensor(ca["err"].values), **TOL)
 
 
+def test_packed_members_follow_the_cosine_schedule_as_cells_alone_do():
+    cosine = {**tiny_cell_dict()["train"], "schedule": "cosine", "warmup": 0.2}
+    cells = [cell(T=4, seed=0, train=cosine), cell(T=8, seed=1, train={**cosine, "lr": 3e-3})]
+    alone, packed = train_alone(cells), train_packed(cells)
+    constant = train_alone([cell(T=4, seed=0)])[0]
+    for a, p in zip(alone, packed):
+        for x, y in zip(a.model.parameters(), p.model.parameters()):
+            torch.testing.assert_close(y, x, **TOL)
+    moved = [(x - y).abs().max() for x, y in zip(alone[0].model.parameters(), constant.model.parameters())]
+    assert max(moved) > 1e-4  # the schedule changed the run
+
+
 def test_members_resumed_at_different_steps_catch_up_and_match():
     cells = [cell(T=4, seed=s) for s in range(3)]
     packed = train_packed(cells, resume_at={0: 5, 2: 15})  # checkpoint_every = 5 in the tiny cell

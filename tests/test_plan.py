@@ -35,6 +35,29 @@ def test_precedence_defaults_preset_axis(tiny_sweep):
     assert {p.cell.model.width for p in plan_document(tiny_sweep).cells} == {24}
 
 
+def test_a_presets_own_training_reaches_its_cells_and_an_axis_or_set_wins_over_it(tiny_sweep):
+    tiny_sweep["models"]["mlp"]["train"] = {"steps": 40, "schedule": "cosine"}
+    tiny_sweep["grid"]["model"] = ["mlp", "gpt2"]
+    by_model = {p.cell.model.label: p.cell.train for p in plan_document(tiny_sweep).cells}
+    assert (by_model["mlp"].steps, by_model["mlp"].schedule) == (40, "cosine")
+    assert by_model["mlp"].lr == by_model["gpt2"].lr == tiny_sweep["defaults"]["train"]["lr"]
+    assert (by_model["gpt2"].steps, by_model["gpt2"].schedule) == (
+        tiny_sweep["defaults"]["train"]["steps"],
+        "constant",
+    )
+    assert {p.cell.train.steps for p in plan_document(apply_override(tiny_sweep, "train.steps=7")).cells} == {
+        7
+    }
+    tiny_sweep["grid"]["train.steps"] = [9]
+    assert {p.cell.train.steps for p in plan_document(tiny_sweep).cells} == {9}
+
+
+def test_a_presets_bad_training_setting_is_named(tmp_path):
+    text = "name: x\nmodels:\n  m: {arch: mlp, train: {schedule: step}}\ngrid: {model: [m]}\n"
+    with pytest.raises(SweepError, match="models.m.train.schedule: unknown value 'step'"):
+        load_plan(write(tmp_path, text))
+
+
 def test_resources_from_preset_or_default(tiny_sweep):
     tiny_sweep["models"]["gpt2"]["resources"] = {"cpu": 1, "gpu": 0.25}
     tiny_sweep["resources"] = {"cpu": 2}

@@ -169,6 +169,7 @@ def test_both_inputs_concatenate_vectorised_prompt_and_feature_row():
         ({"arch": "gpt2", "attention": "cosine"}, "unknown value"),
         ({"arch": "gpt2", "layout": "diagonal"}, "unknown value"),
         ({"arch": "onelayer", "feature_map": "gaussian"}, "unknown value"),
+        ({"arch": "gpt2", "bias": False}, "only mlp"),
     ],
 )
 def test_invalid_model_settings_say_why(data, message):
@@ -181,3 +182,12 @@ def test_defaults_keep_existing_cell_keys():
         Cell.from_dict({"model": {"arch": "gpt2", "layout": "interleaved", "attention": ""}}).key
         == Cell().key
     )
+
+
+def test_an_mlp_cell_keyed_before_the_biases_is_not_taken_for_one_with_them():
+    # the MLP gained biases (ModelConfig.bias, default true): its key names the setting even at the default,
+    # so a store's bias-free MLP result is never read as the biased model's; other models keep their keys
+    mlp = Cell(model=ModelConfig(arch="mlp", width=16))
+    assert mlp.key != "7c65039ddc491095"  # its key before, when the model had no biases
+    assert mlp.key != Cell(model=ModelConfig(arch="mlp", width=16, bias=False)).key
+    assert Cell(model=ModelConfig(arch="gpt2")).key == Cell().key

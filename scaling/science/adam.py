@@ -140,7 +140,8 @@ class FusedAdam:
 class StackedAdam:
     """FusedAdam's update of parameters stacked over K members: member k's slice moves exactly as its own
     FusedAdam would move it (the same kernel, ``torch._fused_adam_``, on the slices of the (K, ...) tensors,
-    one call per distinct learning rate), each member with its own learning rate and moments.
+    one call per distinct learning rate), each member with its own learning rate (its cell's ``train.lr``,
+    times the schedule's factor of the step that ``update`` is given, common to a pack) and moments.
 
     Moments and the step count are read from the members' torch Adam states and written back to them
     (``write_back``): a member's checkpoint stays that of an unpacked cell, and a segment may start from
@@ -167,7 +168,7 @@ class StackedAdam:
         self.step = steps.pop()
         device = next(iter(params.values())).device
         self.step_count = torch.tensor(float(self.step), dtype=torch.float32, device=device)
-        lrs = [float(m.optimizer.param_groups[0]["lr"]) for m in members]
+        lrs = [float(m.cell.train.lr) for m in members]  # the optimisers hold the last scheduled rate
         self.by_lr = {lr: [k for k, own in enumerate(lrs) if own == lr] for lr in dict.fromkeys(lrs)}
 
     @staticmethod
@@ -175,8 +176,9 @@ class StackedAdam:
         return torch.stack([st[key] if key in st else torch.zeros_like(like[0]) for st in states])
 
     @torch.no_grad()
-    def update(self, grads: dict[str, torch.Tensor]) -> None:
-        """One Adam step of every member from the stacked gradients (name -> (K, ...))."""
+    def update(self, grads: dict[str, torch.Tensor], factor: float = 1.0) -> None:
+        """One Adam step of every member from the stacked gradients (name -> (K, ...)), at ``factor`` times
+        each member's learning rate (TrainConfig.lr_factor of the step)."""
         self.step += 1
         self.step_count += 1
         names = list(self.params)
@@ -195,7 +197,7 @@ class StackedAdam:
                 [],
                 [self.step_count] * len(params),
                 amsgrad=False,
-                lr=lr,
+                lr=lr * factor,
                 beta1=self.beta1,
                 beta2=self.beta2,
                 weight_decay=0.0,

@@ -8,7 +8,8 @@ scaling.science.stacked_transformers.StackedTransformer, a pack), its ``step`` c
 the current step's inputs. It trains ``warmup`` steps eagerly on a side stream (lazy state: Adam's moments,
 cuBLAS handles), then captures one step on static input buffers; each ``step()`` copies the step's batch
 into them and replays. The steps are the eager steps' kernels on the same data, so the numbers are those
-of eager training to rounding. Shapes must stay fixed (no curriculum).
+of eager training to rounding. Shapes must stay fixed (no curriculum), and so must the learning rate (a
+captured step replays the rate it was captured with: the constant schedule only).
 
 CUDA only: CI never runs it; benchmarks/gpu.py compares its numbers and speed with the eager steps'.
 """
@@ -24,6 +25,12 @@ class GraphedSteps:
     """Training steps of ``trainer`` replayed from one captured CUDA graph (see the module docstring)."""
 
     def __init__(self, trainer, batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], warmup: int = 3):
+        cell = trainer.cell if hasattr(trainer, "cell") else trainer.members[0].cell
+        if cell.train.schedule != "constant":
+            raise ValueError(
+                f"a captured step replays one learning rate: schedule {cell.train.schedule!r} cannot be"
+                " captured"
+            )
         self.trainer, self.batch = trainer, batch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

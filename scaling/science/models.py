@@ -16,15 +16,24 @@ shared with the baselines). ``MODELS`` is the registry (``arch``):
 - ``sgpt``: eq. 13 (scaling.science.sgpt), identity key/query/value, frozen random read-in, l1 attention.
 - ``onelayer``: eq. 9, f(A) = relu(psi(A)_{n,:} W1) W2 of width ``width``, psi = ``feature_map``
   (scaling.science.feature_maps).
-- ``mlp``: eq. 14, f(x) = relu(x W_0) W_1 (width 1024 by default) on ``inputs``: ``vectorised``, the
-  prompt [x_1 .. x_{n+1}, y_1 .. y_n] zero-padded to the cell's N (App. A "Zero-padding input for MLP": one
-  model serves every context length); ``features``, psi_K(A)_{n,:}; ``both``, the two concatenated (Fig. 7).
+- ``mlp``: eq. 14, f(x) = relu(x W_0 + b_0) W_1 + b_1 (width 1024 by default) on ``inputs``: ``vectorised``,
+  the prompt [x_1 .. x_{n+1}, y_1 .. y_n] zero-padded to the cell's N (App. A "Zero-padding input for MLP":
+  one model serves every context length); ``features``, psi_K(A)_{n,:}; ``both``, the two concatenated
+  (Fig. 7). ``bias`` (default true): App. A calls it "a standard 2-layer ReLU MLP", and eq. 14 prints it
+  without biases. Without them the model cannot learn in context at all: relu(z) = (z + |z|) / 2, so a
+  bias-free one-hidden-layer ReLU network is a linear function plus an even one, f(v) - f(-v) = v W_0 W_1
+  (tests/test_models.py). Every task family here is symmetric under (x, y) -> (-x, -y) (Gaussian x, task
+  parameters with symmetric laws), so the best predictor of y_{n+1} is odd in the prompt and the even part
+  is of no use: the bias-free MLP is at best a linear function of its input. On linear regression that is
+  beta_bar^T x_query with beta_bar the mean of the pool's tasks (err/zero about 1 on unseen tasks at every
+  T; on the pool's own tasks 1 - |beta_bar|^2, 0.94 at T = 16, as measured). ``bias: false`` is eq. 14 as
+  printed.
 - ``linear_on_scalar``: a * psi_K(A)_{n,d+1} + b, linear regression on the smoother's estimate (Fig. 6).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -55,11 +64,14 @@ class ModelConfig:
     attention: str = ""  # phi: softmax | l1 | relu | identity; "" = gpt2 softmax, sgpt l1
     inputs: str = "vectorised"  # mlp input: vectorised | features | both
     feature_map: str = ""  # psi of onelayer, linear_on_scalar, mlp features/both
+    # mlp: biases in both layers (the module docstring says why). In every mlp cell's key even at its
+    # default, so that no MLP result stored before the biases came is read as one of the model with them.
+    bias: bool = field(default=True, metadata={"in_key": lambda c: c.arch == "mlp"})
 
     def __post_init__(self):
         check_choice(self.arch, "arch", MODELS)
-        for field in ("n_layer", "n_head", "n_embd", "width"):
-            check(getattr(self, field) >= 1, field, f"must be >= 1, got {getattr(self, field)}")
+        for name in ("n_layer", "n_head", "n_embd", "width"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(
             self.n_embd % self.n_head == 0,
             "n_embd",
@@ -77,6 +89,7 @@ class ModelConfig:
             )
         if self.feature_map:
             check_choice(self.feature_map, "feature_map", FEATURE_MAPS)
+        check(self.bias or self.arch == "mlp", "bias", f"only mlp has biases to turn off, not {self.arch}")
         needs_map = self.arch in FEATURE_ARCHS or (self.arch == "mlp" and self.inputs != "vectorised")
         check(
             needs_map == bool(self.feature_map),
@@ -218,14 +231,17 @@ def vectorise(xs: torch.Tensor, ys: torch.Tensor, points: int | None = None) -> 
 class PromptMLP(nn.Module):
     """Eq. 14 on the vectorised prompt, on feature-map rows psi(A)_{n,:}, or on both (Fig. 7)."""
 
-    def __init__(self, config: ModelConfig, d: int, points: int, inputs: str | None = None):
+    def __init__(
+        self, config: ModelConfig, d: int, points: int, inputs: str | None = None, bias: bool | None = None
+    ):
         super().__init__()
         self.inputs, self.feature_map, self.points = inputs or config.inputs, config.feature_map, points
         size = {"vectorised": points * (d + 1), "features": d + 1, "both": points * (d + 1) + d + 1}
+        bias = config.bias if bias is None else bias
         self.net = nn.Sequential(
-            nn.Linear(size[self.inputs], config.width, bias=False),
+            nn.Linear(size[self.inputs], config.width, bias=bias),
             nn.ReLU(),
-            nn.Linear(config.width, 1, bias=False),
+            nn.Linear(config.width, 1, bias=bias),
         )
 
     def features(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
@@ -263,8 +279,9 @@ class LinearOnScalar(nn.Module):
 
 
 def one_layer(config: ModelConfig, d: int, points: int) -> nn.Module:
-    """Eq. 9: relu(psi(A)_{n,:} W1) W2, the MLP of eq. 14 on the feature-map row."""
-    return PromptMLP(config, d, points, inputs="features")
+    """Eq. 9: relu(psi(A)_{n,:} W1) W2, the MLP of eq. 14 on the feature-map row, without biases as
+    printed (its context-scaling goes through the linear part, on the smoother's estimate)."""
+    return PromptMLP(config, d, points, inputs="features", bias=False)
 
 
 def simplified_gpt(config: ModelConfig, d: int, points: int) -> nn.Module:
@@ -378,7 +395,7 @@ MODELS: dict[str, ModelFacts] = {
         _head_params,
         lambda s: 2 * _head_params(s),
         packable=lambda c: True,
-        settings=("width", "inputs", "feature_map"),
+        settings=("width", "inputs", "feature_map", "bias"),
         unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
     ),
     "sgpt": ModelFacts(

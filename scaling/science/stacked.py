@@ -144,7 +144,7 @@ class StackedMembers:
 
     def train_step(self) -> torch.Tensor:
         losses, grads = self.losses_and_grads()
-        self.optimizer.update(grads)
+        self.optimizer.update(grads, self.members[0].cell.train.lr_factor(self.step))
         self.step += 1
         return losses
 

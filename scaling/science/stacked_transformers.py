@@ -190,7 +190,7 @@ class StackedTransformer:
         losses before it (K,), on the device (scaling.science.cuda_graphs captures this)."""
         losses = self.losses(xs, ys)
         grads = torch.autograd.grad(losses.sum(), list(self.params.values()))
-        self.optimizer.update(dict(zip(self.params, grads)))
+        self.optimizer.update(dict(zip(self.params, grads)), self.members[0].cell.train.lr_factor(self.step))
         return losses.detach()
 
     def train_step(self) -> torch.Tensor:
