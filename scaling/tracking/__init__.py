@@ -213,13 +213,15 @@ def check_store_exists(uri: str) -> None:
                 f"{path} is not an MLflow store: a folder without MLflow's layout; {OTHER_STORE}"
             )
         return
+    if not path.is_file():
+        raise TrackingError(f"{path} is not an MLflow store: not a file; {OTHER_STORE}")
     try:
-        if not path.is_file():
-            raise sqlite3.DatabaseError("not a file")
         with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error as err:
-        raise TrackingError(f"{path} is not an MLflow store: {err}; {OTHER_STORE}") from None
+    except sqlite3.Error as err:  # not SQLite at all; else unreadable (permissions, locked past 5 s)
+        if "not a database" in str(err):
+            raise TrackingError(f"{path} is not an MLflow store: {err}; {OTHER_STORE}") from None
+        raise TrackingError(f"cannot read the MLflow store {path}: {err}") from None
     if not MLFLOW_TABLES <= tables:
         raise TrackingError(
             f"{path} is not an MLflow store: a SQLite file without MLflow's tables; {OTHER_STORE}"
