@@ -41,6 +41,7 @@ import sqlite3
 import tempfile
 import time
 import urllib.parse
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -162,6 +163,21 @@ def _quick_http():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _no_http_retries():
+    """MLflow's REST client without its own retries (its timeout unchanged): for a request that must not be
+    sent twice unseen (a create: ``retrying`` re-sends it and the caller knows)."""
+    saved = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
+        else:
+            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
 
 
 @dataclass(frozen=True)
@@ -432,6 +448,22 @@ class Tracker:
         return records
 
 
+OPEN_TOKEN = "open_token"  # tag: the one create_run a cell's run came from (CellLog.drop_twins)
+
+
+def _most_advanced(tracker: Tracker, found: list) -> tuple:
+    """The incomplete run of a cell to reopen and its last logged training step: the one furthest on (a
+    create stored twice leaves a twin with nothing logged; the earliest breaks ties, as before)."""
+    best, best_last = None, -1
+    for run in sorted(found, key=lambda r: r.info.start_time or 0):
+        run_id = run.info.run_id
+        history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
+        last = max((m.step for m in history), default=0)
+        if last > best_last:
+            best, best_last = run, last
+    return best, best_last
+
+
 class CellLog:
     """Trial-side logging of one cell into its (reused) run."""
 
@@ -444,8 +476,12 @@ class CellLog:
         flush_every: float = 0.0,
         artifact_uri: str | None = None,
         params: dict[str, str] | None = None,
+        open_token: str | None = None,
+        experiment_id: str | None = None,
     ):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
+        # the tag every run made by this cell's one create_run carries (twins of a re-sent create share it)
+        self.open_token, self.experiment_id = open_token, experiment_id
         self.flush_every, self.flushed_at = flush_every, time.monotonic()
         self.complete = complete  # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
@@ -469,12 +505,8 @@ class CellLog:
                 tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS
             )
         if found:
-            reopened = sorted(found, key=lambda r: r.info.start_time or 0)[0]
+            reopened, last = _most_advanced(tracker, found)
             run_id = reopened.info.run_id
-            history = retrying(
-                lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history"
-            )
-            last = max((m.step for m in history), default=0)
             retrying(lambda: tracker.client.update_run(run_id, status="RUNNING"), "reopening run")
         else:
             tags = {
@@ -483,13 +515,18 @@ class CellLog:
                 "kind": "cell",
                 "status": STATUS_RUNNING,
                 "model": cell.model.label,
+                OPEN_TOKEN: uuid.uuid4().hex,
             }
             if parent_run_id:
                 tags["mlflow.parentRunId"] = parent_run_id
-            run = retrying(
-                lambda: tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags),
-                "creating cell run",
-            )
+            sent: list[int] = []
+
+            def create():
+                sent.append(1)
+                with _no_http_retries():  # every re-send is ours, so that we know when one happened
+                    return tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags)
+
+            run = retrying(create, "creating cell run")
             # created with status=running; its params go with the first batch
             return cls(
                 tracker,
@@ -498,6 +535,8 @@ class CellLog:
                 flush_every=LOSS_FLUSH_SECONDS,
                 artifact_uri=run.info.artifact_uri,
                 params=cell.params(),
+                open_token=tags[OPEN_TOKEN] if len(sent) > 1 else None,  # twins only if sent again
+                experiment_id=experiment_id,
             )
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
         return cls(
@@ -507,6 +546,8 @@ class CellLog:
             flush_every=LOSS_FLUSH_SECONDS,
             artifact_uri=reopened.info.artifact_uri,
             params=cell.params(),
+            open_token=reopened.data.tags.get(OPEN_TOKEN) if len(found) > 1 else None,
+            experiment_id=experiment_id,
         )
 
     def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
@@ -624,6 +665,34 @@ class CellLog:
             self.last_loss_step = self.pending[-1][0]
             self.pending.clear()
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
+        self.drop_twins()
+
+    def drop_twins(self) -> list[str]:
+        """Delete the other runs of this cell's one create_run (the same open token): a create that an
+        overloaded server answered too late is sent again (``retrying``) and the server may store both, and a
+        cell must have one run. Only when the create was sent more than once (or a reopened cell found
+        several runs); only runs carrying this log's token, never another cell's or another trial's. Asked at
+        ``finish``, when every create sent long ago has been stored or dropped; a failure here leaves the
+        twins (readers take the complete run) and says so."""
+        if not (self.open_token and self.experiment_id):
+            return []
+        try:
+            query = f"tags.{OPEN_TOKEN} = '{self.open_token}'"
+            twins = [
+                r.info.run_id
+                for r in self.tracker.search(self.experiment_id, query)
+                if r.info.run_id != self.run_id
+            ]
+            for run_id in twins:
+                retrying(lambda run_id=run_id: self.client.delete_run(run_id), "deleting a twin run")
+        except Exception as err:  # noqa: BLE001 - the run is complete: cleanup must not fail the cell
+            log.warning(
+                "run %s: its twin runs (one create stored twice) were not removed: %s", self.run_id, err
+            )
+            return []
+        if twins:
+            log.warning("run %s: removed %d twin run(s) of its create (%s)", self.run_id, len(twins), twins)
+        return twins
 
     def _artifact_store(self):
         """The run's artifact repository, from the artifact URI known since the run was opened (MLflow's
@@ -647,7 +716,7 @@ class CellLog:
             retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_FAILED), "tagging failed", 3)
             retrying(lambda: self.client.set_tag(self.run_id, "error", error[-4000:]), "tagging error", 3)
             retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run", 3)
-        except TrackingError as err:
+        except Exception as err:  # noqa: BLE001 - the run is complete: cleanup must not fail the cell
             log.warning("could not mark run %s failed: %s", self.run_id, err)
 
 
