@@ -60,7 +60,7 @@ def default_cache_dir() -> Path:
 
 def cell_runs(tracking_uri: str, experiment: str, tracker: Tracker | None = None) -> list:
     """Every cell run of the experiment (all pages of one bulk search: no call per run)."""
-    return (tracker or Tracker(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
+    return (tracker or Tracker.existing(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
 
 
 def _curves(tracker: Tracker, run, cache: Path) -> tuple[pd.DataFrame, bool]:
@@ -115,7 +115,7 @@ def load_table(
     ``runs`` (run id -> run name of the complete cells) and ``experiment_id`` (for links to the MLflow UI).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
-    tracker = Tracker(tracking_uri)
+    tracker = Tracker.existing(tracking_uri)
     runs = cell_runs(tracking_uri, experiment, tracker)
     complete = [r for r in runs if r.data.tags.get("status") == "complete"]
     missing = missing_cells(runs)
