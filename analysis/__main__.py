@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 
 from scaling.plan import add_set_argument
+from scaling.redact import redact
+from scaling.tracking import TrackingError
 
 from .compare import compare
 from .figures import LAYOUTS
@@ -52,8 +54,9 @@ examples:
 
 exit status:
   0  the report was written
-  2  invalid input (no such sweep file or experiment, no complete cell,
-     bad arguments); nothing was written"""
+  2  invalid input (no such sweep file, store or experiment, no complete
+     cell, bad arguments; a tracking server that does not answer); nothing
+     was written (a store is never created)"""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -156,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"A: {a.experiment}: {a.answer()}\nB: {b.experiment}: {b.answer()}\nwrote {report}")
             return 0
         result = analyse(request)
-    except AnalysisError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (AnalysisError, TrackingError) as err:  # TrackingError: no such store, or it does not answer
+        print(f"error: {redact(str(err))}", file=sys.stderr)
         return 2
     print(result.summary())
     return 0

@@ -81,7 +81,7 @@ def resolve(request: Request) -> Source:
 def experiment_jobs(uri: str, experiment: str) -> frozenset[str]:
     """The kinds of the experiment's cell runs (a run without a ``job`` param trains)."""
     try:
-        runs = Tracker(uri).runs(experiment, "tags.kind = 'cell'")
+        runs = Tracker.existing(uri).runs(experiment, "tags.kind = 'cell'")
     except LookupError as err:
         raise AnalysisError(str(err)) from None
     return frozenset({r.data.params.get("job", "train") for r in runs} or {"train"})
@@ -131,7 +131,7 @@ def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
     """The grid axes of the sweep file the experiment was last run with (the ``sweep.yaml`` of its parent
     run), else provenance.DEFAULT_AXES."""
     try:
-        tracker = Tracker(uri)
+        tracker = Tracker.existing(uri)
         parents = tracker.runs(experiment, "tags.kind = 'sweep'")
         if not parents:
             return provenance.DEFAULT_AXES
@@ -271,4 +271,6 @@ def log_analysis(
             )
         )
         late = (lambda run_id: [(report(run_id), None)]) if report else None
-        return log_outputs_run(Tracker(uri), experiment, name, tags, files + [(summary, None)], late=late)
+        return log_outputs_run(
+            Tracker.existing(uri), experiment, name, tags, files + [(summary, None)], late=late
+        )

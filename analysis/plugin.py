@@ -76,6 +76,7 @@ class AnalysisResult:
     axes: tuple[str, ...] = DEFAULT_AXES  # the settings cells may differ in (the grid axes)
     ui_url: str = ""  # the MLflow UI's address, for links to runs
     waves: list = field(default_factory=list)  # an adaptive sweep's wave records (scaling.adaptive)
+    units: dict = field(default_factory=dict)  # run id -> a scan cell's units.parquet (load_units)
 
     def answer(self) -> str:
         return self.plugin.answer(self) if self.plugin else "no verdicts"

@@ -8,19 +8,23 @@ and ``report.html``, logged as a ``kind=analysis`` run under the sweep's parent 
 ``draw(table)`` gives the paper's figures (one per job found in the table), ``verdicts(table)`` a table a
 reader can act on: per panel the best tau, the error (or exact match) at tau = 1 and at the best tau with
 90% intervals, and whether the gain is resolved (its interval excludes zero); for the theory panels also
-the largest gap between Thm 4.6 and Monte Carlo. Both read only the table's columns (the curves each
-job writes: predictor, x, tau, err, err_lo, err_hi, curve, source, panel, ... and ``param.job``).
+the largest gap between Thm 4.6 and Monte Carlo. Both read the table's columns (the curves each job
+writes: predictor, x, tau, err, err_lo, err_hi, curve, source, panel, ... and ``param.job``); the scans'
+verdicts also read the cells' ``units.parquet`` (``setup`` loads it: a score per question or prompt).
 
 Intervals: the jobs' err_lo / err_hi are 90% intervals (theory Monte Carlo: +-1.645 standard errors over
-the prompts; GPT-2: bootstrap over prompts; LLM: +-1 standard deviation over the Monte Carlo runs, the
-paper's error bars). A difference of two curves here takes each point's half-width as 1.645 standard
-errors and adds them in quadrature (independent errors; the curves share prompts, so this is
-conservative). For the LLM the standard error of a mean over ``mc_runs`` runs is std / sqrt(runs).
+the prompts; GPT-2: bootstrap over prompts per n; LLM: +-1 standard deviation over the Monte Carlo runs,
+the paper's error bars). A theory verdict's difference of two curves takes each point's half-width as
+1.645 standard errors and adds them in quadrature (independent errors; the curves share prompts, so this
+is conservative). A scan's verdict intervals are bootstraps of the units (analysis/resample.py): test
+questions and Monte Carlo runs (LLM), seeds and prompts (GPT-2); its gain is resolved only when that
+interval excludes zero, and is not judged for cells that logged no units.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import matplotlib
 
@@ -29,6 +33,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from scaling.table import load_units  # noqa: E402
+
+from . import resample  # noqa: E402
 from .plugin import Analysis, AnalysisResult  # noqa: E402
 
 Z90 = 1.6448536269514722
@@ -341,13 +348,27 @@ def _tau_curves(rows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def scan_verdicts(rows: pd.DataFrame, figure: str, llm: bool) -> list[dict]:
+def scan_verdicts(
+    rows: pd.DataFrame,
+    figure: str,
+    llm: bool,
+    units: Mapping[str, pd.DataFrame | None] | None = None,
+    resamples: int = 1000,
+) -> list[dict]:
     """Per panel of a tau scan: the best tau (least mean error over x; for the LLM, most exact match),
     the metric at tau = 1 and at the best tau averaged over x with 90% intervals, the gain's interval;
-    for the LLM also one row per x (noisy ratio or demonstrations)."""
+    for the LLM also one row per x (noisy ratio or demonstrations).
+
+    The intervals are bootstraps of the cells' ``units`` (run id -> its units.parquet; analysis/resample.py):
+    over questions and Monte Carlo runs for the LLM, over seeds and prompts for GPT-2. A panel whose cells
+    did not all log their units (cells run before they did) gets no interval and is not judged resolved."""
     out = []
+    units = units or {}
     curves = _tau_curves(rows)
     for panel, part in curves.groupby("panel"):
+        cells = rows.loc[rows["panel"] == panel, ["run_id", "seed"]].drop_duplicates("run_id")
+        logged = {r: units.get(r) for r in cells["run_id"]}
+        unlogged = sorted(rows.attrs.get("runs", {}).get(r, r) for r, u in logged.items() if u is None)
         heuristic = (
             float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
             if "tau_heuristic" in rows
@@ -363,70 +384,99 @@ def scan_verdicts(rows: pd.DataFrame, figure: str, llm: bool) -> list[dict]:
             best = float(means.idxmin())
             one, top = sub[sub["tau"] == 1.0].set_index("x"), sub[sub["tau"] == best].set_index("x")
             common = one.index.intersection(top.index)
-            one, top = one.loc[common], top.loc[common]
-            if llm:
-                se1 = _half(one) / math.sqrt(_llm_runs(rows))
-                se2 = _half(top) / math.sqrt(_llm_runs(rows))
+            a1, ab = float(one.loc[common, "err"].mean()), float(top.loc[common, "err"].mean())
+            gain = a1 - ab  # error at tau = 1 minus at the best tau: for the LLM, EM(best) - EM(1)
+            nan3 = (np.nan, np.nan, np.nan)
+            if unlogged:
+                i1, ib, ig = nan3, nan3, nan3
+            elif llm:
+                i1, ib, ig = _llm_intervals(cells, logged, best, list(common), resamples)
             else:
-                se1, se2 = _se(one), _se(top)
-            k = len(common)
-            gain = float((one["err"] - top["err"]).mean())
-            se = float(np.sqrt((se1**2 + se2**2).sum()) / k)
-            lo, hi = gain - Z90 * se, gain + Z90 * se
-            a1, ab = float(one["err"].mean()), float(top["err"].mean())
-            s1, sb = float(np.sqrt((se1**2).sum()) / k), float(np.sqrt((se2**2).sum()) / k)
-            where = "all x" if x is None else f"x = {x:g}"
-            if llm:  # report exact match, gain = EM(best) - EM(1)
-                row = _row(
+                i1, ib, ig = _gpt2_intervals(cells, logged, best, resamples)
+            lo, hi = ig[1], ig[2]
+            what = (
+                f"exact match ({'all x' if x is None else f'x = {x:g}'})"
+                if llm
+                else "the error averaged over n"
+            )
+            text = _verdict_text(gain, lo, hi, what, f"tau = {best:g}")
+            if unlogged and best != 1.0:
+                text = _not_judged(gain, best, what, unlogged, len(cells))
+            if math.isfinite(heuristic):
+                text += f"; heuristic tau (App. J) = {heuristic:.3g}"
+            at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
+            out.append(
+                _row(
                     figure=figure,
                     panel=panel,
-                    x=x if x is not None else np.nan,
-                    metric="exact match",
+                    x=x if (llm and x is not None) else np.nan,
+                    metric="exact match" if llm else "err (mean over n)",
                     best_tau=best,
-                    at_tau1=1 - a1,
-                    at_tau1_lo=1 - a1 - Z90 * s1,
-                    at_tau1_hi=1 - a1 + Z90 * s1,
-                    at_best=1 - ab,
-                    at_best_lo=1 - ab - Z90 * sb,
-                    at_best_hi=1 - ab + Z90 * sb,
+                    **at,
+                    at_tau1_lo=i1[1],
+                    at_tau1_hi=i1[2],
+                    at_best_lo=ib[1],
+                    at_best_hi=ib[2],
                     gain=gain,
                     gain_lo=lo,
                     gain_hi=hi,
                     resolved=bool(lo > 0 or hi < 0),
                     tau_heuristic=heuristic,
-                    verdict=_verdict_text(gain, lo, hi, f"exact match ({where})", f"tau = {best:g}")
-                    + (f"; heuristic tau (App. J) = {heuristic:.3g}" if math.isfinite(heuristic) else ""),
+                    verdict=text,
                 )
-            else:
-                row = _row(
-                    figure=figure,
-                    panel=panel,
-                    x=np.nan,
-                    metric="err (mean over n)",
-                    best_tau=best,
-                    at_tau1=a1,
-                    at_tau1_lo=a1 - Z90 * s1,
-                    at_tau1_hi=a1 + Z90 * s1,
-                    at_best=ab,
-                    at_best_lo=ab - Z90 * sb,
-                    at_best_hi=ab + Z90 * sb,
-                    gain=gain,
-                    gain_lo=lo,
-                    gain_hi=hi,
-                    resolved=bool(lo > 0 or hi < 0),
-                    tau_heuristic=heuristic,
-                    verdict=_verdict_text(gain, lo, hi, "the error averaged over n", f"tau = {best:g}")
-                    + (f"; heuristic tau (App. J) = {heuristic:.3g}" if math.isfinite(heuristic) else ""),
-                )
-            out.append(row)
+            )
     return out
 
 
-def _llm_runs(rows: pd.DataFrame) -> int:
-    runs = pd.to_numeric(
-        rows.get("param.temperature.mc_runs", pd.Series(dtype=float)), errors="coerce"
-    ).dropna()
-    return int(runs.max()) if len(runs) else 1  # a cell that is no llm_scan logs no mc_runs
+def _not_judged(gain: float, best: float, what: str, unlogged: list[str], cells: int) -> str:
+    """The verdict of a gain whose cells did not all log units.parquet (cells run before the scans did)."""
+    named = ", ".join(unlogged[:3]) + (", ..." if len(unlogged) > 3 else "")
+    return (
+        f"not judged: gain of tau = {best:g} over tau = 1 on {what} is {gain:.3g}, but {len(unlogged)} of"
+        f" {cells} cells logged no units.parquet (per-question or per-prompt scores: {named}); they ran"
+        " before the scans recorded them: rerun them for an interval"
+    )
+
+
+def _llm_intervals(
+    cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], best: float, xs: list[float], resamples: int
+) -> tuple[tuple, tuple, tuple]:
+    """(EM at tau = 1, EM at the best tau, their gain) as (value, lo, hi): the crossed bootstrap over
+    Monte Carlo runs (a cell's seed and run) and test questions of the x in ``xs``."""
+    frames = [
+        units[run_id].assign(seed=seed) for run_id, seed in zip(cells["run_id"], cells["seed"], strict=True)
+    ]
+    scored = pd.concat(frames, ignore_index=True)
+    scored = scored[scored["tau"].isin([1.0, best]) & scored["x"].isin(xs)]
+    run_units = {key: i for i, key in enumerate(sorted(set(zip(scored["seed"], scored["run"]))))}
+    x_index = {x: i for i, x in enumerate(sorted(xs))}
+    shape = (len(x_index), len(run_units), int(scored["question"].max()) + 1 if len(scored) else 0)
+    arrays = {}
+    for tau in (1.0, best):
+        one = scored[scored["tau"] == tau]
+        array = np.full(shape, np.nan)
+        r = [run_units[key] for key in zip(one["seed"], one["run"])]
+        array[one["x"].map(x_index).to_numpy(), r, one["question"].to_numpy()] = one["correct"].astype(float)
+        arrays[tau] = array
+    drawn = resample.crossed(
+        {"one": arrays[1.0], "best": arrays[best], "gain": arrays[best] - arrays[1.0]}, resamples
+    )
+    return drawn["one"], drawn["best"], drawn["gain"]
+
+
+def _gpt2_intervals(
+    cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], best: float, resamples: int
+) -> tuple[tuple, tuple, tuple]:
+    """(error at tau = 1, at the best tau, their gain) as (value, lo, hi): the nested bootstrap over cells
+    (seeds) and, within each, its prompts' errors averaged over n."""
+    per_tau: dict[float, list[np.ndarray]] = {1.0: [], best: []}
+    for run_id in cells["run_id"]:
+        frame = units[run_id]
+        for tau in per_tau:
+            per_tau[tau].append(frame[frame["tau"] == tau].sort_values("prompt")["err"].to_numpy(float))
+    gain = [a - b for a, b in zip(per_tau[1.0], per_tau[best], strict=True)]
+    drawn = resample.nested({"one": per_tau[1.0], "best": per_tau[best], "gain": gain}, resamples)
+    return drawn["one"], drawn["best"], drawn["gain"]
 
 
 def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
@@ -504,14 +554,15 @@ FIGURES = {
     "gpt2_scan": lambda rows, title: {"fig6": draw_scan(rows, title, llm=False)},
     "llm_scan": lambda rows, title: {"fig3": draw_scan(rows, title, llm=True)},
 }
-VERDICTS = {
-    "theory_context": theory_verdicts,
-    "theory_noise": theory_verdicts,
-    "theory_mean_shift": theory_verdicts,
-    "attention_histograms": histogram_verdicts,
-    "gpt2_scan": lambda rows: scan_verdicts(rows, "6", llm=False),
-    "llm_scan": lambda rows: scan_verdicts(rows, "3", llm=True),
+VERDICTS = {  # (rows, units, resamples) -> verdict rows; only the scans resample units
+    "theory_context": lambda rows, units, resamples: theory_verdicts(rows),
+    "theory_noise": lambda rows, units, resamples: theory_verdicts(rows),
+    "theory_mean_shift": lambda rows, units, resamples: theory_verdicts(rows),
+    "attention_histograms": lambda rows, units, resamples: histogram_verdicts(rows),
+    "gpt2_scan": lambda rows, units, resamples: scan_verdicts(rows, "6", False, units, resamples),
+    "llm_scan": lambda rows, units, resamples: scan_verdicts(rows, "3", True, units, resamples),
 }
+SCANS = ("gpt2_scan", "llm_scan")  # the jobs that log units.parquet
 
 
 def draw(table: pd.DataFrame, name: str) -> dict[str, plt.Figure]:
@@ -522,12 +573,20 @@ def draw(table: pd.DataFrame, name: str) -> dict[str, plt.Figure]:
     return figures
 
 
-def verdicts(table: pd.DataFrame) -> pd.DataFrame:
-    """The verdict table (VERDICT_COLUMNS) of every temperature job in the table."""
+def verdicts(
+    table: pd.DataFrame, units: Mapping[str, pd.DataFrame | None] | None = None, resamples: int = 1000
+) -> pd.DataFrame:
+    """The verdict table (VERDICT_COLUMNS) of every temperature job in the table; ``units``: the scan
+    cells' units.parquet by run id (scaling.table.load_units), which the scans' intervals resample."""
     out: list[dict] = []
     for job in jobs(table):
-        out += VERDICTS[job](_rows(table, job))
+        out += VERDICTS[job](_rows(table, job), units, resamples)
     return pd.DataFrame(out, columns=VERDICT_COLUMNS)
+
+
+def scan_runs(table: pd.DataFrame) -> list[str]:
+    """The run ids of the table's scan cells (the cells whose units the verdicts resample)."""
+    return sorted(set(table.loc[job_of(table).isin(SCANS), "run_id"]))
 
 
 # ----------------------------------------------------------------------------- the plug-in
@@ -556,16 +615,27 @@ class TemperatureAnalysis(Analysis):
 
     verdict_note = (
         "Intervals are 90%: theory Monte Carlo +-1.645 standard errors over prompts;"
-        " GPT-2 bootstrap over prompts;\n"
-        "LLM exact match +-1.645 standard errors over the Monte Carlo runs (std / sqrt(runs))."
+        " GPT-2 scan: bootstrap over seeds and prompts;\n"
+        "LLM scan: bootstrap over test questions and Monte Carlo runs (paired between taus)."
         " A gain is resolved\n"
         "when its interval excludes zero. theory_gap is the largest |Thm 4.6 - Monte Carlo|"
         " over a panel's points:\n"
         "the finite-l effect of a large-l theory."
     )
 
+    def setup(self, result: AnalysisResult) -> None:
+        """The scan cells' units.parquet (None for a cell that logged none), and a note naming those."""
+        result.units = load_units(result.tracking_uri, scan_runs(result.table))
+        unlogged = [r for r, u in result.units.items() if u is None]
+        if unlogged:
+            result.notes.append(
+                f"{len(unlogged)} scan cells logged no units.parquet (per-question or per-prompt scores;"
+                " cells run before the scans recorded them): their gains get no interval and are not"
+                " judged resolved; rerun those cells"
+            )
+
     def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
-        return verdicts(result.table)
+        return verdicts(result.table, result.units, result.request.bootstrap)
 
     def figures(self, result: AnalysisResult) -> dict[str, plt.Figure]:
         return draw(result.table, result.experiment)

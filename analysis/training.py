@@ -37,7 +37,7 @@ def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:
 
 def adaptive_waves(uri: str, experiment: str) -> list[dict]:
     """The wave records on the sweep's parent run when it ran with --adaptive (else none)."""
-    tracker = Tracker(uri)
+    tracker = Tracker.existing(uri)
     experiment_id = tracker.experiment_id(experiment)
     return read_waves(tracker, experiment_id, experiment) if experiment_id else []
 

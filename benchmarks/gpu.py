@@ -641,7 +641,7 @@ KIND_CELLS = {  # small cells of the kinds a GPU runs (their sweeps' quick profi
 class RecordedLog:
     """Where a kind run outside a trial logs: its curves and summary kept (the GPU machine has no MLflow)."""
 
-    def finish(self, cell, curves, weights_path=None, summary=None, metric_key=None) -> None:
+    def finish(self, cell, curves, weights_path=None, summary=None, metric_key=None, units=None) -> None:
         self.curves, self.summary = curves, summary or {}
 
 

@@ -153,6 +153,7 @@ class RetryNote(logging.Handler):
 def trial(uri, experiment_id, parent, cell, curves, weights, points, batches, barrier, out):
     """One trial process: a cell's life through scaling.tracking, counted; its stats into ``out``."""
     # (MLflow keys its HTTP sessions by process id: this process opens its own connections)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's unwinding is the parent's: a trial just ends
     wire, said = Wire(), RetryNote()
     logging.getLogger("scaling.tracking").addHandler(said)
     logging.getLogger("scaling.tracking").setLevel(logging.WARNING)
@@ -239,6 +240,29 @@ def check_runs(uri: str, experiment_id: str, cells: list, curves, points: int) -
     return problems
 
 
+def gather(out, trials: int, began: float, every_s: float = 30.0) -> list[dict]:
+    """The trials' reports as they end, with a line on stderr every ``every_s`` seconds saying how many have
+    ended (a run that takes long says where it is instead of nothing until its report)."""
+    import queue
+
+    results: list[dict] = []
+    said = began
+    while len(results) < trials:
+        try:
+            results.append(out.get(timeout=1.0))
+        except queue.Empty:
+            pass
+        now = time.perf_counter()
+        if now - said >= every_s or len(results) == trials:
+            failed = sum(1 for r in results if r["error"])
+            ended = f"{len(results)} of {trials} trials ended ({failed} failed)"
+            print(f"# {now - began:.0f} s: {ended}", file=sys.stderr)
+            said = now
+        if now - began > 3600:
+            raise TimeoutError(f"{trials - len(results)} of {trials} trials still running after an hour")
+    return results
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -257,6 +281,7 @@ def run(
     tmp = Path(tempfile.mkdtemp(prefix="tracking-load-", dir=keep))
     tmp.chmod(0o755)
     home = tmp / "mlflow"
+    procs: list = []
     try:
         started = time.perf_counter()
         uri = start_server(home, db, pool)
@@ -283,11 +308,12 @@ def run(
             proc.start()
         barrier.wait(timeout=600)
         began = time.perf_counter()
-        results = [out.get(timeout=3600) for _ in procs]
+        results = gather(out, len(procs), began)
         wall = time.perf_counter() - began
         for proc in procs:
             proc.join()
         gc.unfreeze()
+        print(f"# every trial ended after {wall:.0f} s; reading back {len(cells)} runs", file=sys.stderr)
         problems = check_runs(uri, experiment_id, cells, curves, points)
         sent = [s for r in results for s in r["sent"]]
         asked = sum(r["asked"] for r in results)
@@ -328,6 +354,9 @@ def run(
             "requests_by_call": count_calls(sent, trials),
         }
     finally:
+        for proc in procs:  # a run stopped early (SIGTERM, an error) leaves no trial behind
+            if proc.is_alive():
+                proc.kill()
         stop_server(home)
         if keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -341,6 +370,14 @@ def count_calls(sent: list, trials: int) -> dict[str, float]:
         name = "artifacts PUT/GET" if "/mlflow-artifacts/" in path else "/".join(path.split("/")[-2:])
         counts[f"{method} {name}"] = counts.get(f"{method} {name}", 0) + 1
     return {k: round(v / trials, 2) for k, v in sorted(counts.items())}
+
+
+def unwind(signum, frame) -> None:
+    """SIGTERM (``timeout``, a scheduler) unwinds like Ctrl-C, so that ``run``'s cleanup stops the server
+    and the trials: Python's default would end the process with both left running. Once: a second SIGTERM
+    (``timeout`` signals the process and its group) must not cut the cleanup short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,9 +396,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=20, help="flushes of them (checkpoints)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, unwind)
     if args.trials < 1 or args.batches < 1 or args.points % args.batches:
         parser.error("--trials and --batches >= 1, --points a multiple of --batches")
-    report = run(args.db, args.pool, args.trials, args.points, args.batches)
+    try:
+        report = run(args.db, args.pool, args.trials, args.points, args.batches)
+    except KeyboardInterrupt as stop:
+        print(
+            f"stopped ({stop or 'Ctrl-C'}): the server and the trials were stopped, nothing kept",
+            file=sys.stderr,
+        )
+        return 130
     text = json.dumps(report, indent=1)
     print(text)
     if args.json:

@@ -52,7 +52,14 @@ from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
 from .sweep_run import RunOptions, SweepOutcome, SweepRun
-from .tracking import Tracker, TrackingError, resolve_tracking_uri
+from .tracking import (
+    Tracker,
+    TrackingError,
+    database_has_store,
+    is_database,
+    local_store_path,
+    resolve_tracking_uri,
+)
 from .tracking.adaptive_waves import read_waves
 from .tracking.store_template import preload
 from .trial import TrialMember, TrialSpec, tune_trainable
@@ -180,19 +187,17 @@ def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
 
 
 def open_tracking(uri: str) -> Tracker | None:
-    """The tracker, checked reachable; None for a SQLite file not created yet (created only once work
-    starts)."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///") :])
-        if not db.exists():
-            if not db.parent.is_dir():
-                raise TrackingError(
-                    f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory"
-                )
-            return None
-    tracker = Tracker(uri)
-    tracker.check_reachable()
-    return tracker
+    """The tracker of a store that exists, checked to be an MLflow store that answers (Tracker.existing);
+    None for a store not created yet (a local file or folder, MLflow's tables in a database server): it is
+    created only once work starts, never by --dry-run."""
+    db = local_store_path(uri)
+    if db is not None and not db.exists():
+        if not db.parent.is_dir():
+            raise TrackingError(f"cannot use the MLflow tracking store {uri}: {db.parent} is not a directory")
+        return None
+    if is_database(uri) and not database_has_store(uri):  # an empty database: MLflow's tables come later
+        return None
+    return Tracker.existing(uri)
 
 
 def preload_quietly(tracking: bool) -> None:

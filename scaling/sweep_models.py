@@ -19,7 +19,7 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
     settings match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match.
     A setting the run logs is matched against its param; one it does not log (it does not apply to the
     run's model and task: scaling.cells.Cell.params) against its cell.yaml, which keeps every setting."""
-    tracker = Tracker(resolve_tracking_uri(uri))
+    tracker = Tracker.existing(resolve_tracking_uri(uri))
     experiment_id = tracker.experiment_id(experiment)
     if experiment_id is None:
         raise TrackingError(

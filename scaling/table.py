@@ -25,6 +25,7 @@ import pandas as pd
 
 from .tracking import Tracker
 
+UNITS = "units.parquet"
 TABLE_COLUMNS = [
     "sweep",
     "cell_key",
@@ -59,23 +60,46 @@ def default_cache_dir() -> Path:
 
 def cell_runs(tracking_uri: str, experiment: str, tracker: Tracker | None = None) -> list:
     """Every cell run of the experiment (all pages of one bulk search: no call per run)."""
-    return (tracker or Tracker(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
+    return (tracker or Tracker.existing(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
 
 
 def _curves(tracker: Tracker, run, cache: Path) -> tuple[pd.DataFrame, bool]:
     """A run's curves, and whether they had to be downloaded (False: read from the cache)."""
-    run_id = run.info.run_id
-    cached = cache / f"{run_id}.parquet"
+    return _artifact(tracker, run.info.run_id, "curves.parquet", cache / f"{run.info.run_id}.parquet", run)
+
+
+def _artifact(tracker: Tracker, run_id: str, name: str, cached: Path, run=None) -> tuple[pd.DataFrame, bool]:
+    """A parquet artifact of a complete run (``cached`` when read before), and whether it was downloaded."""
     if cached.exists():
         return pd.read_parquet(cached), False
-    cache.mkdir(parents=True, exist_ok=True)
+    cached.parent.mkdir(parents=True, exist_ok=True)
     # a folder of this call's own: another process (a second analysis, a replay) may be reading the same
     # run into the same cache at this moment; the last one's rename wins, both with the same file
-    with tempfile.TemporaryDirectory(dir=cache, prefix=f".{run_id}.") as own:
-        downloaded = Path(tracker.download(run_id, "curves.parquet", own, run.info.artifact_uri))
+    with tempfile.TemporaryDirectory(dir=cached.parent, prefix=f".{run_id}.") as own:
+        uri = run.info.artifact_uri if run is not None else None
+        downloaded = Path(tracker.download(run_id, name, own, uri))
         frame = pd.read_parquet(downloaded)
         downloaded.replace(cached)  # the file as logged (renamed within the cache's file system)
     return frame, True
+
+
+def load_units(
+    tracking_uri: str, run_ids: list[str], cache_dir: Path | None = None, workers: int = 16
+) -> dict[str, pd.DataFrame | None]:
+    """Each complete run's ``units.parquet`` (the temperature scans' score per question or prompt,
+    scaling.kinds.temperature.JobResult.units), or None for a run that logged none (a cell run before the
+    scans recorded them); cached by run id beside the curves."""
+    tracker = Tracker(tracking_uri)
+    cache = cache_dir or default_cache_dir()
+
+    def one(run_id: str) -> pd.DataFrame | None:
+        cached = cache / f"{run_id}.{UNITS}"
+        if not cached.exists() and UNITS not in tracker.artifact_names(run_id):
+            return None
+        return _artifact(tracker, run_id, UNITS, cached)[0]
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(run_ids, pool.map(one, run_ids)))
 
 
 def parse_T(value: str) -> float:
@@ -91,7 +115,7 @@ def load_table(
     ``runs`` (run id -> run name of the complete cells) and ``experiment_id`` (for links to the MLflow UI).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
-    tracker = Tracker(tracking_uri)
+    tracker = Tracker.existing(tracking_uri)
     runs = cell_runs(tracking_uri, experiment, tracker)
     complete = [r for r in runs if r.data.tags.get("status") == "complete"]
     missing = missing_cells(runs)

@@ -10,10 +10,11 @@ python process (tests/documented_runner.py), in the ordinary test environment:
 
 - `python -m scaling.sweep ...` runs with `--dry-run` added: the file, profile and every `--set` are
   planned and costed, the store's state read; nothing trains (the sweeps run for real in the e2e tests);
-- `python -m analysis ...` and `python -m scaling.adaptive.replay ...` run as written on an empty store:
-  they exit 0, or 2 with `no MLflow experiment named ...` (their sweep file, profile and `--set` were
-  read, the experiment is simply not there); the smoke sweep and its analysis run for real, in the
-  README's venv, in the slow test below and in tests/test_ray_up.py;
+- `python -m analysis ...` and `python -m scaling.adaptive.replay ...` run as written where no sweep has
+  run: they exit 0, or 2 with `no MLflow store at ...` or `no MLflow experiment named ...` (their sweep
+  file, profile and `--set` were read, the store or the experiment is simply not there; reading commands
+  never create a store: tests/test_reading_commands.py); the smoke sweep and its analysis run for real, in
+  the README's venv, in the slow test below and in tests/test_ray_up.py;
 - `python -m benchmarks ...` parses its arguments (the suite takes minutes: tests/test_speed.py runs it
   at quick sizes, slow);
 - the modules and scripts of RUN_AS_WRITTEN (`scaling.cost`, `scaling.temperature.tiny_llm`,
@@ -301,7 +302,7 @@ def verdict(result: dict) -> str | None:
     if (
         code == 2
         and result["kind"] == "on-empty-store"
-        and last.startswith("error: no MLflow experiment named")
+        and last.startswith(("error: no MLflow experiment named", "error: no MLflow store at"))
     ):
         return None
     return f"exit {code}: {(result['stdout'][-1500:] + err[-2500:]).strip()}"

@@ -266,6 +266,12 @@ def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_check
     means = curves[curves["predictor"].str.startswith("tau=")].groupby("tau")["err"].mean()
     assert result.summary["tau_best"] == means.idxmin() == best_tau(curves)
     assert math.isfinite(result.summary["tau_heuristic"]) and result.weights is None
+    # units.parquet: each prompt's error averaged over n, per tau; their mean is the curve's mean over n
+    units = result.units
+    assert list(units.columns) == ["tau", "prompt", "err"] and len(units) == 3 * 64
+    assert np.allclose(units.groupby("tau")["err"].mean(), means.sort_index(), rtol=1e-9)
+    one = units[units["tau"] == 1.0].sort_values("prompt")["err"].to_numpy()
+    assert np.allclose(one, (sq[:, 1:] / 9.0).mean(1).numpy(), rtol=1e-5)
 
 
 def test_gpt2_scan_takes_no_theory_shift():
@@ -328,3 +334,8 @@ def test_llm_scan_on_the_tiny_model_and_fixture(tiny_llm):
     assert np.allclose(curves["err"], 1 - curves["em"]) and (curves["prompts"] == 6).all()
     assert np.allclose(curves["err_hi"] - curves["err"], curves["em_std"])
     assert result.summary["tau_best"] in (0.5, 2.0) and math.isfinite(result.summary["tau_heuristic"])
+    # units.parquet: whether each run answered each question; their mean is the curves' exact match
+    units = result.units
+    assert list(units.columns) == ["tau", "x", "run", "question", "correct"] and len(units) == 2 * 2 * 2 * 3
+    em = units.groupby(["tau", "x"])["correct"].mean()
+    assert np.allclose(em.to_numpy(), curves.set_index(["tau", "x"])["em"].loc[em.index].to_numpy())

@@ -60,6 +60,7 @@ def test_gpt2_scan_quick_profile(store):
         "cell.yaml",
         "curves.parquet",
         "model.pt",
+        "units.parquet",  # each prompt's error averaged over n, per tau: what the analysis resamples
     }
     curves = pd.read_parquet(client.download_artifacts(run.info.run_id, "curves.parquet"))
     assert {"predictor", "n", "err", "err_lo", "err_hi", "prompts", "tau", "x", "panel"} <= set(

@@ -39,7 +39,9 @@ import numpy as np
 import pandas as pd
 
 from ..plan import SweepError, add_set_argument, load_plan
+from ..redact import redact
 from ..table import load_table
+from ..tracking import TrackingError, resolve_tracking_uri
 from .policy import Answer, Policy
 
 NO_INTERVAL_WIDTH = 1.0  # a drop interval not yet measured counts as this wide (drops live in [-inf, 1])
@@ -430,12 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         plan = load_plan(args.sweep, args.profile, args.overrides)
         if plan.adaptive is None:
             raise SweepError(f"{args.sweep}: no `adaptive:` section to replay")
-        table, _ = load_table(args.tracking_uri, plan.name)
+        table, _ = load_table(resolve_tracking_uri(args.tracking_uri), plan.name)
         fractions = [0.15, 0.25, 0.35, 0.5, 0.65, 0.8]
         seeds = list(range(args.policy_seeds))
         frame = evaluate(plan, table, seeds, fractions, jobs=args.jobs, random_seeds=args.random_seeds)
-    except (SweepError, LookupError) as err:  # LookupError: no such experiment in the store
-        print(f"error: {err}", file=sys.stderr)
+    except (SweepError, LookupError, TrackingError) as err:  # no such store, or experiment in it
+        print(f"error: {redact(str(err))}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,11 @@ from . import Kind
 
 Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
 LLM_PANELS = ("demos", "noisy_ratio")
+# units.parquet (JobResult.units): llm_scan, one row per (tau, x, Monte Carlo run, test question), correct
+# = exact match; gpt2_scan, one row per (tau, evaluation prompt), err = the prompt's normalised squared
+# error averaged over the context lengths scored (the mean over prompts of which is the curves' mean over n)
+LLM_UNIT_COLUMNS = ["tau", "x", "run", "question", "correct"]
+GPT2_UNIT_COLUMNS = ["tau", "prompt", "err"]
 PATH_FIELDS = ("checkpoint", "llm", "sciq_train", "sciq_test")
 
 
@@ -208,6 +213,9 @@ class JobResult:
     curves: pd.DataFrame
     summary: dict[str, float] = field(default_factory=dict)  # logged as metrics and tags
     weights: dict | None = None  # a state dict to log as model.pt
+    # the scans' score per resampling unit (question or prompt), logged as units.parquet: what the
+    # analysis's bootstrap over questions and runs (LLM) or prompts and seeds (GPT-2) resamples
+    units: pd.DataFrame | None = None
 
 
 def best_tau(curves: pd.DataFrame) -> float:
@@ -389,8 +397,9 @@ def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None)
     taus = {f"tau={tau:g}": float(tau) for tau in t.taus}
     predictors = {name: at_temperature(tau) for name, tau in taus.items()}
     predictors.update(applicable_baselines(cell.eval.baselines, cell.task)[0])
+    per_prompt: dict[str, np.ndarray] = {}  # each tau's error per prompt, averaged over n: units.parquet
     curves = evaluate(
-        predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family=family
+        predictors, prompts, family.y_second_moment(), cell.eval, cell.N, cell.seed, family, per_prompt
     )
     curves = curves.assign(
         tau=curves["predictor"].str.split("|").str[0].map(taus),
@@ -403,7 +412,14 @@ def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None)
     moments = score_moments(model, [{"xs": first.xs, "ys": first.ys}])
     summary = {"tau_best": best_tau(curves), "tau_heuristic": moments.heuristic_tau}
     curves = curves.assign(tau_heuristic=moments.heuristic_tau)  # beside the curves, for the analysis
-    return JobResult(curves, summary, weights)
+    units = pd.concat(
+        [
+            pd.DataFrame({"tau": tau, "prompt": np.arange(len(per_prompt[name])), "err": per_prompt[name]})
+            for name, tau in taus.items()
+        ],
+        ignore_index=True,
+    )[GPT2_UNIT_COLUMNS]
+    return JobResult(curves, summary, weights, units)
 
 
 # ----------------------------------------------------------------------------- LLM scan (Fig. 3)
@@ -439,7 +455,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
         if t.panel == "demos"
         else [(t.n_demos[0], r) for r in t.noisy_ratios]
     )
-    rows, all_prompts, done = [], [], 0
+    rows, units, all_prompts, done = [], [], [], 0
     for index, (k, ratio) in enumerate(points):
         demos = retriever.top_k([query_text(item) for item in test], k)  # retrieval once per x
         # every run's prompts built and tokenised once, answered at each tau (scaling.temperature.scan)
@@ -449,13 +465,19 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
         heuristic = prompt_score_moments(model, tokenizer, prompts, t.batch_size).heuristic_tau
         for tau in t.taus:
             result = prompt_set.exact_match(model, tokenizer, tau, t.max_new_tokens, t.batch_size)
+            x = float(k if t.panel == "demos" else ratio)
+            units += [
+                (float(tau), x, run, question, correct)
+                for run, answers in enumerate(result.correct)
+                for question, correct in enumerate(answers)
+            ]
             err = 1.0 - result.mean
             rows.append(
                 {
                     "predictor": f"tau={tau:g}",
                     "n": k,
                     "step": k if t.panel == "demos" else index,
-                    "x": float(k if t.panel == "demos" else ratio),
+                    "x": x,
                     "err": err,
                     "err_lo": err - result.std,
                     "err_hi": err + result.std,
@@ -474,7 +496,8 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
                 report({"step": done, "progress": done / (len(points) * len(t.taus))})
     curves = pd.DataFrame(rows)
     pooled = prompt_score_moments(model, tokenizer, all_prompts, t.batch_size).heuristic_tau
-    return JobResult(curves, {"tau_best": best_tau(curves), "tau_heuristic": pooled})
+    units = pd.DataFrame(units, columns=LLM_UNIT_COLUMNS)
+    return JobResult(curves, {"tau_best": best_tau(curves), "tau_heuristic": pooled}, units=units)
 
 
 def metric_key(predictor: str) -> str:
@@ -496,7 +519,9 @@ def runner(job: Callable[..., JobResult]) -> Callable[..., dict[str, Any]]:
             if result.weights is not None:
                 weights = Path(tmp) / "model.pt"
                 torch.save(result.weights, weights)
-            trial.log.finish(cell, result.curves, weights, result.summary, metric_key=metric_key)
+            trial.log.finish(
+                cell, result.curves, weights, result.summary, metric_key=metric_key, units=result.units
+            )
         return {"step": 0, "progress": 1.0, "finished": 1, **result.summary}
 
     return run

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -158,8 +159,13 @@ def evaluate(
     N: int,
     seed: int,
     family: TaskFamily | None = None,
+    prompt_errors: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """One row per (predictor, n): mean normalised error, bootstrap interval, number of prompts.
+
+    ``prompt_errors``, when given, is filled with each predictor's normalised squared error per prompt
+    averaged over the context lengths scored (P,): its mean is the mean of the predictor's ``err`` over n
+    (the temperature scan logs it, so that its analysis can resample prompts).
 
     For every meta name in ``split_names(config, family)`` and every value it takes, extra rows
     ``f"{predictor}|{name}={value:g}"`` score the prompts with that value, normalised by
@@ -173,6 +179,8 @@ def evaluate(
     rows = []
     for name, predictor in predictors.items():
         squared = squared_errors(predictor, prompts, config.batch_size)[:, grid]  # (P, K)
+        if prompt_errors is not None:
+            prompt_errors[name] = (squared / norm).mean(dim=1).numpy()
         for suffix, chosen, subset_norm in subsets(prompts, splits, norm, family):
             rows += error_rows(name + suffix, squared[chosen] / subset_norm, grid, config, seed)
     frame = pd.DataFrame(rows)

@@ -357,6 +357,8 @@ class MonteCarloResult:
     mean: float
     std: float  # sample standard deviation over runs (0 for a single run)
     scores: tuple[float, ...]
+    # correct[r][q]: whether run r answered test question q exactly (what a bootstrap over questions needs)
+    correct: tuple[tuple[bool, ...], ...] = ()
 
 
 @dataclass
@@ -409,19 +411,16 @@ class PromptSet:
             answers = generate_token_answers(
                 model, tokenizer, self.token_ids, max_new_tokens, batch_size, stop_at_answer
             )
-        scores = [
-            float(
-                np.mean(
-                    [
-                        exact_match(answers[i], item.correct_answer)
-                        for i, item in zip(run, self.test, strict=True)
-                    ]
-                )
+        correct = tuple(
+            tuple(
+                bool(exact_match(answers[i], item.correct_answer))
+                for i, item in zip(run, self.test, strict=True)
             )
             for run in self.runs
-        ]
+        )
+        scores = [float(np.mean(run)) for run in correct]
         std = float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
-        return MonteCarloResult(mean=float(np.mean(scores)), std=std, scores=tuple(scores))
+        return MonteCarloResult(mean=float(np.mean(scores)), std=std, scores=tuple(scores), correct=correct)
 
 
 def monte_carlo_exact_match(

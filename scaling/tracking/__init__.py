@@ -19,7 +19,9 @@ cell reuses its run instead of creating another. A cell run carries:
   (e.g. ``temperature/tau_1.5``: MLflow names allow no ``=``; step = the curves' ``step`` column, else
   n) and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
 - artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
-  prompts) and ``model.pt`` (final weights; temperature jobs log it only for a model they trained).
+  prompts), ``model.pt`` (final weights; temperature jobs log it only for a model they trained) and, for
+  the temperature scans, ``units.parquet`` (a score per question or prompt, which the analysis
+  resamples: scaling.kinds.temperature.JobResult.units; cells logged before it have none).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
 loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
@@ -37,8 +39,11 @@ import random
 import re
 import shlex
 import shutil
+import sqlite3
 import tempfile
 import time
+import urllib.parse
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -162,6 +167,21 @@ def _quick_http():
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _no_http_retries():
+    """MLflow's REST client without its own retries (its timeout unchanged): for a request that must not be
+    sent twice unseen (a create: ``retrying`` re-sends it and the caller knows)."""
+    saved = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
+        else:
+            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
+
+
 @dataclass(frozen=True)
 class CellRecord:
     run_id: str
@@ -169,15 +189,118 @@ class CellRecord:
     name: str
 
 
-class Tracker:
-    """Driver- and analysis-side access to a tracking store."""
+def local_store_path(uri: str) -> Path | None:
+    """The file (``sqlite:///``) or folder (``file:``) a local store lives in; None for a server or a database
+    elsewhere."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :].split("?")[0])
+    if uri.startswith("file:"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
+    return None
 
-    def __init__(self, uri: str):
+
+# what every "no store" message points to: the command that writes a store
+WRITES_A_STORE = "a sweep writes one: python -m scaling.sweep SWEEP.yaml --tracking-uri {uri}"
+OTHER_STORE = (
+    "nothing was read or written; point --tracking-uri at an MLflow store (or, for a sweep, a new file)"
+)
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
+def check_store_exists(uri: str) -> None:
+    """Refuse, with a TrackingError naming the path (or URI) and the command that writes a store, a store
+    that is not there: a missing SQLite file or ``file:`` folder, a file that is not an MLflow store (not
+    SQLite, or without MLflow's tables), a folder without MLflow's layout, a database server without MLflow's
+    tables or that does not answer. Only reads: MLflow itself would create the store, or its tables."""
+    path = local_store_path(uri)
+    if path is None:
+        if is_database(uri) and not database_has_store(uri):
+            raise TrackingError(f"{redact(uri)} holds no MLflow store: no MLflow tables; {OTHER_STORE}")
+        return
+    path, writes = path.resolve(), WRITES_A_STORE.format(uri=shlex.quote(uri))
+    what = "folder" if uri.startswith("file:") else "file"
+    if not path.exists():
+        raise TrackingError(
+            f"no MLflow store at {path}: no such {what} (nothing was read or written); {writes}"
+            f" (or give the --tracking-uri of an existing store, or set MLFLOW_TRACKING_URI)"
+        )
+    if what == "folder":
+        if not (path / ".trash").is_dir() and not any(path.glob("*/meta.yaml")):
+            raise TrackingError(
+                f"{path} is not an MLflow store: a folder without MLflow's layout; {OTHER_STORE}"
+            )
+        return
+    if not path.is_file():
+        raise TrackingError(f"{path} is not an MLflow store: not a file; {OTHER_STORE}")
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as err:  # not SQLite at all; else unreadable (permissions, locked past 5 s)
+        if "not a database" in str(err):
+            raise TrackingError(f"{path} is not an MLflow store: {err}; {OTHER_STORE}") from None
+        raise TrackingError(f"cannot read the MLflow store {path}: {err}") from None
+    if not MLFLOW_TABLES <= tables:
+        raise TrackingError(
+            f"{path} is not an MLflow store: a SQLite file without MLflow's tables; {OTHER_STORE}"
+        )
+
+
+def is_database(uri: str) -> bool:
+    """Whether ``uri`` names a database server MLflow opens itself (``postgresql://``, ``mysql+pymysql://``)."""
+    return uri.split("://")[0].split("+")[0] in DATABASE_SCHEMES
+
+
+def database_has_store(uri: str) -> bool:
+    """Whether a database server's database holds MLflow's tables (MLflow creates them in one that does not:
+    what a sweep does, never a reading command); TrackingError when it does not answer within seconds."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(
+            uri, connect_args={"connect_timeout": 10} if uri.startswith("postgresql") else {}
+        )
+        try:
+            tables = set(sqlalchemy.inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+    except Exception as err:  # noqa: BLE001 - any failure here means unusable
+        why = " ".join(str(err).split("(Background on this error")[0].split())  # SQLAlchemy's, on one line
+        raise TrackingError(f"cannot use the MLflow tracking store {redact(uri)}: {redact(why)}") from None
+    return MLFLOW_TABLES <= tables
+
+
+class Tracker:
+    """Driver- and analysis-side access to a tracking store.
+
+    ``Tracker(uri)`` is the writers' (the sweep, its trials): a SQLite store not there yet is created
+    (store_template). Reading commands open ``Tracker.existing(uri)``, which never creates one."""
+
+    def __init__(self, uri: str, create: bool = True):
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
-        seed_sqlite_store(uri)
-        self.client = MlflowClient(tracking_uri=uri)
+        if create:
+            seed_sqlite_store(uri)
+        else:
+            check_store_exists(uri)
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+        except MlflowException as err:  # e.g. MLflow 3 refuses a file: store unless MLFLOW_ALLOW_FILE_STORE
+            raise TrackingError(
+                f"cannot use the MLflow tracking store {redact(uri)}: {redact(str(err))}"
+            ) from None
+
+    @classmethod
+    def existing(cls, uri: str) -> "Tracker":
+        """A store that exists already, checked to answer within seconds; never creates one (nor MLflow's
+        tables in an empty database). TrackingError, naming the path or URI, for a missing file or folder,
+        a file that is not an MLflow store, or a server that does not answer: what every reading command
+        (analysis, the adaptive replay, a sweep's --dry-run, a model read from another sweep) opens."""
+        tracker = cls(uri, create=False)
+        tracker.check_reachable()
+        return tracker
 
     def check_reachable(self) -> None:
         """Fail fast (seconds, not MLflow's minutes of HTTP retries), with the URI, when the store is
@@ -300,6 +423,11 @@ class Tracker:
         store = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
         return retrying(lambda: store.download_artifacts(artifact, str(directory)), f"downloading {artifact}")
 
+    def artifact_names(self, run_id: str) -> set[str]:
+        """The names of the artifacts at the top of a run (not those in its folders)."""
+        listed = retrying(lambda: self.client.list_artifacts(run_id), "listing artifacts")
+        return {Path(f.path).name for f in listed if not f.is_dir}
+
     def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
         """The run id of the sweep's parent run, if it exists."""
         runs = retrying(
@@ -327,6 +455,22 @@ class Tracker:
         return records
 
 
+OPEN_TOKEN = "open_token"  # tag: the one create_run a cell's run came from (CellLog.drop_twins)
+
+
+def _most_advanced(tracker: Tracker, found: list) -> tuple:
+    """The incomplete run of a cell to reopen and its last logged training step: the one furthest on (a
+    create stored twice leaves a twin with nothing logged; the earliest breaks ties, as before)."""
+    best, best_last = None, -1
+    for run in sorted(found, key=lambda r: r.info.start_time or 0):
+        run_id = run.info.run_id
+        history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
+        last = max((m.step for m in history), default=0)
+        if last > best_last:
+            best, best_last = run, last
+    return best, best_last
+
+
 class CellLog:
     """Trial-side logging of one cell into its (reused) run."""
 
@@ -339,8 +483,12 @@ class CellLog:
         flush_every: float = 0.0,
         artifact_uri: str | None = None,
         params: dict[str, str] | None = None,
+        open_token: str | None = None,
+        experiment_id: str | None = None,
     ):
         self.tracker, self.client, self.run_id = tracker, tracker.client, run_id
+        # the tag every run made by this cell's one create_run carries (twins of a re-sent create share it)
+        self.open_token, self.experiment_id = open_token, experiment_id
         self.flush_every, self.flushed_at = flush_every, time.monotonic()
         self.complete = complete  # the cell's run is complete already (a retried trial skips it)
         self.last_loss_step = last_loss_step
@@ -364,12 +512,8 @@ class CellLog:
                 tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS
             )
         if found:
-            reopened = sorted(found, key=lambda r: r.info.start_time or 0)[0]
+            reopened, last = _most_advanced(tracker, found)
             run_id = reopened.info.run_id
-            history = retrying(
-                lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history"
-            )
-            last = max((m.step for m in history), default=0)
             retrying(lambda: tracker.client.update_run(run_id, status="RUNNING"), "reopening run")
         else:
             tags = {
@@ -378,13 +522,18 @@ class CellLog:
                 "kind": "cell",
                 "status": STATUS_RUNNING,
                 "model": cell.model.label,
+                OPEN_TOKEN: uuid.uuid4().hex,
             }
             if parent_run_id:
                 tags["mlflow.parentRunId"] = parent_run_id
-            run = retrying(
-                lambda: tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags),
-                "creating cell run",
-            )
+            sent: list[int] = []
+
+            def create():
+                sent.append(1)
+                with _no_http_retries():  # every re-send is ours, so that we know when one happened
+                    return tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags)
+
+            run = retrying(create, "creating cell run")
             # created with status=running; its params go with the first batch
             return cls(
                 tracker,
@@ -393,6 +542,8 @@ class CellLog:
                 flush_every=LOSS_FLUSH_SECONDS,
                 artifact_uri=run.info.artifact_uri,
                 params=cell.params(),
+                open_token=tags[OPEN_TOKEN] if len(sent) > 1 else None,  # twins only if sent again
+                experiment_id=experiment_id,
             )
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
         return cls(
@@ -402,6 +553,8 @@ class CellLog:
             flush_every=LOSS_FLUSH_SECONDS,
             artifact_uri=reopened.info.artifact_uri,
             params=cell.params(),
+            open_token=reopened.data.tags.get(OPEN_TOKEN) if len(found) > 1 else None,
+            experiment_id=experiment_id,
         )
 
     def log_metrics(self, key: str, points: Iterable[tuple], attempts: int = 8) -> None:
@@ -477,6 +630,7 @@ class CellLog:
         weights_path: str | Path | None,
         summary: dict[str, float] | None = None,
         metric_key: Callable[[str], str] | None = None,
+        units: pd.DataFrame | None = None,
     ) -> None:
         """Log the artifacts, then the buffered training losses, curves, summary and status=complete, then end
         the run: three round trips for a cell of up to ~1000 points (log_batches).
@@ -485,7 +639,7 @@ class CellLog:
         so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere
         raises TrackingError (after retries) with the run still incomplete, and the retried trial redoes it.
         ``metric_key`` names each curve's metric (the cell's kind's, scaling.kinds.Kind.metric_key;
-        default: curve_metric_key).
+        default: curve_metric_key). ``units``, when given, is logged as ``units.parquet``.
         """
         from mlflow.entities import Metric, RunTag
 
@@ -510,6 +664,8 @@ class CellLog:
         with tempfile.TemporaryDirectory() as tmp:  # the artifacts in one call
             (Path(tmp) / "cell.yaml").write_text(yaml.safe_dump(cell.to_dict(), sort_keys=False))
             curves.to_parquet(Path(tmp) / "curves.parquet", index=False)
+            if units is not None:
+                units.to_parquet(Path(tmp) / "units.parquet", index=False)
             if weights_path is not None:
                 shutil.copyfile(weights_path, Path(tmp) / "model.pt")
             retrying(lambda: self._artifact_store().log_artifacts(tmp), "logging artifacts")
@@ -519,6 +675,34 @@ class CellLog:
             self.last_loss_step = self.pending[-1][0]
             self.pending.clear()
         retrying(lambda: self.client.set_terminated(self.run_id, "FINISHED"), "ending run")
+        self.drop_twins()
+
+    def drop_twins(self) -> list[str]:
+        """Delete the other runs of this cell's one create_run (the same open token): a create that an
+        overloaded server answered too late is sent again (``retrying``) and the server may store both, and a
+        cell must have one run. Only when the create was sent more than once (or a reopened cell found
+        several runs); only runs carrying this log's token, never another cell's or another trial's. Asked at
+        ``finish``, when every create sent long ago has been stored or dropped; a failure here leaves the
+        twins (readers take the complete run) and says so."""
+        if not (self.open_token and self.experiment_id):
+            return []
+        try:
+            query = f"tags.{OPEN_TOKEN} = '{self.open_token}'"
+            twins = [
+                r.info.run_id
+                for r in self.tracker.search(self.experiment_id, query)
+                if r.info.run_id != self.run_id
+            ]
+            for run_id in twins:
+                retrying(lambda run_id=run_id: self.client.delete_run(run_id), "deleting a twin run")
+        except Exception as err:  # noqa: BLE001 - the run is complete: cleanup must not fail the cell
+            log.warning(
+                "run %s: its twin runs (one create stored twice) were not removed: %s", self.run_id, err
+            )
+            return []
+        if twins:
+            log.warning("run %s: removed %d twin run(s) of its create (%s)", self.run_id, len(twins), twins)
+        return twins
 
     def _artifact_store(self):
         """The run's artifact repository, from the artifact URI known since the run was opened (MLflow's
@@ -542,7 +726,7 @@ class CellLog:
             retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_FAILED), "tagging failed", 3)
             retrying(lambda: self.client.set_tag(self.run_id, "error", error[-4000:]), "tagging error", 3)
             retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run", 3)
-        except TrackingError as err:
+        except Exception as err:  # noqa: BLE001 - the run is complete: cleanup must not fail the cell
             log.warning("could not mark run %s failed: %s", self.run_id, err)
 
 

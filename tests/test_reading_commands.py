@@ -1,0 +1,250 @@
+"""Reading commands never create a tracking store.
+
+The analysis (a sweep file, ``--experiment``, ``--compare``, ``--paper``) and the adaptive replay, run as a
+user runs them (``python -m ...`` in a folder of their own), open the store with Tracker.existing: on a
+store that is not there they exit 2 naming its path and the command that writes one, and leave the folder
+exactly as it was (listed, with every file's bytes, before and after); a file or folder that is not an
+MLflow store, or a database server's database without MLflow's tables, is refused untouched; a server that
+does not answer is said within seconds. A sweep's ``--dry-run`` reads a store the same way. On a real store
+the same commands still read and write their outputs.
+"""
+
+import hashlib
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from synthetic_tables import lattice_table, write_store
+
+from analysis.__main__ import main as analysis_main
+from scaling.plan import load_plan
+from scaling.sweep import main as sweep_main
+
+SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+SMOKE, FIG1, ADAPTIVE = (str(SWEEPS / name) for name in ("smoke.yaml", "fig1.yaml", "adaptive_mlp.yaml"))
+
+READING = {
+    "analysis of a sweep file": ("analysis", SMOKE),
+    "analysis of an experiment": ("analysis", "--experiment", "smoke"),
+    "comparison": ("analysis", "--compare", SMOKE, FIG1),
+    "paper": ("analysis", "--paper", FIG1, "--profile", "quick"),
+    "adaptive replay": (
+        "scaling.adaptive.replay",
+        ADAPTIVE,
+        "--tracking-uri",
+        "mlflow.db",
+        "--out",
+        "replay",
+    ),
+}
+
+
+def run(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` in ``cwd``, with no MLFLOW_TRACKING_URI (the default store: ./mlflow.db)."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def listing(folder: Path) -> dict[str, str]:
+    """Every path under ``folder``, hidden ones included, with the digest of a file's bytes."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("command", READING, ids=list(READING))
+def test_a_reading_command_on_a_missing_store_exits_2_and_writes_nothing(command, tmp_path):
+    before = listing(tmp_path)
+    done = run(tmp_path, *READING[command])
+    assert done.returncode == 2, done.stderr
+    assert f"error: no MLflow store at {tmp_path / 'mlflow.db'}: no such file" in done.stderr
+    assert "a sweep writes one: python -m scaling.sweep SWEEP.yaml --tracking-uri sqlite:///" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert listing(tmp_path) == before == {}
+
+
+def not_a_store(folder: Path, what: str) -> Path:
+    path = folder / f"{what}.db"
+    if what == "empty":
+        path.touch()
+    elif what == "text":
+        path.write_text("not a database\n")
+    else:  # a SQLite database of something else
+        import sqlite3
+
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE notes (text TEXT)")
+            db.execute("INSERT INTO notes VALUES ('mine')")
+    return path
+
+
+@pytest.mark.parametrize("what", ["empty", "text", "other-sqlite"])
+def test_a_file_that_is_not_an_mlflow_store_is_refused_untouched(what, tmp_path, capsys):
+    path = not_a_store(tmp_path, what)
+    before = listing(tmp_path)
+    assert analysis_main([SMOKE, "--tracking-uri", f"sqlite:///{path}", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path} is not an MLflow store" in err and "nothing was read or written" in err
+    assert listing(tmp_path) == before
+
+
+def test_a_dry_run_reads_a_store_as_the_analysis_does(tmp_path, capsys):
+    """A sweep's --dry-run on a missing store plans every cell pending and creates nothing; on a file that
+    is not an MLflow store it exits 2 and leaves it as it was (MLflow would have created its tables in it)."""
+    args = ["--dry-run", "--storage", str(tmp_path / "runs")]
+    before = listing(tmp_path)
+    assert sweep_main([SMOKE, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *args]) == 0
+    assert "24 pending" in capsys.readouterr().out
+    assert listing(tmp_path) == before
+    path = not_a_store(tmp_path, "empty")
+    before = listing(tmp_path)
+    assert sweep_main([SMOKE, "--tracking-uri", f"sqlite:///{path}", *args]) == 2
+    assert f"{path} is not an MLflow store: a SQLite file without MLflow's tables" in capsys.readouterr().err
+    assert listing(tmp_path) == before
+
+
+def test_a_missing_file_store_folder_is_said_and_not_created(tmp_path):
+    before = listing(tmp_path)
+    done = run(tmp_path, "analysis", SMOKE, "--tracking-uri", (tmp_path / "mlruns").as_uri())
+    assert done.returncode == 2, done.stderr
+    assert f"error: no MLflow store at {tmp_path / 'mlruns'}: no such folder" in done.stderr
+    assert listing(tmp_path) == before
+
+
+def test_a_tracking_server_that_never_answers_is_said_in_seconds(tmp_path, capsys):
+    """A server that accepts the connection and never answers (a hung or firewalled one): MLflow's own
+    retries waited more than 400 s here; the analysis says so within about half a minute (timed past the
+    imports, which a loaded machine slows)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        code = analysis_main([SMOKE, "--tracking-uri", uri, "--out", str(tmp_path / "out")])
+        took = time.monotonic() - started
+    assert code == 2
+    assert f"error: cannot use the MLflow tracking store {uri}" in capsys.readouterr().err
+    assert took < 60, f"took {took:.0f} s"  # 3 tries of 10 s each
+    assert listing(tmp_path) == {}
+
+
+@pytest.fixture(scope="module")
+def analysed_store(tmp_path_factory):
+    """A real store with a small fig1-quick experiment, as the sweep driver fills one."""
+    folder = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    table = lattice_table(rng=np.random.default_rng(0), Ts=(100, math.inf), Ns=(5, 10), sweep="fig1-quick")
+    write_store(uri, table, folder / "artifacts")
+    return uri
+
+
+def test_the_analysis_still_reads_a_real_store_and_logs_into_it(analysed_store, tmp_path):
+    out = tmp_path / "out"
+    done = run(
+        tmp_path,
+        "analysis",
+        *("--experiment", "fig1-quick", "--tracking-uri", analysed_store, "--out", str(out)),
+        *("--bootstrap", "20"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert (out / "report.html").is_file() and (out / "verdicts.csv").is_file()
+    client = MlflowClient(analysed_store)
+    experiment = client.get_experiment_by_name("fig1-quick").experiment_id
+    assert client.search_runs([experiment], "tags.kind = 'analysis'")
+
+
+def test_the_replay_still_reads_a_real_store(tmp_path, tiny_sweep):
+    """The replay on a store holding an adaptive sweep's whole lattice (18 cells, logged as the driver logs
+    them: params, tags, curves.parquet)."""
+    from test_adaptive import lattice_sweep, write
+
+    path = write(tmp_path, lattice_sweep(tiny_sweep))
+    rows = []
+    for planned in load_plan(path).cells:
+        cell = planned.cell
+        params = {f"param.{k}": v for k, v in cell.params().items()}
+        err = (0.6 if math.isinf(cell.T) else 0.8) * (1 - 0.3 * (cell.N == 8)) * (1 + 0.01 * cell.seed)
+        for predictor, value in (("model", err), ("zero", 1.0)):
+            rows.append(
+                dict(sweep="adaptive", cell_key=cell.key, model=cell.model.label, T=cell.T, N=cell.N,
+                     seed=cell.seed, predictor=predictor, n=cell.N, err=value, err_lo=value, err_hi=value,
+                     prompts=128, **params)
+            )  # fmt: skip
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    write_store(uri, pd.DataFrame(rows), tmp_path / "artifacts")
+    done = run(
+        tmp_path,
+        "scaling.adaptive.replay",
+        *(str(path), "--tracking-uri", uri, "--out", str(tmp_path / "replay")),
+        *("--policy-seeds", "1", "--random-seeds", "1"),
+    )
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(tmp_path / "replay" / "replay.csv")
+    assert set(frame["method"]) >= {"adaptive", "random"}, set(frame["method"])
+
+
+@pytest.fixture
+def postgres_server():
+    """A throwaway PostgreSQL on a Unix socket of its own (run as user postgres when root), with two
+    databases: ``empty``, and ``store``, which holds MLflow's tables; yields its URI prefix."""
+    import shutil
+
+    from test_cluster_yaml import postgres_missing, reachable_dir
+
+    missing = postgres_missing()
+    if missing:
+        pytest.skip(missing)
+    home = reachable_dir()
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(home, "postgres")
+    data = home / "data"
+    subprocess.run([*as_user, "initdb", "-D", str(data), "-A", "trust"], check=True, capture_output=True)
+    options = f"-k {home} -c listen_addresses=''"
+    start = [*as_user, "pg_ctl", "-D", str(data), "-o", options, "-l", str(home / "log"), "-w", "start"]
+    subprocess.run(start, check=True, capture_output=True)
+    try:
+        user = "postgres" if as_user else os.environ.get("USER", "")
+        for name in ("empty", "store"):
+            subprocess.run([*as_user, "createdb", "-h", str(home), name], check=True, capture_output=True)
+        prefix = f"postgresql+psycopg2://{user}@/"
+        MlflowClient(f"{prefix}store?host={home}").search_experiments()  # MLflow creates its tables
+        yield prefix, home
+    finally:
+        subprocess.run([*as_user, "pg_ctl", "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def tables(home: Path, database: str) -> str:
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    query = [*as_user, "psql", "-h", str(home), "-d", database, "-Atc", "\\dt"]
+    return subprocess.run(query, check=True, capture_output=True, text=True).stdout
+
+
+def test_a_database_without_mlflow_tables_is_refused_by_readers_and_left_empty(
+    postgres_server, tmp_path, capsys
+):
+    """MLflow creates its tables in an empty database it opens: the analysis refuses one, a --dry-run
+    plans every cell pending, and neither writes a table; a database with MLflow's tables is read."""
+    prefix, home = postgres_server
+    empty, store = f"{prefix}empty?host={home}", f"{prefix}store?host={home}"
+    assert analysis_main([SMOKE, "--tracking-uri", empty, "--out", str(tmp_path / "out")]) == 2
+    assert f"error: {empty} holds no MLflow store: no MLflow tables" in capsys.readouterr().err
+    dry = ["--dry-run", "--tracking-uri", empty, "--storage", str(tmp_path / "runs")]
+    assert sweep_main([SMOKE, *dry]) == 0
+    assert "24 pending" in capsys.readouterr().out
+    assert tables(home, "empty") == ""
+    assert analysis_main([SMOKE, "--tracking-uri", store, "--out", str(tmp_path / "out")]) == 2
+    assert "error: no MLflow experiment named 'smoke'" in capsys.readouterr().err
+    assert listing(tmp_path) == {}
