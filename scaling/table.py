@@ -89,7 +89,7 @@ def load_units(
     """Each complete run's ``units.parquet`` (the temperature scans' score per question or prompt,
     scaling.kinds.temperature.JobResult.units), or None for a run that logged none (a cell run before the
     scans recorded them); cached by run id beside the curves."""
-    tracker = Tracker(tracking_uri)
+    tracker = Tracker.existing(tracking_uri)
     cache = cache_dir or default_cache_dir()
 
     def one(run_id: str) -> pd.DataFrame | None:

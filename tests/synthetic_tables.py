@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scaling.table import TABLE_COLUMNS
+
 
 def saturating_law(E: float, A: float = 0.0, alpha: float = 0.0, B: float = 0.0, beta: float = 0.0):
     """err(n, T) = E + A n^-alpha + B T^-beta (T = inf gives no task term)."""
@@ -127,21 +129,7 @@ def lattice_table(
                                         err_hi=1.1 * err,
                                     )
                                 )
-    cols = [
-        "sweep",
-        "cell_key",
-        "run_id",
-        "model",
-        "T",
-        "N",
-        "seed",
-        "predictor",
-        "n",
-        "err",
-        "err_lo",
-        "err_hi",
-        "prompts",
-    ]
+    cols = TABLE_COLUMNS
     table = pd.DataFrame(rows)
     return table[cols + sorted(c for c in table.columns if c not in cols)]
 
