@@ -153,10 +153,11 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
 
 
 @contextlib.contextmanager
-def _quick_http():
-    """MLflow's REST client without its own retries (urllib3 backoff of up to minutes) and a short timeout."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+def _mlflow_http(**settings: str):
+    """MLflow's REST client under ``settings`` (MLflow's ``MLFLOW_HTTP_REQUEST_*`` environment variables, read
+    at each request) inside the block; the process's own values back after it."""
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
@@ -167,19 +168,15 @@ def _quick_http():
                 os.environ[key] = value
 
 
-@contextlib.contextmanager
+def _quick_http():
+    """MLflow's REST client without its own retries (urllib3 backoff of up to minutes) and a short timeout."""
+    return _mlflow_http(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+
+
 def _no_http_retries():
     """MLflow's REST client without its own retries (its timeout unchanged): for a request that must not be
     sent twice unseen (a create: ``retrying`` re-sends it and the caller knows)."""
-    saved = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
-        else:
-            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
+    return _mlflow_http(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
 
 
 @dataclass(frozen=True)
@@ -726,7 +723,7 @@ class CellLog:
             retrying(lambda: self.client.set_tag(self.run_id, "status", STATUS_FAILED), "tagging failed", 3)
             retrying(lambda: self.client.set_tag(self.run_id, "error", error[-4000:]), "tagging error", 3)
             retrying(lambda: self.client.set_terminated(self.run_id, "FAILED"), "ending run", 3)
-        except Exception as err:  # noqa: BLE001 - the run is complete: cleanup must not fail the cell
+        except TrackingError as err:
             log.warning("could not mark run %s failed: %s", self.run_id, err)
 
 
