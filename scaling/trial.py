@@ -296,12 +296,13 @@ def train_members(todo, store, device, report) -> list[CellTrainer]:
     progress = Throttled(report)
     while not pack.done_training:
         active, stop = pack.next_segment()
-        behind = [t.step for t in trainers if t not in active]
+        behind = [t.step for t in trainers if t not in active]  # members that wait out this segment
+        behind_done, behind_min = sum(behind), min(behind, default=steps)  # no member behind: the step itself
 
         def on_loss(i: int, step: int, loss: float) -> None:
             losses[i].append((step, loss))
-            done = sum(t.step for t in trainers if t not in active) + step * len(active)
-            progress({"step": min([step, *behind]), "progress": done / steps, "loss": float("nan")})
+            done = behind_done + step * len(active)
+            progress({"step": min(step, behind_min), "progress": done / steps, "loss": float("nan")})
 
         pack.train_until(active, stop, on_loss)
         for trainer in active:
