@@ -14,9 +14,9 @@ beyond the grid axes are never pooled, see scaling/judge/provenance.py).
 ``--compare A B`` (sweep files or experiment names), or ``--experiment A --experiment B``: one report
 comparing two sweeps, in ``analysis_out/A-vs-B``, logged to A's experiment.
 
-``--paper sweeps/fig*.yaml [--profile quick]``: the reproduction report of seed 001 (analysis/paper.py):
-every given figure's sweep analysed, each of the paper's claims checked, one page in
-``analysis_out/paper[-PROFILE]/report.html``.
+``--paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml [--profile quick]``: the reproduction report
+of the three papers (analysis/paper.py): every given sweep analysed, each of the papers' claims checked, one
+page in ``analysis_out/paper[-PROFILE]/report.html`` (``FILE:PROFILE`` gives one file its own profile).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ figures and write one HTML report, in analysis_out/<experiment> (or --out).
 The analysis is also logged to MLflow, as a run under the sweep's parent run.
 With two sweeps (--compare A B, or --experiment twice): one report comparing
 them, in analysis_out/A-vs-B, logged to A's experiment. With --paper and the
-figure sweep files: the seed 001 reproduction report."""
+papers' sweep files: the reproduction report of seeds 001, 003 and 004."""
 
 EPILOG = """\
 examples:
@@ -51,6 +51,7 @@ examples:
   python -m analysis --experiment smoke --tracking-uri sqlite:///other.db
   python -m analysis --compare sweeps/fig1.yaml fig1-quick
   python -m analysis sweeps/smoke.yaml --set train.steps=300   as swept
+  python -m analysis --paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml --profile quick
 
 exit status:
   0  the report was written
@@ -87,7 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--paper",
         nargs="+",
         metavar="SWEEP",
-        help="the seed 001 reproduction report over these figure sweep files",
+        help="the reproduction report of seeds 001, 003 and 004 over these sweep files "
+        "(FILE:PROFILE: that file at its own profile)",
     )
     parser.add_argument(
         "--ui-url",
@@ -148,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     request = request_of(args)
     try:
         if args.paper:
-            page, claims = write_paper(analyse_figures(args.paper, request), request)
+            page, claims = write_paper(analyse_figures(args.paper, request), request, args.paper)
             for row in claims.itertuples():
-                print(f"{row.panel:>3} {row.status:<15} {row.claim}: {row.evidence}")
+                print(f"{row.paper} {row.panel:>6} {row.status:<15} {row.claim}: {row.evidence}")
             print(f"wrote {page}")
             return 0
         if args.compare or len(args.experiment) == 2:

@@ -33,10 +33,15 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Claim:
-    figure: str  # fig1 .. fig8: the sweep file and figure layout
+    figure: str  # the paper's part whose sweep it reads: fig1 .. fig8 (seed 001), temp-fig1, stat-gd, ...
     panel: str  # "1A", "7B", ...
     text: str  # what the paper states
     check: Callable[[object], Outcome]  # AnalysisResult -> Outcome
+
+
+def within(ratio: float) -> bool:
+    """Two errors whose ratio is ``ratio`` are comparable: within a factor COMPARABLE either way."""
+    return 1 / COMPARABLE <= ratio <= COMPARABLE
 
 
 def _task_rows(frame: pd.DataFrame, family: str | None, table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -130,7 +135,7 @@ def comparable(
         err_a, n = first
         err_b = second if baseline else second[0]
         ratio = err_a / err_b
-        ok = 1 / COMPARABLE <= ratio <= COMPARABLE
+        ok = within(ratio)
         return Outcome(
             REPRODUCED if ok else NOT_REPRODUCED,
             f"at n = {n:g}: {a} {err_a:.3f}, {b} {err_b:.3f} (ratio {ratio:.2f}; comparable means "
@@ -228,11 +233,14 @@ CLAIMS: list[Claim] = [
 ]
 
 
-def evaluate(results: dict[str, object], reasons: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per claim: figure, panel, claim, status, evidence (``results``: figure -> AnalysisResult,
-    a figure absent when it was not analysed, for the reason ``reasons`` gives)."""
+def evaluate(
+    results: dict[str, object], reasons: dict[str, str] | None = None, claims: list[Claim] | None = None
+) -> pd.DataFrame:
+    """One row per claim (``claims``, default seed 001's): figure, panel, claim, status, evidence
+    (``results``: figure -> AnalysisResult, a figure absent when it was not analysed, for the reason
+    ``reasons`` gives)."""
     rows = []
-    for claim in CLAIMS:
+    for claim in CLAIMS if claims is None else claims:
         result = results.get(claim.figure)
         why = (reasons or {}).get(claim.figure, "its experiment is not in the store")
         outcome = Outcome(NOT_RUN, why) if result is None else claim.check(result)

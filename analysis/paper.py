@@ -1,71 +1,204 @@
-"""The reproduction report of seed 001: every figure's sweep present in the store, checked claim by claim.
+"""The reproduction report of the three papers: every given sweep in the store, checked claim by claim.
 
-``python -m analysis --paper sweeps/fig*.yaml --profile quick`` analyses each sweep file's experiment that
-has complete cells (as ``python -m analysis SWEEP`` does: its own folder and report), then writes one page,
-``analysis_out/paper[-PROFILE]/report.html`` with ``claims.csv``: for each figure of the paper (Figs. 1-8),
-its figure as drawn from the runs, and each of the paper's claims on it (analysis.claims) with the verdict
-and its numbers, and "reproduced", "not reproduced", "inconclusive" or "not run". A figure whose sweep file
-is not given, or whose experiment is not in the store, is listed as not run, with the reason.
+``python -m analysis --paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml --profile quick``
+analyses each sweep file's experiment that has complete cells (as ``python -m analysis SWEEP`` does: its own
+folder and report, its kind's plug-in), then writes one page, ``analysis_out/paper[-PROFILE]/report.html``
+with ``claims.csv``: a section per paper (seed 001: Figs. 1-8, analysis.claims; seed 003: the constructed
+transformers, analysis.claims_statisticians; seed 004: Figs. 1-6 and 3, analysis.claims_temperature), for
+each of its parts (one sweep file each) the figure drawn from the runs and each of the paper's claims with
+"reproduced", "not reproduced", "inconclusive" or "not run", its numbers (the kind's own verdicts), the
+profile it ran at and the commands that produced it. A part whose sweep file is not given, or whose
+experiment is not in the store, is "not run", with the reason and the commands that would run it.
+
+A sweep file may name its own profile, ``sweeps/fig1.yaml:repro``; the others take ``--profile``. Every
+file is planned before anything is analysed: a file that is not one of the papers' sweeps, a profile it
+does not have, or two files for the same part stop the command (exit 2) before anything is written.
 """
 
 from __future__ import annotations
 
 import html
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
+import yaml
 
 from scaling.judge.verdicts import Rule
+from scaling.redact import redact
 
 from . import claims as claiming
+from . import claims_statisticians, claims_temperature
 from .figures import layout_name
 from .pipeline import analyse, resolve
 from .plugin import AnalysisError, Request
 from .report import _page, image_html, table_html
-from .training import TRAINING
 from .verdicts import rule_text
 
-FIGURES = [f"fig{k}" for k in range(1, 9)]
 STATUS_COLOURS = {
     claiming.REPRODUCED: "#dff3df",
     claiming.NOT_REPRODUCED: "#fbe0e0",
     "inconclusive": "#fff3cd",
     claiming.NOT_RUN: "#eeeeee",
 }
-PAPER = "Abedsoltan et al., Context-Scaling versus Task-Scaling in In-Context Learning (seed 001)"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a paper that one sweep file runs: its key (the sweep's name without the profile), the
+    sweep file (from the repository root) and its heading."""
+
+    key: str
+    sweep: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Paper:
+    seed: str
+    title: str
+    parts: tuple[Part, ...]
+    claims: list[claiming.Claim]
+    how: Callable[[Request], str]  # how its claims are judged, in words
+
+
+def _seed001_how(request: Request) -> str:
+    return (
+        "A scaling claim reads the verdict of the model at the paper's fixed value (context scaling at the "
+        "sweep's largest T, task scaling at the n nearest the paper's N = 10). "
+        f"{rule_text(Rule(n_boot=request.bootstrap))} A paper claim that a model scales is 'not reproduced' "
+        "when the model is at chance; a claim that it does not scale is 'inconclusive' then (a model that "
+        "learned nothing shows neither). 'Comparable' means the two errors at the largest context length are "
+        f"within a factor of {claiming.COMPARABLE:g} of each other."
+    )
+
+
+PAPERS: tuple[Paper, ...] = (
+    Paper(
+        "001",
+        "Abedsoltan et al., Context-Scaling versus Task-Scaling in In-Context Learning",
+        tuple(Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}") for k in range(1, 9)),
+        claiming.CLAIMS,
+        _seed001_how,
+    ),
+    Paper(
+        "003",
+        "a report on Bai et al., Transformers as Statisticians",
+        (
+            Part("stat-gd", "sweeps/stat_gd.yaml", "Sec. 3: in-context gradient descent"),
+            Part("stat-selection", "sweeps/stat_selection.yaml", "Sec. 4: in-context algorithm selection"),
+        ),
+        claims_statisticians.CLAIMS,
+        lambda request: claims_statisticians.HOW,
+    ),
+    Paper(
+        "004",
+        "Demir & Dogan, Optimal Attention Temperature Enhances In-Context Learning under Distribution Shift",
+        (
+            Part("temp-fig1", "sweeps/temp_fig1.yaml", "Figure 1: theory and Monte Carlo under three shifts"),
+            Part("temp-fig2", "sweeps/temp_fig2.yaml", "Figure 2: noise shift"),
+            Part("temp-fig4", "sweeps/temp_fig4.yaml", "Figure 4: linear vs linearized attention"),
+            Part("temp-fig5", "sweeps/temp_fig5.yaml", "Figure 5: attention-weight histograms"),
+            Part("temp-gpt2-scan", "sweeps/temp_gpt2_scan.yaml", "Figure 6: GPT-2 under a covariance shift"),
+            Part("temp-llama-a", "sweeps/temp_llama_a.yaml", "Figure 3a: LLM exact match vs demonstrations"),
+            Part("temp-llama-b", "sweeps/temp_llama_b.yaml", "Figure 3b: LLM exact match vs noisy ratio"),
+        ),
+        claims_temperature.CLAIMS,
+        lambda request: claims_temperature.HOW,
+    ),
+)
+PARTS = {part.key: (paper, part) for paper in PAPERS for part in paper.parts}
 
 
 @dataclass
 class Figure:
-    """One figure of the paper: its sweep file, experiment, analysis (None when not run) and why not."""
+    """One part of a paper as this report found it: the sweep file and profile it was given with (else its
+    own file and the request's profile), its experiment, analysis (None when not run) and why not."""
 
-    name: str
+    part: Part
     sweep: str = ""
+    profile: str = ""
     experiment: str = ""
     result: object = None
     reason: str = "no sweep file given for it"
 
+    @property
+    def name(self) -> str:
+        return self.part.key
+
+
+def split_spec(spec: str, profile: str) -> tuple[str, str]:
+    """(sweep file, profile) of ``FILE`` (the request's profile) or ``FILE:PROFILE``."""
+    path, colon, own = spec.rpartition(":")
+    if colon and not Path(spec).is_file() and Path(path).is_file():
+        return path, own
+    return spec, profile
+
+
+def part_of(name: str, profile: str) -> tuple[Paper, Part] | None:
+    """The paper and part of an experiment name (fig1-quick -> seed 001's fig1), None when no paper's."""
+    key = name[: -len(profile) - 1] if profile and name.endswith(f"-{profile}") else name
+    return PARTS.get(key) or PARTS.get(layout_name(key))
+
+
+def declared_name(path: str) -> str | None:
+    """The ``name`` a sweep file declares, None when it cannot be read (planning then says why)."""
+    try:
+        name = (yaml.safe_load(Path(path).read_text()) or {}).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def refuse_other(path: str, name: str | None, profile: str = "") -> Part | None:
+    """The part a sweep named ``name`` runs; AnalysisError when it is none of the papers'."""
+    if name is None:
+        return None
+    found = part_of(name, profile)
+    if found is None:
+        known = ", ".join(part.sweep for paper in PAPERS for part in paper.parts)
+        raise AnalysisError(
+            f"{path}: the sweep {name!r} is not one of the papers' sweeps ({known});"
+            " the reproduction report reads only those"
+        )
+    return found[1]
+
 
 def analyse_figures(sweeps: list[str], request: Request) -> dict[str, Figure]:
-    """Each sweep file's analysis (the request's profile, store, bootstrap, logging and UI address; each in
-    its own folder under the paper's), by figure (fig1 .. fig8); files of other layouts are refused."""
-    figures = {name: Figure(name) for name in FIGURES}
-    for sweep in sweeps:
-        side = replace(request, sweep=sweep, experiment=None, overrides=(), layout=None)
+    """Each sweep file's analysis (its profile, the request's store, bootstrap, logging and UI address; each
+    in its own folder under the paper's), by part key; every file is planned and placed before any is
+    analysed (AnalysisError, nothing written: a file no paper's part runs, two files for one part, a bad
+    profile). A part not given keeps its own sweep file and the request's profile, to say how to run it."""
+    figures = {
+        key: Figure(part, part.sweep, profile_of(part.sweep, request.profile))
+        for key, (_, part) in PARTS.items()
+    }
+    planned = []
+    for spec in sweeps:
+        path, profile = split_spec(spec, request.profile)
+        side = replace(request, sweep=path, profile=profile, experiment=None, overrides=(), layout=None)
+        refuse_other(path, declared_name(path))  # before its profile is looked for
         source = resolve(side)
-        name = layout_name(source.name)
-        if name not in figures:
-            raise AnalysisError(
-                f"{sweep}: the sweep {source.name!r} is not one of the paper's figures "
-                f"({', '.join(FIGURES)}); the reproduction report reads only those"
-            )
-        figure = figures[name] = Figure(name, sweep, source.name)
+        part = refuse_other(path, source.name, profile)
+        if any(f.part == part for f, _, _ in planned):
+            raise AnalysisError(f"{path}: a second sweep file for {part.key} ({part.title}); give one")
+        planned.append((Figure(part, path, profile, source.name), side, source))
+    for figure, side, source in planned:
+        figures[figure.name] = figure
         try:
-            figure.result = analyse(replace(side, out=paper_folder(request) / source.name), source, TRAINING)
+            figure.result = analyse(replace(side, out=paper_folder(request) / source.name), source)
         except AnalysisError as err:
             figure.reason = str(err)
     return figures
+
+
+def profile_of(sweep: str, profile: str) -> str:
+    """``profile`` when the sweep file defines it, else '' (the file's own settings)."""
+    document = yaml.safe_load((ROOT / sweep).read_text()) or {}
+    return profile if profile in (document.get("profiles") or {}) else ""
 
 
 def paper_folder(request: Request) -> Path:
@@ -74,76 +207,128 @@ def paper_folder(request: Request) -> Path:
     return Path(request.out or default).resolve()
 
 
-def main_figure(result) -> Path | None:
-    """The PNG of a figure's own layout (fig1.png for fig1-quick), else its first PNG."""
+def commands(figure: Figure, request: Request) -> tuple[str, str]:
+    """The sweep's command and its analysis's (with the request's store, when one was named)."""
+    tail = ["--profile", figure.profile] if figure.profile else []
+    if request.tracking_uri:
+        tail += ["--tracking-uri", redact(request.tracking_uri)]
+    return (
+        shlex.join(["python", "-m", "scaling.sweep", figure.sweep, *tail]),
+        shlex.join(["python", "-m", "analysis", figure.sweep, *tail]),
+    )
+
+
+def figure_pngs(result) -> list[Path]:
+    """The PNG of a figure's own layout (fig1.png for fig1-quick), else every PNG the analysis drew."""
     pngs = [p for p in result.files if p.suffix == ".png"]
     own = [p for p in pngs if p.stem == layout_name(result.experiment)]
-    return (own or pngs or [None])[0]
+    return own or pngs
+
+
+def part_claims(paper: Paper, figure: Figure, request: Request) -> pd.DataFrame:
+    """The part's claims, with the paper, the profile and the commands that produce them."""
+    claims = [c for c in paper.claims if c.figure == figure.name]
+    results = {figure.name: figure.result} if figure.result is not None else {}
+    rows = claiming.evaluate(results, {figure.name: figure.reason}, claims)
+    sweep, analysis = commands(figure, request)
+    return rows.assign(
+        paper=paper.seed, sweep_file=figure.sweep, profile=figure.profile, sweep_command=sweep,
+        analysis_command=analysis,
+    )  # fmt: skip
 
 
 def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
-    title = f"Figure {figure.name[3:]}"
+    title = html.escape(figure.part.title)
     if figure.result is None:
         where = f" ({html.escape(figure.experiment)})" if figure.experiment else ""
-        head = f"<h2>{title}: not run{where}</h2><p>{html.escape(figure.reason)}</p>"
+        head = f"<h3>{title}: not run{where}</h3><p>{html.escape(figure.reason)}</p>"
     else:
         result = figure.result
         cells = result.table["cell_key"].nunique()
         link = (result.out / "report.html").relative_to(out) if result.out.is_relative_to(out) else result.out
         head = (
-            f"<h2>{title}: experiment {html.escape(result.experiment)}</h2><p>{cells} complete cells, "
+            f"<h3>{title}: experiment {html.escape(result.experiment)}</h3><p>{cells} complete cells, "
             f"{len(result.missing)} not complete; the sweep's own report: "
             f'<a href="{html.escape(str(link))}">{html.escape(str(link))}</a></p>'
         )
-        png = main_figure(result)
-        head += image_html(png) if png else "<p>(no figure drawn)</p>"
-    shown = rows[["panel", "claim", "status", "evidence"]]
+        pngs = figure_pngs(result)
+        head += "".join(image_html(p) for p in pngs) if pngs else "<p>(no figure drawn)</p>"
+    run = figure.result is not None
     body = "".join(
         f'<tr style="background:{STATUS_COLOURS.get(r.status, "#fff")}"><td>{html.escape(r.panel)}</td>'
-        f"<td style='text-align:left'>{html.escape(r.claim)}</td><td><b>{html.escape(r.status)}</b></td>"
-        f"<td style='text-align:left;white-space:normal'>{html.escape(r.evidence)}</td></tr>"
-        for r in shown.itertuples()
+        f"<td class='text'>{html.escape(r.claim)}</td><td><b>{html.escape(r.status)}</b></td>"
+        f"<td class='text'>{html.escape(r.evidence)}</td><td>{html.escape(r.profile or '(none)')}</td>"
+        f"<td class='text'>{'' if run else 'to run: '}<code>{html.escape(r.sweep_command)}</code><br>"
+        f"{'then ' if not run else ''}<code>{html.escape(r.analysis_command)}</code></td></tr>"
+        for r in rows.itertuples()
     )
     return head + (
-        '<table class="data"><tr><th>panel</th><th>claim</th><th>status</th><th>evidence</th></tr>'
-        f"{body}</table>"
+        '<table class="data"><tr><th>panel</th><th>claim</th><th>status</th><th>numbers</th>'
+        f"<th>profile</th><th>commands</th></tr>{body}</table>"
     )
 
 
-def write_paper(figures: dict[str, Figure], request: Request) -> tuple[Path, pd.DataFrame]:
-    """The one-page reproduction report and claims.csv; returns the page's path and the claims."""
-    out, profile, bootstrap = paper_folder(request), request.profile, request.bootstrap
-    out.mkdir(parents=True, exist_ok=True)
-    results = {name: f.result for name, f in figures.items() if f.result is not None}
-    claims = claiming.evaluate(results, {name: f.reason for name, f in figures.items()})
-    claims.to_csv(out / "claims.csv", index=False)
-    ran = [f for f in figures.values() if f.result is not None]
+def paper_section(paper: Paper, figures: dict[str, Figure], claims: pd.DataFrame, request, out) -> str:
+    mine = [figures[part.key] for part in paper.parts]
+    rows = claims[claims["paper"] == paper.seed]
     summary = pd.DataFrame(
         [
             {
-                "figure": f.name,
-                "sweep": f.sweep or "-",
+                "part": f.part.title,
+                "sweep": f.sweep,
+                "profile": f.profile or "-",
                 "experiment": f.experiment or "-",
                 "cells": (f.result.table["cell_key"].nunique() if f.result is not None else 0),
                 "status": "analysed" if f.result is not None else "not run: " + f.reason,
             }
-            for f in figures.values()
+            for f in mine
         ]
     )
-    sections = "".join(figure_section(f, claims[claims["figure"] == f.name], out) for f in figures.values())
-    body = f"""<h1>Reproduction report: seed 001{f" ({html.escape(profile)} profile)" if profile else ""}</h1>
-<p>{html.escape(PAPER)}. Each claim of the paper is checked on the runs in the store: {len(ran)} of
-{len(figures)} figures have complete cells.</p>
-<p class="answer">{html.escape(claiming.tally(claims))}.</p>
-<p><b>How claims are judged.</b> A scaling claim reads the verdict of the model at the paper's fixed value
-(context scaling at the sweep's largest T, task scaling at the n nearest the paper's N = 10).
-{html.escape(rule_text(Rule(n_boot=bootstrap)))} A paper claim that a model scales is "not reproduced" when
-the model is at chance; a claim that it does not scale is "inconclusive" then (a model that learned nothing
-shows neither). "Comparable" means the two errors at the largest context length are within a factor of
-{claiming.COMPARABLE:g} of each other. The runs are small (see each figure's sweep file for its profile),
-so a claim that does not reproduce here says what this budget shows, not that the paper is wrong.</p>
-{table_html(summary, "no figures")}
+    ran = sum(f.result is not None for f in mine)
+    sections = "".join(figure_section(f, rows[rows["figure"] == f.name], out) for f in mine)
+    return f"""<h2 id="seed-{paper.seed}">Seed {paper.seed}: {html.escape(paper.title)}</h2>
+<p>{ran} of {len(mine)} parts have complete cells in the store.</p>
+<p class="answer">{html.escape(claiming.tally(rows))}.</p>
+<p><b>How claims are judged.</b> {html.escape(paper.how(request))}</p>
+{table_html(summary, "no parts")}
+{sections}"""
+
+
+def paper_command(sweeps: list[str], request: Request) -> str:
+    args = ["python", "-m", "analysis", "--paper", *sweeps]
+    args += ["--profile", request.profile] if request.profile else []
+    args += ["--tracking-uri", redact(request.tracking_uri)] if request.tracking_uri else []
+    args += ["--out", str(request.out)] if request.out else []
+    return shlex.join(args)
+
+
+def write_paper(
+    figures: dict[str, Figure], request: Request, sweeps: list[str] = ()
+) -> tuple[Path, pd.DataFrame]:
+    """The one-page reproduction report and claims.csv; returns the page's path and the claims."""
+    out, profile = paper_folder(request), request.profile
+    out.mkdir(parents=True, exist_ok=True)
+    claims = pd.concat(
+        [part_claims(paper, figures[part.key], request) for paper in PAPERS for part in paper.parts],
+        ignore_index=True,
+    )
+    columns = ["paper", "figure", "panel", "claim", "status", "evidence", "experiment", "profile"]
+    claims = claims[columns + ["sweep_file", "sweep_command", "analysis_command"]]
+    claims.to_csv(out / "claims.csv", index=False)
+    sections = "".join(paper_section(paper, figures, claims, request, out) for paper in PAPERS)
+    at = f" ({html.escape(profile)} profile)" if profile else ""
+    toc = "".join(
+        f'<li><a href="#seed-{p.seed}">Seed {p.seed}</a>: '
+        f"{html.escape(claiming.tally(claims[claims['paper'] == p.seed]))}</li>"
+        for p in PAPERS
+    )
+    body = f"""<h1>Reproduction report: seeds 001, 003 and 004{at}</h1>
+<p>Each claim of the three papers, checked on the runs in the store: {html.escape(claiming.tally(claims))}.
+Made by <code>{html.escape(paper_command(list(sweeps), request))}</code>. The runs are small (each part's
+profile says its size), so a claim that does not reproduce here says what this budget shows, not that the
+paper is wrong.</p>
+<ul>{toc}</ul>
 {sections}"""
     page = out / "report.html"
-    page.write_text(_page("seed 001 reproduction report", body))
+    page.write_text(_page("reproduction report", body))
     return page, claims

@@ -315,11 +315,18 @@ def draw_histograms(rows: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
+def weight_variances(rows: pd.DataFrame) -> dict[str, pd.Series]:
+    """Fig. 5's rows: per weight kind, the variance of its weights by tau (mean over seeds)."""
+    return {
+        str(kind): part.groupby("tau")["var"].mean()
+        for kind, part in rows[rows["curve"] != "input"].groupby("curve")
+    }
+
+
 def histogram_verdicts(rows: pd.DataFrame) -> list[dict]:
     """Fig. 5 is descriptive: per weight kind, how the weights' spread (their variance) moves with tau."""
     out = []
-    for kind, part in rows[rows["curve"] != "input"].groupby("curve"):
-        var = part.groupby("tau")["var"].mean()
+    for kind, var in weight_variances(rows).items():
         lo, hi = var.idxmin(), var.idxmax()
         out.append(
             _row(

@@ -1,0 +1,171 @@
+"""``python -m analysis --paper``: one reproduction report for seeds 001, 003 and 004.
+
+Real sweeps (the papers' own sweep files with a tiny profile added, copied to a temporary folder: Fig. 1 of
+seed 001, seed 003's GD transformer, seed 004's Fig. 1) run through a real local Ray into a throwaway
+SQLite MLflow store; the report then lists every claim of the three papers with a status, the run ones
+with their numbers, profile and commands, the others as not run with the commands that would run them.
+Bad input (a sweep file that is no paper's, a profile a file lacks, two files for one part) exits 2 and
+writes nothing.
+"""
+
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from analysis import claims, claims_statisticians, claims_temperature
+from analysis.__main__ import main as analysis_main
+from analysis.paper import PAPERS
+from scaling.sweep import run_sweep
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
+SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+STATUSES = {"reproduced", "not reproduced", "inconclusive", "not run"}
+TINY = {  # sweep file -> the "tiny" profile added to it
+    "fig1.yaml": {
+        "defaults": {
+            "task": {"d": 4},
+            "train": {"steps": 20, "lr": 1.0e-3, "checkpoint_every": 10, "log_every": 10},
+            "eval": {"prompts": 32, "bootstrap": 20},
+        },
+        "models": {
+            "gpt2": {"n_layer": 1, "n_head": 1, "n_embd": 16, "resources": {"cpu": 1, "gpu": 0}},
+            "mlp": {"width": 16, "resources": {"cpu": 1, "gpu": 0}},
+        },
+        "grid": {"T": [16, "inf"], "N": [10], "seed": [0]},
+    },
+    "stat_gd.yaml": {
+        "defaults": {"task": {"d": 5}, "eval": {"prompts": 32, "n": [5, 10], "bootstrap": 20}, "N": 10},
+        "grid": {"construction.steps": [1, 4], "construction.lam": [0]},
+    },
+    "temp_fig1.yaml": {
+        "defaults": {"task": {"d": 10}, "temperature": {"l_over_d": [0.5, 2], "m": 200, "n_prompts": 200}},
+    },
+    "temp_fig4.yaml": {"defaults": {"task": {"d": 5}}},  # given to the report, never run
+}
+RUN = ("fig1.yaml", "stat_gd.yaml", "temp_fig1.yaml")
+
+
+def tiny_copy(folder: Path, name: str) -> str:
+    document = yaml.safe_load((SWEEPS / name).read_text())
+    document.setdefault("profiles", {})["tiny"] = TINY[name]
+    path = folder / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The store, the tiny sweep files (by name) and the folder: fig1, stat_gd and temp_fig1 run."""
+    folder = tmp_path_factory.mktemp("paper")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    files = {name: tiny_copy(folder, name) for name in TINY}
+    for name in RUN:
+        assert run_sweep(files[name], "tiny", (), tracking_uri=uri, storage=str(folder / "runs")).ok, name
+    return uri, files, folder
+
+
+@pytest.fixture(scope="module")
+def report(store):
+    uri, files, folder = store
+    out = folder / "report"
+    given = [files[name] for name in (*RUN, "temp_fig4.yaml")]
+    code = analysis_main(
+        [
+            "--paper",
+            *given,
+            "--profile",
+            "tiny",
+            "--tracking-uri",
+            uri,
+            "--out",
+            str(out),
+            "--bootstrap",
+            "20",
+        ]
+    )
+    assert code == 0
+    return pd.read_csv(out / "claims.csv", keep_default_na=False), (out / "report.html").read_text(), files
+
+
+def test_the_report_lists_every_claim_of_the_three_papers_with_a_status(report):
+    table, page, _ = report
+    every = claims.CLAIMS + claims_statisticians.CLAIMS + claims_temperature.CLAIMS
+    assert len(table) == len(every) == sum(len(p.claims) for p in PAPERS)
+    assert list(table["claim"]) == [c.text for c in every]
+    assert set(table["status"]) <= STATUSES
+    assert set(table["paper"].astype(str).str.zfill(3)) == {"001", "003", "004"}
+    for claim in every:
+        assert claim.text.replace("'", "&#x27;") in page, claim.text
+    for seed in ("001", "003", "004"):
+        assert f'id="seed-{seed}"' in page
+
+
+def test_a_claim_whose_sweep_ran_shows_its_numbers_profile_and_commands(report, store):
+    table, page, files = report
+    uri = store[0]
+    gd = table[table["figure"] == "stat-gd"].iloc[0]
+    assert gd["status"] == "reproduced"
+    assert "equals explicit GD: max |difference|" in gd["evidence"] and "over 2 cells" in gd["evidence"]
+    assert gd["experiment"] == "stat-gd-tiny" and gd["profile"] == "tiny"
+    tail = ["--profile", "tiny", "--tracking-uri", uri]
+    assert shlex.split(gd["sweep_command"]) == ["python", "-m", "scaling.sweep", files["stat_gd.yaml"], *tail]
+    assert shlex.split(gd["analysis_command"]) == ["python", "-m", "analysis", files["stat_gd.yaml"], *tail]
+    fig1 = table[table["figure"] == "fig1"]
+    assert len(fig1) == 4 and "not run" not in set(fig1["status"])
+    assert all("err/zero" in e or "drop" in e or "interval" in e for e in fig1["evidence"]), fig1["evidence"]
+    shifts = table[table["figure"] == "temp-fig1"]
+    assert list(shifts["panel"]) == ["1a", "1b", "1c"]
+    assert all("tau_opt = " in e and "90% interval" in e for e in shifts["evidence"])
+    assert set(shifts["status"]) <= {"reproduced", "not reproduced", "inconclusive"}
+    assert "fig1-tiny" in page and "stat-gd-tiny" in page and "data:image/png;base64," in page
+
+
+def test_a_claim_whose_sweep_did_not_run_says_so_with_the_command_to_run_it(report, store):
+    table, page, files = report
+    fig2 = table[table["figure"] == "fig2"]
+    assert set(fig2["status"]) == {"not run"}
+    assert set(fig2["evidence"]) == {"no sweep file given for it"}
+    # the real fig2.yaml has no "tiny" profile: the command runs it at its own settings
+    (command,) = set(fig2["sweep_command"])
+    assert shlex.split(command) == [
+        "python",
+        "-m",
+        "scaling.sweep",
+        "sweeps/fig2.yaml",
+        "--tracking-uri",
+        store[0],
+    ]
+    given = table[table["figure"] == "temp-fig4"].iloc[0]
+    assert given["status"] == "not run"
+    assert "no MLflow experiment named 'temp-fig4-tiny'" in given["evidence"]
+    assert given["sweep_command"].startswith(
+        f"python -m scaling.sweep {files['temp_fig4.yaml']} --profile tiny"
+    )
+    selection = table[table["figure"] == "stat-selection"]
+    assert set(selection["status"]) == {"not run"} and len(selection) == 2
+    assert "to run: <code>python -m scaling.sweep sweeps/stat_selection.yaml" in page
+
+
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (lambda files: [files["fig1.yaml"], str(SWEEPS / "smoke.yaml")], "is not one of the papers' sweeps"),
+        (lambda files: [files["fig1.yaml"], files["fig1.yaml"]], "a second sweep file for fig1"),
+        (lambda files: [files["stat_gd.yaml"], str(SWEEPS / "fig2.yaml")], "unknown profile 'tiny'"),
+        (lambda files: [files["stat_gd.yaml"], "sweeps/no_such.yaml"], "no_such.yaml"),
+    ],
+    ids=["not a paper's sweep", "one part twice", "a profile the file lacks", "no such file"],
+)
+def test_bad_input_exits_2_and_writes_nothing(bad, message, store, capsys):
+    uri, files, folder = store
+    out = folder / "bad"
+    code = analysis_main(
+        ["--paper", *bad(files), "--profile", "tiny", "--tracking-uri", uri, "--out", str(out)]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert not out.exists()
