@@ -43,7 +43,7 @@ TINY = {  # sweep file -> the "tiny" profile added to it
     "temp_fig1.yaml": {
         "defaults": {"task": {"d": 10}, "temperature": {"l_over_d": [0.5, 2], "m": 200, "n_prompts": 200}},
     },
-    "temp_fig4.yaml": {"defaults": {"task": {"d": 5}}},  # given to the report, never run
+    "temp_fig4.yaml": {"defaults": {"task": {"d": 5}}},  # given at its own profile ("own"), never run
 }
 RUN = ("fig1.yaml", "stat_gd.yaml", "temp_fig1.yaml")
 
@@ -51,6 +51,7 @@ RUN = ("fig1.yaml", "stat_gd.yaml", "temp_fig1.yaml")
 def tiny_copy(folder: Path, name: str) -> str:
     document = yaml.safe_load((SWEEPS / name).read_text())
     document.setdefault("profiles", {})["tiny"] = TINY[name]
+    document["profiles"]["own"] = TINY[name]
     path = folder / name
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return str(path)
@@ -71,7 +72,7 @@ def store(tmp_path_factory):
 def report(store):
     uri, files, folder = store
     out = folder / "report"
-    given = [files[name] for name in (*RUN, "temp_fig4.yaml")]
+    given = [*(files[name] for name in RUN), files["temp_fig4.yaml"] + ":own"]
     code = analysis_main(
         [
             "--paper",
@@ -140,9 +141,9 @@ def test_a_claim_whose_sweep_did_not_run_says_so_with_the_command_to_run_it(repo
     ]
     given = table[table["figure"] == "temp-fig4"].iloc[0]
     assert given["status"] == "not run"
-    assert "no MLflow experiment named 'temp-fig4-tiny'" in given["evidence"]
+    assert given["profile"] == "own" and "no MLflow experiment named 'temp-fig4-own'" in given["evidence"]
     assert given["sweep_command"].startswith(
-        f"python -m scaling.sweep {files['temp_fig4.yaml']} --profile tiny"
+        f"python -m scaling.sweep {files['temp_fig4.yaml']} --profile own"
     )
     selection = table[table["figure"] == "stat-selection"]
     assert set(selection["status"]) == {"not run"} and len(selection) == 2
@@ -156,8 +157,9 @@ def test_a_claim_whose_sweep_did_not_run_says_so_with_the_command_to_run_it(repo
         (lambda files: [files["fig1.yaml"], files["fig1.yaml"]], "a second sweep file for fig1"),
         (lambda files: [files["stat_gd.yaml"], str(SWEEPS / "fig2.yaml")], "unknown profile 'tiny'"),
         (lambda files: [files["stat_gd.yaml"], "sweeps/no_such.yaml"], "no_such.yaml"),
+        (lambda files: [files["stat_gd.yaml"] + ":nope"], "unknown profile 'nope'"),
     ],
-    ids=["not a paper's sweep", "one part twice", "a profile the file lacks", "no such file"],
+    ids=["not a paper's sweep", "one part twice", "a profile the file lacks", "no such file", "own profile"],
 )
 def test_bad_input_exits_2_and_writes_nothing(bad, message, store, capsys):
     uri, files, folder = store
