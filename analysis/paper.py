@@ -44,6 +44,7 @@ STATUS_COLOURS = {
     claiming.NOT_RUN: "#eeeeee",
 }
 ROOT = Path(__file__).resolve().parents[1]
+LEFT = "style='text-align:left'"  # the headings of the claims table's text columns
 
 
 @dataclass(frozen=True)
@@ -263,8 +264,8 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
         for r in rows.itertuples()
     )
     return head + (
-        '<table class="data"><tr><th>panel</th><th>claim</th><th>status</th><th>numbers</th>'
-        f"<th>profile</th><th>commands</th></tr>{body}</table>"
+        f"<table class='data'><tr><th>panel</th><th {LEFT}>claim</th><th>status</th><th {LEFT}>numbers</th>"
+        f"<th>profile</th><th {LEFT}>commands</th></tr>{body}</table>"
     )
 
 
