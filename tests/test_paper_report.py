@@ -73,20 +73,8 @@ def report(store):
     uri, files, folder = store
     out = folder / "report"
     given = [*(files[name] for name in RUN), files["temp_fig4.yaml"] + ":own"]
-    code = analysis_main(
-        [
-            "--paper",
-            *given,
-            "--profile",
-            "tiny",
-            "--tracking-uri",
-            uri,
-            "--out",
-            str(out),
-            "--bootstrap",
-            "20",
-        ]
-    )
+    options = f"--profile tiny --tracking-uri {uri} --out {out} --bootstrap 20".split()
+    code = analysis_main(["--paper", *given, *options])
     assert code == 0
     return pd.read_csv(out / "claims.csv", keep_default_na=False), (out / "report.html").read_text(), files
 
