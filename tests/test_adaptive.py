@@ -222,6 +222,16 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert "adaptive (final wave)" in summary and "oracle for the verdicts" in summary
 
 
+def tidy_rows(plan, c, err: float) -> list[dict]:
+    """The analysis' tidy rows of lattice cell ``c`` (a Lattice.frame row) whose model has error ``err``
+    (the zero predictor's is 1)."""
+    return [
+        dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model, T=c.T, N=c.N,
+             seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
+        for predictor, value in (("model", err), ("zero", 1.0))
+    ]  # fmt: skip
+
+
 def known_lattice(tmp_path, tiny_sweep, noise=0.01, **adaptive):
     """(plan, policy, table): a 6-seed lattice whose every verdict is clear on the first 3 seeds of the
     policy's order except the context verdict at T = 16, whose first 3 seeds do not drop at all while the
@@ -240,11 +250,7 @@ def known_lattice(tmp_path, tiny_sweep, noise=0.01, **adaptive):
         drop = (0.8 if c.seed in late else 0.0) if c.T == 16 else 0.3
         share = {2: 0.0, 4: 0.5, 8: 1.0}[c.N]  # the drop's share reached at N
         err = (0.6 if math.isinf(c.T) else 0.78) * (1 - drop * share) * math.exp(noise * normal())
-        for predictor, value in (("model", err), ("zero", 1.0)):
-            rows.append(
-                dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model, T=c.T,
-                     N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
-            )  # fmt: skip
+        rows += tidy_rows(plan, c, err)
     table = pd.DataFrame(rows)
     return plan, policy, table
 
@@ -320,12 +326,7 @@ def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for
             deviation = shape[2 if together else c.N][first.index(c.seed)]
             drop = 0.122 + 0.05 * deviation  # task drop at this N: from T = 2 to T = inf
             err = 0.8 * {2.0: 1.0, 16.0: 1 - drop / 2}.get(c.T, 1 - drop) * (1.0 if c.N == 2 else 0.6)
-            for predictor, value in (("model", err), ("zero", 1.0)):
-                rows.append(
-                    dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model,
-                         T=c.T, N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value,
-                         err_hi=value)
-                )  # fmt: skip
+            rows += tidy_rows(plan, c, err)
         return pd.DataFrame(rows), run
 
     for together, settled in ((False, True), (True, False)):
@@ -454,11 +455,7 @@ def test_the_replay_scores_real_fits_right_open_and_wrong_against_the_whole_latt
         draws[(c.model, c.T, c.N, c.seed)] = z
         noise = 0.5 if c.model == "noisy" else 0.01
         err = (0.1 + 0.8 * c.N**-alpha + 0.3 * (0 if math.isinf(c.T) else c.T**-0.5)) * math.exp(noise * z)
-        for predictor, value in (("model", err), ("zero", 1.0)):
-            rows.append(
-                dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model, T=c.T,
-                     N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
-            )  # fmt: skip
+        rows += tidy_rows(plan, c, err)
     table = pd.DataFrame(rows)
     reference = policy.assess(table, set(table["cell_key"]))
     f = policy.lattice.frame
