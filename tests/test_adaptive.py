@@ -222,6 +222,16 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     assert "adaptive (final wave)" in summary and "oracle for the verdicts" in summary
 
 
+def tidy_rows(plan, c, err: float) -> list[dict]:
+    """The analysis' tidy rows of lattice cell ``c`` (a Lattice.frame row) whose model has error ``err``
+    (the zero predictor's is 1)."""
+    return [
+        dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model, T=c.T, N=c.N,
+             seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
+        for predictor, value in (("model", err), ("zero", 1.0))
+    ]  # fmt: skip
+
+
 def known_lattice(tmp_path, tiny_sweep, noise=0.01, **adaptive):
     """(plan, policy, table): a 6-seed lattice whose every verdict is clear on the first 3 seeds of the
     policy's order except the context verdict at T = 16, whose first 3 seeds do not drop at all while the
@@ -240,11 +250,7 @@ def known_lattice(tmp_path, tiny_sweep, noise=0.01, **adaptive):
         drop = (0.8 if c.seed in late else 0.0) if c.T == 16 else 0.3
         share = {2: 0.0, 4: 0.5, 8: 1.0}[c.N]  # the drop's share reached at N
         err = (0.6 if math.isinf(c.T) else 0.78) * (1 - drop * share) * math.exp(noise * normal())
-        for predictor, value in (("model", err), ("zero", 1.0)):
-            rows.append(
-                dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model, T=c.T,
-                     N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value, err_hi=value)
-            )  # fmt: skip
+        rows += tidy_rows(plan, c, err)
     table = pd.DataFrame(rows)
     return plan, policy, table
 
@@ -320,12 +326,7 @@ def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for
             deviation = shape[2 if together else c.N][first.index(c.seed)]
             drop = 0.122 + 0.05 * deviation  # task drop at this N: from T = 2 to T = inf
             err = 0.8 * {2.0: 1.0, 16.0: 1 - drop / 2}.get(c.T, 1 - drop) * (1.0 if c.N == 2 else 0.6)
-            for predictor, value in (("model", err), ("zero", 1.0)):
-                rows.append(
-                    dict(sweep=plan.name, cell_key=c.cell_key, run_id=f"r-{c.cell_key}", model=c.model,
-                         T=c.T, N=c.N, seed=c.seed, predictor=predictor, n=c.N, err=value, err_lo=value,
-                         err_hi=value)
-                )  # fmt: skip
+            rows += tidy_rows(plan, c, err)
         return pd.DataFrame(rows), run
 
     for together, settled in ((False, True), (True, False)):
@@ -392,7 +393,91 @@ def test_the_replay_reads_the_even_design_at_the_budget_on_each_seed_order(tmp_p
     summary = summarise(frame)
     assert "every point on the first 5 seeds of each seed order (at the budget)" in summary
     assert re.search(
-        r"- adaptive \(final wave\): every verdict in [01] of 1, every exponent in [01]", summary
+        r"- adaptive \(final wave\): every verdict in [01] of 1, no exponent wrong in [01]", summary
     )
     draw(frame, tmp_path / "replay.png")
     assert (tmp_path / "replay.png").stat().st_size > 10_000
+
+
+def test_an_exponent_is_right_inside_its_own_interval_open_when_unclaimed_and_wrong_otherwise():
+    """The consistency rule on explicit intervals: a claimed (settled) exponent is right when the whole
+    lattice's estimate lies inside the claim's interval, whatever the lattice's own interval; an unsettled one
+    (open, or beyond the lattice's seeds) is open whatever its value; "moot" is right only against "moot"."""
+    from scaling.adaptive.policy import Answer
+    from scaling.adaptive.replay import OPEN, RIGHT, WRONG, exponent_outcome
+    from scaling.adaptive_settings import AdaptiveQuestion
+
+    q = AdaptiveQuestion(exponent="alpha", within=0.05)
+
+    def answer(centre, lo, hi, settled=True, label=None, beyond=False):
+        a = Answer(q, {"model": "mlp"}, label=label or f"alpha = {centre}", centre=centre, lo=lo, hi=hi)
+        a.settled, a.out_of_reach = settled, beyond
+        return a
+
+    lattice = answer(0.286, 0.265, 0.302)
+    assert exponent_outcome(answer(0.304, 0.257, 0.326), lattice) == RIGHT
+    assert exponent_outcome(answer(0.32, 0.29, 0.34), lattice) == WRONG  # 0.286 below the claim's interval
+    assert exponent_outcome(answer(0.0098, 0.0, 0.06, settled=False, beyond=True), lattice) == OPEN
+    assert exponent_outcome(answer(5.0, 1.0, 10.0, settled=False), lattice) == OPEN
+    unidentified = answer(3.0, 0.0, 10.0, settled=False)  # the lattice's own interval is the fit's range
+    assert exponent_outcome(answer(0.5, 0.45, 0.55), unidentified) == WRONG
+    assert exponent_outcome(answer(3.1, 2.9, 3.2), unidentified) == RIGHT
+    moot = answer(math.nan, math.nan, math.nan, label="moot")
+    assert exponent_outcome(moot, moot) == RIGHT
+    assert exponent_outcome(moot, lattice) == WRONG and exponent_outcome(lattice, moot) == WRONG
+
+
+def test_the_replay_scores_real_fits_right_open_and_wrong_against_the_whole_lattice(tmp_path, tiny_sweep):
+    """Three models on one 6-seed lattice, every answer from the analysis' own joint fit (Policy.assess), the
+    first 3 seeds of the policy's order against all 6: "steady" (alpha 0.5, its last 3 seeds repeat the first
+    3's errors, so the lattice's estimate is the first seeds') settles on 3 seeds with the lattice's estimate
+    inside its interval: right; "noisy" (50x the noise) stays open: open; "shifting" (alpha 0.3 on the first
+    3 seeds, 1.2 on the others) settles on 3 seeds on a value whose interval excludes the lattice's estimate:
+    wrong. The summary counts them."""
+    from scaling.adaptive.policy import Policy
+    from scaling.adaptive.replay import OPEN, RIGHT, WRONG, exponent_outcome, run_cells, score, summarise
+
+    doc = lattice_sweep(tiny_sweep)
+    doc["models"] = {name: dict(doc["models"]["mlp"]) for name in ("steady", "noisy", "shifting")}
+    doc["grid"] = {"model": list(doc["models"]), "T": [4, 16, 64, "inf"], "N": [2, 4, 8, 16]}
+    doc["grid"]["seed"] = [0, 1, 2, 3, 4, 5]
+    doc["adaptive"]["questions"] = [{"exponent": "alpha", "within": 0.15}]
+    plan = load_plan(write(tmp_path, doc))
+    policy = Policy(plan)
+    first = policy.seed_order[:3]
+    normal = np.random.default_rng(0).normal
+    draws = {}  # (model, T, N, seed) -> noise; "steady"'s last 3 seeds repeat its first 3's
+    rows = []
+    for c in policy.lattice.frame.sort_values("seed", key=lambda s: ~s.isin(first)).itertuples():
+        alpha = (1.2 if c.seed not in first else 0.3) if c.model == "shifting" else 0.5
+        twin = first[policy.seed_order.index(c.seed) % 3]
+        z = draws[(c.model, c.T, c.N, twin)] if c.model == "steady" and c.seed not in first else normal()
+        draws[(c.model, c.T, c.N, c.seed)] = z
+        noise = 0.5 if c.model == "noisy" else 0.01
+        err = (0.1 + 0.8 * c.N**-alpha + 0.3 * (0 if math.isinf(c.T) else c.T**-0.5)) * math.exp(noise * z)
+        rows += tidy_rows(plan, c, err)
+    table = pd.DataFrame(rows)
+    reference = policy.assess(table, set(table["cell_key"]))
+    f = policy.lattice.frame
+    keys = set(f.index[f["seed"].isin(first)])
+    answers = {a.group["model"]: a for a in policy.assess(run_cells(table, keys), keys)}
+    lattice = {a.group["model"]: a for a in reference}
+    outcome = {m: exponent_outcome(a, lattice[m]) for m, a in answers.items()}
+    lines = [a.line() for a in answers.values()]
+    assert outcome == {"steady": RIGHT, "noisy": OPEN, "shifting": WRONG}, lines
+    assert answers["steady"].n_seeds == answers["shifting"].n_seeds == 3 and not answers["noisy"].settled
+    assert answers["shifting"].hi < lattice["shifting"].centre  # 0.3 claimed where all 6 seeds say more
+    scored = score(list(answers.values()), reference)
+    assert {k: scored[f"exponents_{k}"] for k in (RIGHT, OPEN, WRONG)} == {RIGHT: 1, OPEN: 1, WRONG: 1}
+    assert scored["exponents_consistent"] == pytest.approx(2 / 3)
+    frame = pd.DataFrame(
+        [
+            {"method": "full lattice", "seed": -1, "spent": 1.0} | score(reference, reference),
+            {"method": "adaptive", "seed": 0, "wave": 1, "spent": 0.5, "final": True, "stop": "x"} | scored,
+            {"method": "random, same cost", "seed": 0, "spent": 0.5} | scored,
+        ]
+    )
+    summary = summarise(frame)
+    assert "exponents right / open / wrong" in summary
+    assert re.search(r"\| adaptive \(final wave\) \| 50% .*\| 1 / 1 / 1 \|", summary), summary
+    assert "- adaptive (final wave): every verdict in 0 of 1, no exponent wrong in 0, both in 0" in summary
