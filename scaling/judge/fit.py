@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -152,7 +153,12 @@ def huber(r: np.ndarray, delta: float) -> np.ndarray:
 @dataclass(frozen=True)
 class Problem:
     """One fit's data: log x per term (centred, so each coefficient is the term's value at the
-    geometric-mean x, which decorrelates it from the exponent), log err, and how E enters."""
+    geometric-mean x, which decorrelates it from the exponent), log err, and how E enters.
+
+    The model's prediction depends on x alone, and a lattice has few distinct x (its (n, T) points)
+    under many rows (one per seed), so the terms are computed once per distinct x and only the
+    residuals per row: the same loss and gradient, at a cost that no longer grows with the seeds
+    but for a few elementwise operations."""
 
     logx: np.ndarray  # (P, K) centred
     centre: np.ndarray  # (K,) mean log x removed from logx
@@ -164,33 +170,46 @@ class Problem:
     def n_free(self) -> int:
         return 2 * self.logx.shape[1] + (self.fixed_e is None)
 
-    @property
-    def at_inf(self) -> np.ndarray:
-        """(P, K) where x is infinite (T = inf, fresh tasks): that term is 0 (log term -inf)."""
-        return np.isinf(self.logx)
+    @cached_property
+    def points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(G, K) the distinct rows of logx and (P,) each row's position among them."""
+        distinct, row = np.unique(self.logx, axis=0, return_inverse=True)
+        return distinct, row.reshape(-1)
+
+    @cached_property
+    def _at_inf(self) -> np.ndarray:
+        """(G, K) where x is infinite (T = inf, fresh tasks): that term is 0 (log term -inf)."""
+        return np.isinf(self.points[0])
+
+    @cached_property
+    def _finite(self) -> np.ndarray:
+        """(G, K) log x with 0 where x is infinite."""
+        return np.where(self._at_inf, 0.0, self.points[0])
 
     def terms(self, theta: np.ndarray) -> np.ndarray:
-        """(P, 1+K) log of each additive term: e, then c_k - s_k log x_k (-inf where x_k = inf)."""
+        """(G, 1+K) log of each additive term at each distinct x: e, then c_k - s_k log x_k (-inf where
+        x_k = inf)."""
         k = self.logx.shape[1]
-        z = np.empty((len(self.logy), 1 + k))
+        z = np.empty((len(self._finite), 1 + k))
         z[:, 0] = theta[0] if self.fixed_e is None else self.fixed_e
         cs = theta[-2 * k :].reshape(k, 2)  # (K, 2): log coefficient, exponent
-        finite = np.where(self.at_inf, 0.0, self.logx)
-        z[:, 1:] = np.where(self.at_inf, -np.inf, cs[:, 0] - cs[:, 1] * finite)  # (P, K)
+        z[:, 1:] = np.where(self._at_inf, -np.inf, cs[:, 0] - cs[:, 1] * self._finite)  # (G, K)
         return z
 
     def loss_and_grad(self, theta: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray]:
         """Weighted summed Huber loss of log residuals and its gradient in theta."""
-        z = self.terms(theta)  # (P, 1+K)
-        m = z.max(axis=1, keepdims=True)  # (P, 1)
+        distinct, row = self.points
+        z = self.terms(theta)  # (G, 1+K)
+        m = z.max(axis=1, keepdims=True)  # (G, 1)
         ez = np.exp(z - m)
         total = ez.sum(axis=1, keepdims=True)
-        soft = ez / total  # (P, 1+K) d log err_hat / d term
-        r = m[:, 0] + np.log(total[:, 0]) - self.logy  # (P,)
+        soft = ez / total  # (G, 1+K) d log err_hat / d term
+        r = (m[:, 0] + np.log(total[:, 0]))[row] - self.logy  # (P,)
         loss = float(weights @ huber(r, self.delta))
         dr = weights * np.clip(r, -self.delta, self.delta)  # (P,) d huber / d r
-        g_term = dr @ soft  # (1+K,)
-        g_exp = -(dr @ (soft[:, 1:] * np.where(self.at_inf, 0.0, self.logx)))  # (K,)
+        dr_g = np.bincount(row, dr, minlength=len(distinct))  # (G,) summed over each x's rows
+        g_term = dr_g @ soft  # (1+K,)
+        g_exp = -(dr_g @ (soft[:, 1:] * self._finite))  # (K,)
         grad = np.column_stack([g_term[1:], g_exp]).ravel()
         if self.fixed_e is None:
             grad = np.concatenate([g_term[:1], grad])
@@ -305,7 +324,7 @@ def fit_points(
         "level": level,
         "note": "",
     }
-    distinct = len(np.unique(problem.logx, axis=0))
+    distinct = len(problem.points[0])
     per_axis = min(len(np.unique(col)) for col in problem.logx.T)
     if distinct < problem.n_free or per_axis < 2:
         out["message"] = (
