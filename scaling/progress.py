@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from .tracking import experiment_ui_link, ui_command
+from .trial import spec_in
 
 # Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice
 # at every start, Tune's hints. Errors still show.
@@ -310,20 +311,20 @@ class Progress:
 
         class ProgressCallback(Callback):
             def on_trial_start(self, iteration, trials, trial, **info):
-                progress.started(trial.trial_id, trial.config["spec"])
+                progress.started(trial.trial_id, spec_in(trial.config))
 
             def on_trial_result(self, iteration, trials, trial, result, **info):
-                progress.result(trial.trial_id, trial.config["spec"], result)
+                progress.result(trial.trial_id, spec_in(trial.config), result)
 
             def on_trial_recover(self, iteration, trials, trial, **info):
-                progress.recovered(trial.trial_id, trial.config["spec"])
+                progress.recovered(trial.trial_id, spec_in(trial.config))
 
             def on_trial_complete(self, iteration, trials, trial, **info):
                 held = int((trial.last_result or {}).get("held", 0))  # cells another driver trains
-                progress.completed(trial.trial_id, trial.config["spec"], held)
+                progress.completed(trial.trial_id, spec_in(trial.config), held)
 
             def on_trial_error(self, iteration, trials, trial, **info):
-                progress.errored(trial.trial_id, trial.config["spec"], read_error(trial))
+                progress.errored(trial.trial_id, spec_in(trial.config), read_error(trial))
 
         return ProgressCallback()
 

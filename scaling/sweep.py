@@ -62,7 +62,7 @@ from .tracking import (
 )
 from .tracking.adaptive_waves import read_waves
 from .tracking.store_template import preload
-from .trial import TrialMember, TrialSpec, tune_trainable
+from .trial import TrialMember, TrialSpec, spec_in, tune_trainable
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def single_spec(planned, shared: dict) -> TrialSpec:
 
 def trial_keys(config: dict) -> list[str]:
     """The cell keys a Tune trial's config trains (its spec's members)."""
-    return [m["key"] for m in config["spec"]["members"]]
+    return [m["key"] for m in spec_in(config)["members"]]
 
 
 def adaptive_policy(plan: Plan, path: str):
@@ -356,19 +356,23 @@ def make_tuner(run: SweepRun, specs: list[TrialSpec], progress: Progress, round_
     """The Tune experiment: one trial per spec, each with its resources, named by its key; its name is
     unique to this driver and round (two drivers of one sweep share the storage)."""
     from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
 
     plan = run.plan
-    trainable = tune.with_resources(tune_trainable, lambda config: config["spec"]["resources"])
+    trainable = tune.with_resources(tune_trainable, lambda config: spec_in(config)["resources"])
     return tune.Tuner(
         trainable,
-        param_space={"spec": tune.grid_search([spec.to_dict() for spec in specs])},
+        # one preset point per trial (TrialSpec.config says why not a grid search over the specs)
+        param_space={"spec": ""},
         # reuse_actors: a worker process (torch, transformers, MLflow imported once) runs trial after
         # trial; a new process per trial costs seconds, more than a tiny cell's training.
         tune_config=tune.TuneConfig(
+            search_alg=BasicVariantGenerator(points_to_evaluate=[spec.config() for spec in specs]),
+            num_samples=len(specs),
             max_concurrent_trials=plan.run.max_concurrent or None,
             reuse_actors=True,
-            trial_name_creator=lambda t: t.config["spec"]["key"],
-            trial_dirname_creator=lambda t: t.config["spec"]["key"],
+            trial_name_creator=lambda t: spec_in(t.config)["key"],
+            trial_dirname_creator=lambda t: spec_in(t.config)["key"],
         ),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{round_}",
