@@ -62,7 +62,7 @@ def test_a_cold_read_beside_another_reader_of_the_same_cache_reads_every_run(sto
     for run_id in runs:  # the other reader's downloads in flight, under the names it would use
         (cache / f".{run_id}").mkdir(parents=True)
         (cache / f".{run_id}" / "curves.parquet").write_bytes(b"partial")
-    table, _ = load_table(uri, "fig1-quick", cache_dir=cache)
+    table, _ = load_table(uri, "fig1-quick", cache_dir=cache, in_place=False)
     assert table["cell_key"].nunique() == expected["cell_key"].nunique()
     assert all((cache / f".{run_id}" / "curves.parquet").read_bytes() == b"partial" for run_id in runs)
     assert sorted(p.name for p in cache.glob("*.parquet")) == sorted(f"{r}.parquet" for r in runs)
@@ -71,12 +71,16 @@ def test_a_cold_read_beside_another_reader_of_the_same_cache_reads_every_run(sto
 def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, monkeypatch):
     uri, expected = store
     calls = count_downloads(monkeypatch)
-    cold, missing = load_table(uri, "fig1-quick", cache_dir=tmp_path / "cache")
+    cold, missing = load_table(uri, "fig1-quick", cache_dir=tmp_path / "cache", in_place=False)
     cells = expected["cell_key"].nunique()
     assert len(calls) == cells == cold.attrs["downloads"] == len(set(calls))
-    warm, _ = load_table(uri, "fig1-quick", cache_dir=tmp_path / "cache")
+    warm, _ = load_table(uri, "fig1-quick", cache_dir=tmp_path / "cache", in_place=False)
     assert len(calls) == cells and warm.attrs["downloads"] == 0
     pd.testing.assert_frame_equal(cold, warm)
+    # the store's artifacts are on this file system: the default reads them where they lie, the same table
+    local, _ = load_table(uri, "fig1-quick", cache_dir=tmp_path / "untouched")
+    assert len(calls) == cells and local.attrs["downloads"] == 0 and not (tmp_path / "untouched").exists()
+    pd.testing.assert_frame_equal(cold, local)
     key = ["cell_key", "predictor", "n"]
     got = cold.sort_values(key, ignore_index=True)
     want = expected.sort_values(key, ignore_index=True)
@@ -225,7 +229,7 @@ def test_a_thousand_runs_read_back_in_seconds_with_a_warm_cache(tmp_path, monkey
     calls = count_downloads(monkeypatch)
     for label in ("cold", "warm"):
         start = time.perf_counter()
-        read, _ = load_table(uri, "big", cache_dir=tmp_path / "cache")
+        read, _ = load_table(uri, "big", cache_dir=tmp_path / "cache", in_place=False)
         print(
             f"{label} read of {read['cell_key'].nunique()} runs: {time.perf_counter() - start:.2f}s, "
             f"{read.attrs['downloads']} downloads"
