@@ -265,3 +265,48 @@ def test_non_positive_errors_are_rejected_by_fit_points():
     points = pd.DataFrame({"seed": [0, 0, 0], "n": [5, 10, 20], "err": [0.5, 0.0, 0.2]})
     with pytest.raises(ValueError, match="positive"):
         fit_points(points, "context")
+
+
+REFITS_IN_WORKERS = """
+import json, sys, threading
+import numpy as np
+sys.path.insert(0, {tests!r})
+from synthetic_tables import saturating_law, synthetic_table
+import scaling.judge.fit as fit
+law = saturating_law(E=0.05, A=1.0, alpha=0.8)
+table = synthetic_table(law, ns=[5, 10, 20, 40, 80], Ts=[float("inf")], seeds=range(40),
+                        rng=np.random.default_rng(3), noise=0.05, seed_noise=0.03)
+if {thread}:
+    threading.Thread(target=threading.Event().wait, daemon=True).start()  # another thread alive
+row = fit.fit_context_scaling(table, n_boot=600).iloc[0]
+numbers = {{k: float(row[k]) for k in ("alpha", "alpha_lo", "alpha_hi", "E_lo", "A_hi")}}
+print(json.dumps({{"pool": fit._pool is not None, "row": numbers}}))
+"""
+
+
+def refit_in_subprocess(workers: int, thread: bool = False) -> dict:
+    """The fit of a 40-seed lattice (600 resamples: above PARALLEL_REFITS) in a fresh interpreter with
+    SCALING_FIT_WORKERS=workers: whether it used worker processes, and its numbers."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = REFITS_IN_WORKERS.format(tests=str(Path(__file__).parent), thread=thread)
+    env = {**os.environ, "SCALING_FIT_WORKERS": str(workers)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_bootstrap_refits_in_worker_processes_give_the_numbers_of_one_process():
+    alone, split = refit_in_subprocess(1), refit_in_subprocess(2)
+    assert not alone["pool"] and split["pool"]
+    assert split["row"] == alone["row"]
+
+
+def test_no_worker_is_forked_while_another_thread_runs():
+    """A fork copies only the forking thread: a lock another thread held would stay locked in the worker."""
+    beside = refit_in_subprocess(2, thread=True)
+    assert not beside["pool"]
+    assert beside["row"] == refit_in_subprocess(1)["row"]

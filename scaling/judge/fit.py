@@ -34,6 +34,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -376,6 +380,53 @@ def predicted_err(
     return out
 
 
+# Refits of one fit's resamples are independent: above this many they go to worker processes, one per
+# core (each keeps BLAS to one thread); below it a pool's start costs more than it saves.
+PARALLEL_REFITS = 400
+_pool: ProcessPoolExecutor | None = None
+
+
+def _refit_chunk(
+    problem: Problem, form: Form, theta: np.ndarray, weights: list[np.ndarray], maxiter: int
+) -> list:
+    """Each resample's parameters refit from ``theta`` (from the starting grid when that fails; None when
+    both do)."""
+    out = []
+    with threadpool_limits(1, "blas"):
+        for w in weights:
+            t, _, ok, _ = minimise(problem, theta, w, maxiter)
+            if not ok:  # rare: fall back on the full starting grid
+                t, _, ok, _ = best_fit(problem, w, maxiter)
+            out.append(named_params(problem, t, form) if ok else None)
+    return out
+
+
+def refit_workers() -> int:
+    """Worker processes for bootstrap refits: the cores this process may use (SCALING_FIT_WORKERS
+    overrides; 1 keeps every refit in this process)."""
+    return int(os.environ.get("SCALING_FIT_WORKERS") or len(os.sched_getaffinity(0)))
+
+
+def refits(problem: Problem, form: Form, theta: np.ndarray, weights: list[np.ndarray], maxiter: int) -> list:
+    """_refit_chunk over ``weights``, split over worker processes when there are many and this process
+    runs no other thread: the same results in the same order (each refit is deterministic and independent
+    of the others). The workers are forks, which need no importable main module (a user's script) and
+    start in milliseconds; a fork copies only the forking thread, so with another thread alive (a Ray
+    driver's, MLflow's) one lock it held could stay locked in the worker: then the refits stay here."""
+    global _pool
+    workers = refit_workers()
+    if workers < 2 or len(weights) < PARALLEL_REFITS or (_pool is None and threading.active_count() > 1):
+        return _refit_chunk(problem, form, theta, weights, maxiter)
+    if _pool is None:  # forks every worker at its first map, before its own threads start (fork context)
+        _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    chunks = [c for c in np.array_split(np.arange(len(weights)), 4 * workers) if len(c)]
+    parts = _pool.map(
+        _refit_chunk,
+        *zip(*[(problem, form, theta, [weights[i] for i in c], maxiter) for c in chunks]),
+    )
+    return [fit for part in parts for fit in part]
+
+
 def _bootstrap_bounds(
     problem: Problem,
     form: Form,
@@ -390,18 +441,15 @@ def _bootstrap_bounds(
     the full fit's optimum. A resample becomes integer weights on the rows; resamples drawing the
     same multiset of seeds (frequent with few seeds) share one refit; a refit that fails to
     converge is retried from the starting grid and left out of the interval if it fails again."""
-    fits, n_ok, cache = [], 0, {}
-    for idx in cluster_resample_indices(seeds, n_boot, rng):
-        weights = np.bincount(idx, minlength=len(seeds)).astype(float)
-        key = weights.tobytes()
-        if key not in cache:
-            t, _, ok, _ = minimise(problem, theta, weights, maxiter)
-            if not ok:  # rare: fall back on the full starting grid
-                t, _, ok, _ = best_fit(problem, weights, maxiter)
-            cache[key] = named_params(problem, t, form) if ok else None
-        if cache[key] is not None:
-            n_ok += 1
-            fits.append(cache[key])
+    weights = [
+        np.bincount(idx, minlength=len(seeds)).astype(float)
+        for idx in cluster_resample_indices(seeds, n_boot, rng)
+    ]
+    keys = [w.tobytes() for w in weights]
+    distinct = dict(zip(keys, weights))  # first resample of each multiset, in order
+    refitted = dict(zip(distinct, refits(problem, form, theta, list(distinct.values()), maxiter)))
+    fits = [refitted[k] for k in keys if refitted[k] is not None]
+    n_ok = len(fits)
     out = {"n_boot": n_boot, "boot_converged": n_ok / n_boot if n_boot else math.nan}
     if n_ok < 2:
         out["note"] = "too few converged bootstrap refits for an interval"
