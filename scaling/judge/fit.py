@@ -404,7 +404,12 @@ def _refit_chunk(
 def refit_workers() -> int:
     """Worker processes for bootstrap refits: the cores this process may use (SCALING_FIT_WORKERS
     overrides; 1 keeps every refit in this process)."""
-    return int(os.environ.get("SCALING_FIT_WORKERS") or len(os.sched_getaffinity(0)))
+    given = os.environ.get("SCALING_FIT_WORKERS", "").strip()
+    if not given:
+        return len(os.sched_getaffinity(0))
+    if not given.isdigit() or int(given) < 1:
+        raise ValueError(f"SCALING_FIT_WORKERS={given!r}: give a whole number of worker processes, 1 or more")
+    return int(given)
 
 
 def refits(problem: Problem, form: Form, theta: np.ndarray, weights: list[np.ndarray], maxiter: int) -> list:
