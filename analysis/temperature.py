@@ -389,16 +389,9 @@ def scan_verdicts(
             means = sub.groupby("tau")["err"].mean()
             if 1.0 not in means.index:
                 continue
-            best = float(means.idxmin())
-            # the tau weighed against tau = 1: the best, or when tau = 1 is the best, the best of the others
-            # (so a scan always says by how much, with its interval, a tau other than 1 helps or hurts)
-            others = means.drop(1.0)
-            vs = best if best != 1.0 or others.empty else float(others.idxmin())
-            one, top = sub[sub["tau"] == 1.0].set_index("x"), sub[sub["tau"] == vs].set_index("x")
-            common = one.index.intersection(top.index)
-            a1, av = float(one.loc[common, "err"].mean()), float(top.loc[common, "err"].mean())
+            best, vs = _best_and_weighed(means)
+            common, a1, av, ab = _means_at(sub, best, vs)
             gain = a1 - av  # error at tau = 1 minus at tau = vs: for the LLM, EM(vs) - EM(1)
-            ab = float(sub[sub["tau"] == best].set_index("x").loc[common, "err"].mean())
             nan3 = (np.nan, np.nan, np.nan)
             if unlogged:
                 i1, iv, ig = nan3, nan3, nan3
@@ -443,6 +436,23 @@ def scan_verdicts(
                 )
             )
     return out
+
+
+def _best_and_weighed(means: pd.Series) -> tuple[float, float]:
+    """The best tau (least mean error) and the tau weighed against tau = 1: the best, or when tau = 1 is the
+    best, the best of the others (so a scan always says by how much, with its interval, a tau other than 1
+    helps or hurts)."""
+    best = float(means.idxmin())
+    others = means.drop(1.0)
+    return best, (best if best != 1.0 or others.empty else float(others.idxmin()))
+
+
+def _means_at(sub: pd.DataFrame, best: float, vs: float) -> tuple[pd.Index, float, float, float]:
+    """The x where tau = 1 and tau = vs both have a point, and the mean error there at tau = 1, vs, best."""
+    one, top = sub[sub["tau"] == 1.0].set_index("x"), sub[sub["tau"] == vs].set_index("x")
+    common = one.index.intersection(top.index)
+    at_best = sub[sub["tau"] == best].set_index("x").loc[common, "err"].mean()
+    return common, float(one.loc[common, "err"].mean()), float(top.loc[common, "err"].mean()), float(at_best)
 
 
 def _runner_up_text(gain: float, lo: float, hi: float, vs: float, llm: bool) -> str:

@@ -367,7 +367,11 @@ def make_tuner(run: SweepRun, specs: list[TrialSpec], progress: Progress, round_
         # reuse_actors: a worker process (torch, transformers, MLflow imported once) runs trial after
         # trial; a new process per trial costs seconds, more than a tiny cell's training.
         tune_config=tune.TuneConfig(
-            search_alg=BasicVariantGenerator(points_to_evaluate=[spec.config() for spec in specs]),
+            # the generator's own limit: Tune's max_concurrent_trials is not applied to a search_alg given
+            search_alg=BasicVariantGenerator(
+                points_to_evaluate=[spec.config() for spec in specs],
+                max_concurrent=plan.run.max_concurrent or 0,
+            ),
             num_samples=len(specs),
             max_concurrent_trials=plan.run.max_concurrent or None,
             reuse_actors=True,
