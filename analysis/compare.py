@@ -22,6 +22,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from scaling.config import format_T
 from scaling.tracking import resolve_tracking_uri
 
 from . import plots
@@ -119,7 +120,7 @@ def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
                 ax.fill_between(
                     curve["n"], curve["lo"], curve["hi"], color=colors[model], alpha=0.1, linewidth=0
                 )
-        plots.finish(ax, "context length n", f"T = {plots.format_T(T)}, N = {N}", False)
+        plots.finish(ax, "context length n", f"T = {format_T(T, short=True)}, N = {N}", False)
     figs = {
         "compare_context": plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs n")
     }
@@ -140,7 +141,7 @@ def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
                         ms=3,
                         label=f"{model} ({sweep})",
                     )
-            plots.finish(ax, "context length N (train = test)", f"T = {plots.format_T(T)}", False)
+            plots.finish(ax, "context length N (train = test)", f"T = {format_T(T, short=True)}", False)
         figs["compare_diagonal"] = plots.legend_below(
             fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs N at n = N"
         )
