@@ -52,7 +52,8 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from ..adaptive_settings import AdaptiveQuestion, AdaptiveSettings
-from ..judge.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
+from ..judge.fit import fit_scaling, is_trained
+from ..judge.power_law import EXPONENT_BOUNDS
 from ..judge.provenance import setting_columns
 from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 from ..plan import Plan
