@@ -170,22 +170,6 @@ def answer_line(context: pd.DataFrame, task: pd.DataFrame) -> str:
     return " ".join(question_sentence(v, q) for q, v in (("context", context), ("task", task)))
 
 
-def verdict_summary(verdicts: pd.DataFrame, question: str) -> dict[str, list[str]]:
-    """Label -> the units (unit_names) given it. A unit whose groups disagree is listed under each
-    label with the fixed axis value, e.g. "mlp [T=1e6]"."""
-    q = question_named(question)
-    labels = {q.yes: [], q.no: [], AT_CHANCE: [], INCONCLUSIVE: []}
-    if verdicts.empty:
-        return labels
-    for name, group in verdicts.groupby(unit_names(verdicts), sort=True):
-        if group["verdict"].nunique() == 1:
-            labels[group["verdict"].iloc[0]].append(name)
-            continue
-        for _, row in group.iterrows():
-            labels[row["verdict"]].append(f"{name} [{q.fixed}={value_text(row[q.fixed])}]")
-    return labels
-
-
 def display_table(verdicts: pd.DataFrame) -> pd.DataFrame:
     """The verdict table as a reader wants it: numbers rounded, intervals as [lo, hi], T = inf and
     'any' spelled out, a baseline's blank model shown as 'baseline'."""

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, canonical, check, flatten, from_dict, not_in_key, to_dict, unread
+from .config import ConfigError, canonical, check, flatten, format_T, from_dict, not_in_key, to_dict, unread
 from .kinds import DEFAULT_KIND, KINDS, kind, kind_of_group
 from .papers.context_scaling.evaluate import EvalConfig
 from .papers.context_scaling.models import ModelConfig, model_facts
@@ -183,7 +183,3 @@ def under(key: str, names) -> bool:
             return False
         key = key[:cut]
     return True
-
-
-def format_T(T: float) -> str:
-    return "inf" if math.isinf(T) else str(int(T))

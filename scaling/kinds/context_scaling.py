@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..config import format_T
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.models import model_facts
 from ..papers.context_scaling.train import CellTrainer
@@ -24,8 +25,7 @@ from . import Kind
 
 def label(cell) -> str:
     """'gpt2 T=65536 N=40 seed=0'."""
-    T = "inf" if cell.T == float("inf") else str(int(cell.T))
-    return f"{cell.model.label} T={T} N={cell.N} seed={cell.seed}"
+    return f"{cell.model.label} T={format_T(cell.T)} N={cell.N} seed={cell.seed}"
 
 
 def resume(trainer: CellTrainer, store, log) -> None:
