@@ -2,8 +2,8 @@
 overlaid curves, one report.
 
 ``compare`` reads both sweeps (analysis/pipeline.py) and judges each with the training kind's plug-in
-(analysis/training.py), writes each one's tables into ``<out>/<experiment>/``, and into ``<out>``
-``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
+(analysis/papers/context_scaling/plugin.py), writes each one's tables into ``<out>/<experiment>/``, and into
+``<out>`` ``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
 ``fits_side_by_side.csv``, the overlaid figures and ``report.html``; logged as a ``kind=analysis`` run (tag
 ``compare_with``) in the first sweep's experiment only.
 
@@ -26,10 +26,10 @@ from scaling.config import format_T
 from scaling.tracking import resolve_tracking_uri
 
 from . import plots
+from .papers.context_scaling.plugin import TRAINING
 from .pipeline import judged, log_analysis, read, resolve, write_tables
 from .plugin import AnalysisError, AnalysisResult, Request
 from .report import _page, image_html, sweep_sections, table_html
-from .training import TRAINING
 
 POINT_KEYS = ["model", "T", "N", "predictor", "n"]
 FIT_VALUES = [

@@ -1,7 +1,8 @@
 """The verdicts in words: the answer line, the verdict table as a reader wants it, the rule stated once.
 
 The verdicts themselves (the rule, its numbers, the labels) are scaling.judge.verdicts': the adaptive driver
-judges with the same rule. This module only says them (analysis/training.py's summary and report).
+judges with the same rule. This module only says them (analysis/papers/context_scaling/plugin.py's summary and
+report).
 """
 
 from __future__ import annotations
