@@ -1,7 +1,7 @@
 """Bad input fails before any work: a message saying what and where, exit status 2, nothing written.
 
-Each case runs the real CLI entry point (scaling.sweep.main) in an empty directory and then checks that
-the directory holds only the sweep file: no mlflow.db, no storage directory, no Ray trial.
+Each case runs the real CLI entry point (scaling.sweep.__main__.main) in an empty directory and then
+checks that the directory holds only the sweep file: no mlflow.db, no storage directory, no Ray trial.
 """
 
 import time
@@ -11,7 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from scaling.science.models import GPT2_MAX_POSITIONS
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 
 def run_cli(tmp_path, document, *extra, text=None):

@@ -18,7 +18,7 @@ import yaml
 from analysis import claims, claims_statisticians, claims_temperature
 from analysis.__main__ import main as analysis_main
 from analysis.paper import PAPERS
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import resample
 from analysis.__main__ import main as analysis_main
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 from scaling.temperature.llm_icl import (
     load_causal_lm,
     load_sciq,

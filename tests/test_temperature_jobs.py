@@ -15,7 +15,7 @@ from scaling.config import ConfigError, canonical
 from scaling.kinds import KINDS
 from scaling.kinds.temperature import best_tau, metric_key, run_job
 from scaling.plan import load_plan
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 from scaling.temperature.garg import garg_model, to_garg_names
 from scaling.temperature.tiny_llm import save_tiny_llama
 from scaling.tracking import curve_metric_key

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 from scaling.temperature.tiny_llm import save_tiny_llama
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
