@@ -1,7 +1,7 @@
 """Bad input fails before any work: a message saying what and where, exit status 2, nothing written.
 
-Each case runs the real CLI entry point (scaling.sweep.__main__.main) in an empty directory and then
-checks that the directory holds only the sweep file: no mlflow.db, no storage directory, no Ray trial.
+Each case runs the real CLI entry point (scaling.sweep.main) in an empty directory and then checks that
+the directory holds only the sweep file: no mlflow.db, no storage directory, no Ray trial.
 """
 
 import time
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.science.models import GPT2_MAX_POSITIONS
+from scaling.papers.context_scaling.models import GPT2_MAX_POSITIONS
 from scaling.sweep.__main__ import main
 
 
