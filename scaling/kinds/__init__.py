@@ -1,5 +1,5 @@
-"""What an experiment kind is: the ``Kind`` record of a kind's functions (docs/design.md, "Experiment kinds
-are plug-ins").
+"""What an experiment kind is: the ``Kind`` record of a kind's functions
+(docs/design.md, "Experiment kinds are plug-ins").
 
 Training a cell is one kind; each seed-004 scan is another. A kind is a ``Kind`` object in a module of
 this package that says how its settings are validated (``settings``, the dataclass of the cell's
