@@ -1,7 +1,8 @@
 """The one loader of plug-ins named by "module:attribute" strings
-(docs/design.md, "Experiment kinds are plug-ins"): the kinds of ``KINDS`` (scaling/kinds/registry.py) and each kind's analysis (``Kind.analysis``,
-loaded by analysis/pipeline.py). Such a string is an import the module that loads it makes on first use:
-tests/test_layout.py counts it as one, from that module to the named one.
+(docs/design.md, "Experiment kinds are plug-ins"): the kinds of ``KINDS`` (scaling/kinds/registry.py) and
+each kind's analysis (``Kind.analysis``, loaded by analysis/pipeline.py). Such a string is an import the
+module that loads it makes on first use: tests/test_layout.py counts it as one, from that module to the
+named one.
 """
 
 from __future__ import annotations
