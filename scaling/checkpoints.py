@@ -13,6 +13,10 @@ a truncated write, a full disk) is reported by name, moved aside to ``<name>.dam
 back to ``previous.pt``, then to no checkpoint (the cell trains from scratch): never a silently wrong
 state. Files written before digests existed (no header) load as before, their damage only detected where
 torch cannot read them.
+
+An object store that does not answer for a while (scaling.storage: up to SCALING_STORAGE_RETRY_S, 300 s by
+default) holds a save or a load up and is asked again, each step on its own (each is safe to repeat), so a
+trial rides through the outage and loses nothing; a local path is never retried.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import hashlib
 import io
 import logging
 import uuid
-from pathlib import Path
 from typing import Callable
 
 import torch
 from pyarrow import fs as pafs
+
+from . import storage
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +82,8 @@ class CheckpointStore:
     """
 
     def __init__(self, uri: str, guard: Callable[[str], None] | None = None):
-        if "://" not in uri:
-            uri = str(Path(uri).resolve())
-        self.fs, self.root = pafs.FileSystem.from_uri(uri)
+        self.uri = storage.resolved(uri)
+        self.fs, self.root = storage.filesystem(self.uri)
         self.guard = guard
         self.problems: dict[str, list[str]] = {}  # cell key -> damaged files found by the last load
 
@@ -89,24 +93,38 @@ class CheckpointStore:
     def _path(self, key: str, name: str = "state.pt") -> str:
         return f"{self._dir(key)}/{name}"
 
+    def _retrying(self, call, what: str):
+        return storage.retrying(self.uri, call, what)
+
     def _exists(self, path: str) -> bool:
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        return self._retrying(lambda: self.fs.get_file_info(path).type != pafs.FileType.NotFound, "a look")
+
+    def _write(self, path: str, blob: bytes) -> None:
+        with self.fs.open_output_stream(path) as out:
+            out.write(blob)
 
     def save(self, key: str, state: dict) -> None:
         blob = encode(state)
         path = self._path(key)
-        self.fs.create_dir(self._dir(key), recursive=True)
+        what = f"saving the checkpoint of cell {key}"
+        self._retrying(lambda: self.fs.create_dir(self._dir(key), recursive=True), what)
         temp = f"{path}.{uuid.uuid4().hex}.tmp"  # unique: two writers never share a temp file
         try:
-            with self.fs.open_output_stream(temp) as out:
-                out.write(blob)
+            self._retrying(lambda: self._write(temp, blob), what)
             if self.guard is not None:
                 self.guard(key)
         except BaseException:
             self._remove(temp)
             raise
-        if self._exists(path):
-            self.fs.move(path, self._path(key, "previous.pt"))
+        self._retrying(lambda: self._rotate(temp, path, self._path(key, "previous.pt")), what)
+
+    def _rotate(self, temp: str, path: str, previous: str) -> None:
+        """The new file into place and the last one kept as ``previous``: asked again after a failure part
+        way, it moves only what is still to move."""
+        if self.fs.get_file_info(temp).type == pafs.FileType.NotFound:
+            return  # moved into place by an earlier try whose answer was lost
+        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self.fs.move(path, previous)
         self.fs.move(temp, path)
 
     def _remove(self, path: str) -> None:
@@ -125,14 +143,17 @@ class CheckpointStore:
             if not self._exists(path):
                 continue
             try:
-                with self.fs.open_input_stream(path) as stream:
-                    blob = stream.read()
+                blob = self._retrying(lambda: self._read_bytes(path), f"reading {name} of cell {key}")
                 return decode(blob), problems
             except (CheckpointDamaged, OSError) as err:
                 problems.append(f"checkpoint {path} is damaged: {err}")
                 if discard:
                     self._discard(path)
         return None, problems
+
+    def _read_bytes(self, path: str) -> bytes:
+        with self.fs.open_input_stream(path) as stream:
+            return stream.read()
 
     def _discard(self, path: str) -> None:
         try:
@@ -165,7 +186,8 @@ class CheckpointStore:
         for key in keys:
             if not self._exists(self._dir(key)):
                 continue
-            for info in self.fs.get_file_info(pafs.FileSelector(self._dir(key))):
+            selector = pafs.FileSelector(self._dir(key))
+            for info in self._retrying(lambda: self.fs.get_file_info(selector), "a listing"):
                 if info.base_name.endswith(".tmp"):
                     self._remove(info.path)
 
