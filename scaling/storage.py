@@ -20,20 +20,22 @@ its errors do not heal by waiting.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
-from .redact import redact
+from .redact import from_environment, redact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STORAGE_URI_ENV = "SCALING_STORAGE_URI"  # the real storage URI of a sweep whose URI holds a secret
+OUTAGE_NOTICE = "storage_outage"  # a trial's report that names an outage it rode through (the driver says it)
 DEFAULT_RETRY_S = 300.0
 # What pyarrow's S3 and GCS filesystems say when the store did not answer, or answered "later"
 TRANSIENT = re.compile(
@@ -59,6 +61,21 @@ def join(uri: str, *parts: str) -> str:
     is ``s3://b/runs/smoke?x=1``."""
     base, mark, query = uri.partition("?") if not is_local(uri) else (uri, "", "")
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)]) + mark + query
+
+
+def trial_storage_uri(spec_uri: str) -> str:
+    """The storage URI a trial uses: the environment's (set by the driver) when its redacted form is the
+    spec's, else the spec's own."""
+    return from_environment(spec_uri, STORAGE_URI_ENV)
+
+
+def tune_storage(uri: str) -> dict:
+    """Ray Tune's RunConfig arguments for Tune's state under ``uri``: a local path as it is; a remote one as
+    an opened filesystem and a path in it, so that its credentials and options never reach Tune's state."""
+    if is_local(uri):
+        return {"storage_path": resolved(uri.removeprefix("file://"))}
+    fs, path = filesystem(uri)
+    return {"storage_path": path, "storage_filesystem": fs}
 
 
 def filesystem(uri: str):
@@ -111,6 +128,18 @@ class Outages:
 
 
 OUTAGES = Outages()
+
+
+@contextlib.contextmanager
+def outages_heard(listener: Callable[[str], None]) -> Iterator[None]:
+    """``listener`` hears of each outage of a remote store that this process meets meanwhile, once."""
+    with OUTAGES.lock:
+        OUTAGES.listeners.append(listener)
+    try:
+        yield
+    finally:
+        with OUTAGES.lock:
+            OUTAGES.listeners.remove(listener)
 
 
 def retrying(uri: str, call: Callable[[], T], what: str, limit: float | None = None) -> T:

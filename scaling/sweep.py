@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from . import storage as stores
 from .checkpoints import CheckpointStore
 from .cluster import describe, ray_up_head, read_node_types, waiting_for_autoscaler
 from .cost import describe_compute, load_gpu_table
@@ -70,10 +71,7 @@ log = logging.getLogger(__name__)
 def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> str:
     """Where Tune state and checkpoints go: the flag, the sweep file's run.storage, ``default`` (a `ray up`
     cluster's SCALING_STORAGE), or ./scaling_runs."""
-    uri = storage or plan.run.storage or default or "scaling_runs"
-    if "://" not in uri:
-        uri = str(Path(uri).resolve())
-    return f"{uri.rstrip('/')}/{plan.name}"
+    return stores.join(stores.resolved(storage or plan.run.storage or default or "scaling_runs"), plan.name)
 
 
 def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
@@ -380,7 +378,7 @@ def make_tuner(run: SweepRun, specs: list[TrialSpec], progress: Progress, round_
         ),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{round_}",
-            storage_path=f"{run.store_uri}/tune",
+            **stores.tune_storage(stores.join(run.store_uri, "tune")),
             failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
             callbacks=[progress.callback()],
             verbose=0,
@@ -581,8 +579,9 @@ def start(run: SweepRun) -> None:
     """Phase 4: Ray started or joined and every cell checked to fit a node; the MLflow experiment (and a new
     SQLite store) and the sweep's parent run created; what every trial is told."""
     options = run.options
-    secret = has_secret(run.uri)
-    env = {TRACKING_URI_ENV: run.uri} if secret else {}  # credentials travel outside Tune's state
+    # credentials travel in the trials' environment, outside Tune's state
+    env = {TRACKING_URI_ENV: run.uri} if has_secret(run.uri) else {}
+    env |= {stores.STORAGE_URI_ENV: run.store_uri} if has_secret(run.store_uri) else {}
     quiet_ray(options.verbose)
     new_store = run.tracker is None
     start_cluster(
@@ -607,7 +606,7 @@ def start(run: SweepRun) -> None:
         "experiment_id": run.experiment_id,
         "sweep": run.name,
         "parent_run_id": run.parent,
-        "storage": run.store_uri,
+        "storage": redact(run.store_uri),
         "driver": driver_id(),
     }
 
