@@ -19,7 +19,7 @@ from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
 from scaling.plan import SweepError, load_plan
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 ADAPTIVE = {
     "budget": 0.9,

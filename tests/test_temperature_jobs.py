@@ -17,7 +17,7 @@ from scaling.kinds.temperature import best_tau, metric_key, run_job
 from scaling.papers.temperature.garg import garg_model, to_garg_names
 from scaling.papers.temperature.tiny_llm import save_tiny_llama
 from scaling.plan import load_plan
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 from scaling.tracking import curve_metric_key
 from tests.conftest import tiny_cell_dict
 
