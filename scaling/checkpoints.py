@@ -199,6 +199,12 @@ class CheckpointStore:
             log.warning("%s; discarded (kept as .damaged), %s", problem, fallback)
         return state
 
+    def with_checkpoints(self) -> set[str]:
+        """The keys of the cells that have a checkpoint (one listing of the storage)."""
+        selector = pafs.FileSelector(f"{self.root}/checkpoints", recursive=True, allow_not_found=True)
+        listing = self._retrying(lambda: self.fs.get_file_info(selector), "listing the checkpoints")
+        return {info.path.rsplit("/", 2)[-2] for info in listing if info.base_name == FILES[0]}
+
     def peek(self, key: str) -> dict[str, int]:
         """The newest checkpoint's header facts (``step``, ``logged``), reading its first bytes only; {}
         when the cell has none, or its file predates them."""

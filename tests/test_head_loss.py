@@ -1,7 +1,7 @@
 """The head of a real multi-node Ray cluster lost mid-sweep (issue 45, slow, root).
 
-The cluster is the on-premises file that ``cluster/onprem.py`` writes (docs/cluster.md, "On-premises
-cluster") for a head and one worker, both on this machine without Docker: the test runs what `ray up`
+The cluster is the file that ``cluster/onprem.py`` writes (docs/cluster.md, "On-premises cluster")
+for a head and one worker, both on this machine without Docker: the test runs what `ray up`
 runs on each node, command for command from that file (the head's setup, the head's start commands, the
 worker's), so the head has its own MLflow server on a real PostgreSQL (``cluster/start_mlflow.sh``) and
 advertises no CPU: every trial runs on the worker. The driver runs on the head by the plain documented

@@ -19,7 +19,7 @@ import pyarrow
 from pyarrow import fs as pafs
 
 from .. import storage as stores
-from ..checkpoints import CheckpointStore
+from ..checkpoints import CheckpointStore, behind
 from ..cluster import describe, ray_up_head, read_node_types
 from ..guards import check_address, check_flags, probe_storage
 from ..leases import Leases, driver_id
@@ -65,6 +65,7 @@ def run_sweep(
         return describe_run(run)
     if done_already(run):
         return run.outcome
+    say_behind(run)
     start(run)
     unfinished = train(run)
     if unfinished is not None:
@@ -143,6 +144,39 @@ def read_store(run: SweepRun) -> None:
     run.complete = run.complete_now() if run.experiment_id is not None else set()
     run.pending = [p for p in run.plan.cells if p.cell.key not in run.complete]
     run.outcome = SweepOutcome(len(run.plan.cells), len(run.plan.cells) - len(run.pending))
+
+
+def behind_the_storage(run: SweepRun) -> dict[str, str]:
+    """The pending cells whose checkpoint is ahead of their MLflow run (scaling.checkpoints.behind: a
+    tracking store restored from a backup older than the storage) -> why. One listing of the storage; a
+    checkpoint's header and its run's history are read only for cells that have both a checkpoint and
+    losses logged before it."""
+    store = CheckpointStore(run.store_uri)
+    found = store.with_checkpoints() & {p.cell.key for p in run.pending}
+    logged = {key: store.peek(key).get("logged", -1) for key in sorted(found)}
+    candidates = {key: value for key, value in logged.items() if value > 0}
+    if not candidates:
+        return {}
+    records = run.tracker.cell_records(run.experiment_id) if run.experiment_id is not None else {}
+    whys = {
+        key: behind(value, run.tracker.last_loss_step(records[key].run_id) if key in records else 0)
+        for key, value in candidates.items()
+    }
+    return {key: why for key, why in whys.items() if why}
+
+
+def say_behind(run: SweepRun) -> None:
+    """Name the cells the sweep trains again from step 0 because the tracking store is behind the storage."""
+    found = behind_the_storage(run)
+    if not found:
+        return
+    names = ", ".join(p.cell.name for p in run.pending if p.cell.key in found)
+    run.say(
+        f"[{run.name}] the tracking store is behind the storage for {len(found)} cell"
+        f"{'s' if len(found) != 1 else ''}: their checkpoints were written when their MLflow runs held more"
+        " of their training losses than the runs hold now (a store restored from an older backup?). They"
+        f" are trained again from step 0, so that each run's history is whole: {names}"
+    )
 
 
 def open_tracking(uri: str) -> Tracker | None:
