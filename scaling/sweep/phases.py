@@ -173,9 +173,8 @@ def say_behind(run: SweepRun) -> None:
     names = ", ".join(p.cell.name for p in run.pending if p.cell.key in found)
     run.say(
         f"[{run.name}] the tracking store is behind the storage for {len(found)} cell"
-        f"{'s' if len(found) != 1 else ''}: their checkpoints were written when their MLflow runs held more"
-        " of their training losses than the runs hold now (a store restored from an older backup?). They"
-        f" are trained again from step 0, so that each run's history is whole: {names}"
+        f"{'s' if len(found) != 1 else ''} (their checkpoints hold training that their MLflow runs lost: a"
+        f" store restored from an older backup?); trained again from step 0: {names}"
     )
 
 
