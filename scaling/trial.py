@@ -38,6 +38,7 @@ from .leases import Holder, Lease, Leases
 from .papers.context_scaling.stacked import PackTrainer
 from .papers.context_scaling.train import CellTrainer
 from .redact import trial_tracking_uri
+from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
 from .tracking import CellLog
 
@@ -185,7 +186,7 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     return Prepared(
         device,
         cap_gpu_memory(device, gpu),
-        CheckpointStore(spec.storage, guard=lambda key: leases[key].check()),
+        CheckpointStore(trial_storage_uri(spec.storage), guard=lambda key: leases[key].check()),
     )
 
 
@@ -198,7 +199,7 @@ def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
 def take_leases(spec: TrialSpec) -> tuple[dict[str, Lease], dict[str, Holder]]:
     """The leases of the spec's cells this trial got, and the live holders of the others."""
     leases, held = {}, {}
-    store = Leases(spec.storage)
+    store = Leases(trial_storage_uri(spec.storage))
     for key in spec.keys:
         got = store.acquire(key, spec.driver)
         (leases if isinstance(got, Lease) else held)[key] = got
@@ -354,4 +355,13 @@ def tune_trainable(config: dict[str, Any]) -> None:
     from ray import tune
 
     spec = TrialSpec.from_dict(spec_in(config))
-    (run_pack if spec.is_pack else run_cell)(spec, report=tune.report)
+    heard: list[str] = []  # an outage of the storage this trial rode through: its next report names it
+
+    def report(values: dict) -> None:
+        if heard:
+            values = {**values, OUTAGE_NOTICE: heard[0]}
+            heard.clear()
+        tune.report(values)
+
+    with outages_heard(heard.append):
+        (run_pack if spec.is_pack else run_cell)(spec, report=report)
