@@ -39,6 +39,7 @@ from .papers.context_scaling.stacked import PackTrainer
 from .papers.context_scaling.train import CellTrainer
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
+from .sweep_models import load_complete_model
 from .tracking import CellLog
 
 
@@ -140,8 +141,8 @@ class Throttled:
 @dataclass
 class TrialContext:
     """What a kind's ``run`` gets besides its cell: the device, the cell's checkpoint store and MLflow
-    log, the tracking URI (for kinds that read other runs) and ``progress`` (a dict to Tune: sent at
-    once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
+    log, the tracking URI (for kinds that read other runs: ``sweep_model``) and ``progress`` (a dict to Tune:
+    sent at once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
 
     device: torch.device
     store: CheckpointStore
@@ -154,6 +155,12 @@ class TrialContext:
 
     def progress(self, values: dict[str, Any], force: bool = True) -> None:
         self.throttled(values, force)
+
+    def sweep_model(self, experiment: str, params: dict[str, str]) -> tuple[dict, dict]:
+        """(cell.yaml, weights) of another sweep's complete cell run whose settings match ``params``, read
+        from this trial's store (scaling.sweep_models), for a kind that scans a trained model: the kinds
+        reach the store through their trial, never by importing what imports the cells."""
+        return load_complete_model(experiment, params, self.tracking_uri)
 
 
 @dataclass(frozen=True)
