@@ -46,8 +46,9 @@ class TrainingAnalysis(Analysis):
     """Fits, context/task verdicts of every model and baseline, the layout's figures, the answer."""
 
     def rule(self, result: AnalysisResult) -> Rule:
-        """The verdict rule, with the request's bootstrap resamples (stated in the report and the summary)."""
-        return Rule(n_boot=result.request.bootstrap)
+        """The verdict rule, with the request's margin and bootstrap resamples (stated in the report and the
+        summary)."""
+        return result.request.rule()
 
     def view(self, result: AnalysisResult) -> pd.DataFrame:
         return fit_view(result.table, result.axes)
