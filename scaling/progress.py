@@ -365,7 +365,7 @@ def next_commands(
 
 @dataclass(frozen=True, kw_only=True)
 class Summary:
-    """What a sweep's closing summary reports (scaling.sweep_run.SweepRun.summary builds it)."""
+    """What a sweep's closing summary reports (scaling.sweep.run.SweepRun.summary builds it)."""
 
     name: str  # the sweep, which is also its MLflow experiment
     total: int  # cells of the sweep

@@ -9,9 +9,9 @@ from conftest import tiny_cell_dict
 from mlflow.tracking import MlflowClient
 
 from scaling.cells import Cell
+from scaling.papers.context_scaling.train import CellTrainer
 from scaling.plan import PlannedCell, Resources
-from scaling.science.train import CellTrainer
-from scaling.sweep import unmet_requests
+from scaling.sweep.ray_start import unmet_requests
 from scaling.tracking import STATUS_COMPLETE, CellLog, Tracker, log_batches
 
 
