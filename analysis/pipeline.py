@@ -14,7 +14,9 @@ report names that run). Nothing goes into the output folder when the request can
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from scaling.config import missing_paths_noted
 from scaling.judge import provenance
 from scaling.kinds.registry import kind
 from scaling.plan import SweepError, load_plan
@@ -49,15 +52,42 @@ class Source:
     overrides: tuple[str, ...] = ()
     settings: pd.DataFrame | None = None  # the planned cells' settings: cell_key, model, param.*
     jobs: frozenset[str] | None = None
+    # local files the sweep names and this machine lacks (a model's weights): what running it needs first;
+    # reading its runs needs none of them (scaling.config.check_path)
+    lacks: tuple[str, ...] = ()
+    # the variant read: a sweep file's --set that change cells (scaling.plan.variant_of), an experiment's
+    # --set that pick cells; () for the sweep as its file says
+    variant: tuple[str, ...] = ()
+
+    @property
+    def folder(self) -> str:
+        """Its output folder's name: the experiment's, and a variant's own beside it
+        ('smoke+train.steps=200+grid.T=16-64'), so a variant never writes over the sweep's report."""
+        return variant_folder(self.name, self.variant)
+
+
+def variant_folder(name: str, variant: tuple[str, ...]) -> str:
+    """``name`` and each ``KEY=VALUE`` of the variant, joined by '+', the values' brackets, commas and
+    spaces written '-' (a name over 120 characters ends in a hash of the variant instead)."""
+    parts = []
+    for assignment in variant:
+        key, _, value = (part.strip() for part in assignment.partition("="))
+        parts.append(f"{key}={re.sub(r'[^A-Za-z0-9._-]+', '-', value).strip('-')}")
+    folder = "+".join([name, *parts])
+    if len(folder) > 120:
+        folder = f"{name}+{hashlib.sha256(' '.join(variant).encode()).hexdigest()[:12]}"
+    return folder
 
 
 def resolve(request: Request) -> Source:
     """The source of a sweep file (planned once, with the request's profile and overrides, as the sweep ran)
     or of an experiment name."""
     if request.experiment:
-        return Source(request.experiment, {}, None, provenance.DEFAULT_AXES, tuple(request.overrides))
+        overrides = tuple(request.overrides)
+        return Source(request.experiment, {}, None, provenance.DEFAULT_AXES, overrides, variant=overrides)
     try:
-        plan = load_plan(request.sweep, request.profile, request.overrides)
+        with missing_paths_noted() as lacks:
+            plan = load_plan(request.sweep, request.profile, request.overrides)
     except SweepError as err:
         raise AnalysisError(str(err)) from None
     axes = dict.fromkeys(a for p in plan.cells for a in p.axes)
@@ -70,11 +100,13 @@ def resolve(request: Request) -> Source:
     return Source(
         plan.name,
         plan.document,
-        {p.cell.key: p.cell.name for p in plan.cells},
+        {p.cell.key: p.name for p in plan.cells},
         tuple(dict.fromkeys([*provenance.DEFAULT_AXES[:4], *axes])),
         tuple(request.overrides),
         settings.assign(model=settings.get("param.model.name", "")),
         frozenset(p.cell.job for p in plan.cells),
+        tuple(lacks),
+        plan.variant,
     )
 
 
@@ -144,13 +176,24 @@ def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*provenance.DEFAULT_AXES, *map(str, grid)]))
 
 
+def sweep_file_of(uri: str, experiment: str) -> str:
+    """The sweep file an experiment ran (its ``sweep_file`` tag), as a path from here when sweeps/ holds it;
+    'SWEEP.yaml' when the store does not say."""
+    tracker = Tracker.existing(uri)
+    experiment_id = tracker.experiment_id(experiment)
+    name = tracker.experiment_tags(experiment_id).get("sweep_file") if experiment_id else None
+    if not name:
+        return "SWEEP.yaml"
+    return f"sweeps/{name}" if (Path("sweeps") / name).is_file() else name
+
+
 def pooled(table: pd.DataFrame, source: Source, uri: str) -> tuple[pd.DataFrame, tuple[str, ...], list[str]]:
     """An experiment's cells that may be pooled (the ``--set`` variant asked for), its grid axes and a note;
     fails when the cells differ beyond the grid axes (scaling.judge.provenance)."""
     axes = grid_axes(uri, source.name)
     try:
         table = provenance.select(table, source.overrides).reset_index(drop=True)
-        provenance.check_poolable(table, axes, source.name)
+        provenance.check_poolable(table, axes, source.name, sweep_file_of(uri, source.name))
     except provenance.PoolingError as err:
         raise AnalysisError(str(err)) from None
     return table, axes, [f"the cells with {', '.join(source.overrides)}"] if source.overrides else []
@@ -163,7 +206,8 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     try:
         table, missing = load_table(uri, name)
     except LookupError as err:
-        raise AnalysisError(str(err)) from None
+        needs = f"; before it can run, this machine needs: {'; '.join(source.lacks)}" if source.lacks else ""
+        raise AnalysisError(f"{err}{needs}") from None
     attrs = dict(table.attrs)
     notes: list[str] = []
     axes = source.axes
@@ -187,7 +231,11 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     result = AnalysisResult(
         name, out, table, missing, tracking_uri=uri, document=source.document, scans=scans, axes=axes
     )
+    result.variant = source.variant
     result.notes += notes
+    if source.lacks:
+        lacks = "; ".join(source.lacks)
+        result.notes.append(f"running this sweep again needs what this machine lacks: {lacks}")
     return result
 
 
@@ -228,7 +276,7 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
     uri = resolve_tracking_uri(request.tracking_uri)
     source = source or resolve(request)
     plugin = plugin or plugin_for(source, uri)
-    folder = Path(request.out) if request.out else Path("analysis_out") / source.name
+    folder = Path(request.out) if request.out else Path("analysis_out") / source.folder
     result = judged(read(source, uri, folder.resolve()), plugin, request)
     drawn = plugin.figures(result)
     write_tables(result)
@@ -251,7 +299,9 @@ def log_analysis(
     """Log the outputs as a run tagged kind=analysis in the sweep's experiment, under its parent run;
     ``report`` (run id -> path) writes the report once the run's id is known, logged into the same run."""
     tags = {"kind": "analysis", "sweep": experiment, **(extra_tags or {})}
-    name = f"analysis {experiment}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
+    if result.variant:
+        tags["variant"] = " ".join(result.variant)
+    name = f"analysis {result.title}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
     files = [
         (path, path.parent.relative_to(result.out).as_posix() if path.parent != result.out else None)
         for path in result.files

@@ -85,6 +85,12 @@ class AnalysisResult:
     ui_url: str = ""  # the MLflow UI's address, for links to runs
     waves: list = field(default_factory=list)  # an adaptive sweep's wave records (scaling.adaptive)
     units: dict = field(default_factory=dict)  # run id -> a scan cell's units.parquet (load_units)
+    variant: tuple[str, ...] = ()  # the --set variant read (analysis.pipeline.Source.variant); () for none
+
+    @property
+    def title(self) -> str:
+        """The experiment, and the variant read when there is one: 'smoke [train.steps=200]'."""
+        return f"{self.experiment} [{' '.join(self.variant)}]" if self.variant else self.experiment
 
     def answer(self) -> str:
         return self.plugin.answer(self) if self.plugin else "no verdicts"

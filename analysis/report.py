@@ -258,7 +258,6 @@ def sweep_sections(result, figures: bool = True) -> str:
 
 def write_report(result, path: Path) -> Path:
     """Write ``report.html`` for an AnalysisResult (analysis/plugin.py); returns its path."""
-    path.write_text(
-        _page(result.experiment, f"<h1>Sweep {html.escape(result.experiment)}</h1>" + sweep_sections(result))
-    )
+    title = result.title
+    path.write_text(_page(title, f"<h1>Sweep {html.escape(title)}</h1>" + sweep_sections(result)))
     return path

@@ -258,8 +258,15 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
     named = re.search(r"train\.steps = ([^;)]*)", str(caught.value)).group(1)
     assert set(named.split(" / ")) == own | {"60"}, named  # every variant it left out, by its steps
     # by experiment name alone, the MLP's own steps (its preset's) read as one more variant
-    with pytest.raises(AnalysisError, match=r"train\.steps = ([0-9]+ / )+60\).*--set train\.steps="):
+    refused = r"train\.steps = ([0-9]+ / )+60\).*--set train\.steps="
+    with pytest.raises(AnalysisError, match=refused) as caught:
         analyse(Request(None, "smoke", tracking_uri=uri, out=tmp_path / "pooled", bootstrap=20, log=False))
+    # what it suggests keeps every model: the sweep file with its --set, or the one setting that picks the
+    # whole variant (60: GPT-2 and MLP alike), never the steps of one model's preset (GPT-2's 1000 drops
+    # the MLP, which trains 4000)
+    suggested = re.findall(r"--set (train\.steps=\d+)", str(caught.value))
+    assert suggested == ["train.steps=60"], str(caught.value)
+    assert "by its sweep file and the --set it ran with: python -m analysis" in str(caught.value)
     picked = analyse(
         Request(
             None,
@@ -272,6 +279,29 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
         )
     )
     assert set(picked.table["cell_key"]) == set(short.table["cell_key"])
+
+
+def test_a_set_variant_is_analysed_into_its_own_folder_and_leaves_the_sweeps_report_as_it_was(
+    variants_store, tmp_path, monkeypatch
+):
+    from analysis.pipeline import analyse
+    from analysis.plugin import Request
+
+    uri, sweep = variants_store
+    monkeypatch.chdir(tmp_path)  # the default output folders, analysis_out/<...>, go here
+    plain = analyse(Request(sweep, tracking_uri=uri, bootstrap=20, log=False))
+    assert plain.out == tmp_path / "analysis_out" / "smoke"
+    before = {p.name: p.read_bytes() for p in plain.out.iterdir()}
+    steps = ("train.steps=60",)
+    variant = analyse(Request(sweep, tracking_uri=uri, bootstrap=20, log=False, overrides=steps))
+    assert variant.out == tmp_path / "analysis_out" / "smoke+train.steps=60"
+    assert {p.name: p.read_bytes() for p in plain.out.iterdir()} == before  # byte for byte
+    page = (variant.out / "report.html").read_text()
+    assert "<h1>Sweep smoke [train.steps=60]</h1>" in page
+    by_name = analyse(
+        Request(None, "smoke", tracking_uri=uri, bootstrap=20, log=False, overrides=("train.steps=60",))
+    )
+    assert by_name.out == variant.out  # the same variant, by its experiment and setting
 
 
 def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():

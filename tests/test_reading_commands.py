@@ -12,6 +12,7 @@ the same commands still read and write their outputs.
 import hashlib
 import math
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -162,6 +163,48 @@ def test_the_analysis_still_reads_a_real_store_and_logs_into_it(analysed_store, 
     client = MlflowClient(analysed_store)
     experiment = client.get_experiment_by_name("fig1-quick").experiment_id
     assert client.search_runs([experiment], "tags.kind = 'analysis'")
+
+
+def test_every_claim_in_the_quick_starts_folder_lists_what_it_cannot_run_and_why(tmp_path):
+    """The README's "every claim" command, run as written in a folder like the quick start's (its store
+    holds only the smoke sweep; the papers' sweep files as shipped, their local model not built here):
+    it exits 0 and writes the report, each claim not run with its reason; a part whose local model is
+    missing says how to build it. Nothing outside analysis_out/ is written."""
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    missing = tmp_path / "tiny-llama"  # where the sweep files say the tiny LLaMA is: not built here
+    for path in SWEEPS.glob("*.yaml"):
+        (sweeps / path.name).write_text(path.read_text().replace("/tmp/scaling-tiny-llama", str(missing)))
+    smoke = lattice_table(rng=np.random.default_rng(0), Ts=(16, math.inf), Ns=(8,), sweep="smoke")
+    write_store(f"sqlite:///{tmp_path}/mlflow.db", smoke, tmp_path / "mlartifacts")
+    before = listing(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    command = "python -m analysis --paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml"
+    command += " --profile quick"
+    done = subprocess.run(
+        ["bash", "-c", command.replace("python", shlex.quote(sys.executable), 1)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    claims = pd.read_csv(tmp_path / "analysis_out" / "paper-quick" / "claims.csv", keep_default_na=False)
+    assert set(claims["status"]) == {"not run"} and all(claims["evidence"])
+    llama = claims[claims["figure"].isin(["temp-llama-a", "temp-llama-b"])]
+    assert len(llama) == 2
+    for evidence in llama["evidence"]:
+        assert "no MLflow experiment named 'temp-llama-" in evidence
+        assert f"python -m scaling.papers.temperature.tiny_llm {missing}" in evidence
+    page = (tmp_path / "analysis_out" / "paper-quick" / "report.html").read_text()
+    assert f"python -m scaling.papers.temperature.tiny_llm {missing}" in page
+    assert not missing.exists()
+    after = {k: v for k, v in listing(tmp_path).items() if not k.startswith("analysis_out")}
+    assert after == before  # the store and the sweep files as they were
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) <= 12 and max(map(len, lines)) <= 160, done.stdout
+    assert lines[-3:] == [
+        "next:",
+        "  python -m scaling.sweep sweeps/fig1.yaml --profile quick   # Figure 1, not run",
+        f"  open {tmp_path / 'analysis_out' / 'paper-quick' / 'report.html'}",
+    ]
 
 
 def test_the_replay_still_reads_a_real_store(tmp_path, tiny_sweep):

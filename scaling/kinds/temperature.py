@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..config import ConfigError, check, check_choice, from_dict
+from ..config import ConfigError, check, check_choice, check_path, from_dict
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.baselines import applicable_baselines
 from ..papers.context_scaling.evaluate import evaluate
@@ -133,13 +133,13 @@ class TemperatureConfig:
         )
         if self.checkpoint:
             path = Path(self.checkpoint)
-            check(
+            check_path(
                 path.is_file() or (path / "state.pt").is_file(),
                 "checkpoint",
                 f"no Garg et al. checkpoint at {path} (a state.pt file or a directory holding one)",
             )
         if self.llm:
-            check(
+            check_path(
                 (Path(self.llm) / "config.json").is_file(),
                 "llm",
                 f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
@@ -150,7 +150,7 @@ class TemperatureConfig:
             )
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)
-            check(not value or Path(value).is_file(), name, f"no SciQ file at {value}")
+            check_path(not value or Path(value).is_file(), name, f"no SciQ file at {value}")
 
     def shift_label(self) -> str:
         kwargs = ",".join(f"{k}={v:g}" for k, v in sorted(self.shift_kwargs.items()))

@@ -170,7 +170,7 @@ def say_behind(run: SweepRun) -> None:
     found = behind_the_storage(run)
     if not found:
         return
-    names = ", ".join(p.cell.name for p in run.pending if p.cell.key in found)
+    names = ", ".join(p.name for p in run.pending if p.cell.key in found)
     run.say(
         f"[{run.name}] the tracking store is behind the storage for {len(found)} cell"
         f"{'s' if len(found) != 1 else ''} (their checkpoints hold training that their MLflow runs lost: a"

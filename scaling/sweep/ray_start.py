@@ -90,7 +90,7 @@ def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
         request = planned.resources.as_ray()
         if not any(fits(request, node) for node in nodes):
             asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
-            problems.append(f"cell {planned.cell.name} ({planned.cell.key}) asks one node for {asked}")
+            problems.append(f"cell {planned.name} ({planned.cell.key}) asks one node for {asked}")
     if problems:
         problems.append("nodes: " + ("; ".join(f"[{shape}]" for shape in shapes) or "(none alive)"))
     return problems
@@ -110,9 +110,7 @@ def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
             request = planned.resources.as_ray()
             if not any(fits(request, node) for node in nodes):
                 asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
-                unmet.append(
-                    (f"cell {planned.cell.name} ({planned.cell.key}) asks one node for {asked}", request)
-                )
+                unmet.append((f"cell {planned.name} ({planned.cell.key}) asks one node for {asked}", request))
         waiting, never = waiting_for_autoscaler(unmet, list(node_types))
         if not never:
             return waiting
