@@ -23,6 +23,8 @@ from scaling.judge.verdicts import Rule
 
 from .verdicts import display_table, rule_text
 
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
+
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
 table.data{border-collapse:collapse;font-size:12px}table.data td,table.data th{padding:2px 7px;
 border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}figure{margin:1em 0}img{max-width:100%}
@@ -157,19 +159,31 @@ def fits_html(fits: pd.DataFrame | None) -> str:
     return head + table_html(shown, "no fitted group") + missing
 
 
+def ui_address(result) -> str:
+    """The MLflow UI's address for the result's runs: ``result.ui_url`` (--ui-url), else the tracking URI
+    when it is a server, else where ``mlflow ui`` serves a local store by default."""
+    if getattr(result, "ui_url", ""):
+        return result.ui_url.rstrip("/")
+    uri = result.tracking_uri
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+
+
+def run_address(result, run_id: str) -> str:
+    """The page of a run in the MLflow UI."""
+    exp = result.table.attrs.get("experiment_id", "")
+    return (
+        f"{ui_address(result)}/#/experiments/{exp}/runs/{run_id}"
+        if exp
+        else f"{ui_address(result)}/#/runs/{run_id}"
+    )
+
+
 def run_link(result, run_id: str | None) -> str:
-    """A run id, linked to its page in the MLflow UI when a server URL is known (the tracking URI when it
-    is a server, else ``result.ui_url``)."""
+    """A run id, linked to its page in the MLflow UI (``ui_address``; a local store's UI is there once
+    ``mlflow ui`` serves it, which the report's MLflow section says)."""
     if not run_id:
         return "-"
-    ui = getattr(result, "ui_url", "") or (
-        result.tracking_uri if result.tracking_uri.startswith("http") else ""
-    )
-    exp = result.table.attrs.get("experiment_id", "")
-    if not ui:
-        return f"<code>{html.escape(run_id)}</code>"
-    path = f"#/experiments/{exp}/runs/{run_id}" if exp else f"#/runs/{run_id}"
-    return f'<a href="{html.escape(ui.rstrip("/"))}/{path}"><code>{html.escape(run_id)}</code></a>'
+    return f'<a href="{html.escape(run_address(result, run_id))}"><code>{html.escape(run_id)}</code></a>'
 
 
 def runs_html(result) -> str:
@@ -190,16 +204,18 @@ def runs_html(result) -> str:
     )
 
 
+def answer_text(answer: str) -> str:
+    """The one-line answer laid out for reading: each question on its own line, each unit below it,
+    indented."""
+    text = answer.replace(" | ", "\n  ").replace(". Task scaling:", ".\nTask scaling:")
+    return text.replace("Context scaling: ", "Context scaling:\n  ").replace(
+        "Task scaling: ", "Task scaling:\n  "
+    )
+
+
 def answer_html(answer: str) -> str:
-    """The one-line answer laid out for reading: each question on its own line, each unit below it."""
-    text = (
-        html.escape(answer)
-        .replace(" | ", "<br>&nbsp;&nbsp;")
-        .replace(". Task scaling:", ".<br>Task scaling:")
-    )
-    return text.replace("Context scaling: ", "Context scaling:<br>&nbsp;&nbsp;").replace(
-        "Task scaling: ", "Task scaling:<br>&nbsp;&nbsp;"
-    )
+    """``answer_text`` as HTML."""
+    return html.escape(answer_text(answer)).replace("\n  ", "<br>&nbsp;&nbsp;").replace("\n", "<br>")
 
 
 def _page(title: str, body: str) -> str:

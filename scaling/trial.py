@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -118,14 +119,16 @@ PROGRESS_EVERY_S = 10.0
 
 class Throttled:
     """Passes a progress dict on to ``report`` at most once per ``every`` seconds (default
-    PROGRESS_EVERY_S), unless told it must; ``clock`` reads seconds (time.monotonic)."""
+    PROGRESS_EVERY_S), unless told it must, and the first at once (the progress view learns when a trial
+    starts training, and from which step: scaling.progress times the sweep from then); ``clock`` reads
+    seconds (time.monotonic)."""
 
     def __init__(
         self, report: Callable[[dict], None] | None, every: float | None = None, clock=time.monotonic
     ):
         self.report, self.clock = report, clock
         self.every = PROGRESS_EVERY_S if every is None else every
-        self.last = clock()
+        self.last = -math.inf
 
     def __call__(self, values: dict[str, Any], force: bool = False) -> None:
         if not self.report:

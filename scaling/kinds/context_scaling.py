@@ -80,12 +80,15 @@ def run(cell, trial) -> dict[str, Any]:
     resume(trainer, trial.store, trial.log)
     every = cell.train.checkpoint_every
     steps = cell.train.steps
+    start = trainer.step / steps  # where this run starts: the progress view counts only what it trains
     while not trainer.done_training:
         losses: list = []
 
         def on_loss(step: int, loss: float) -> None:
             losses.append((step, loss))
-            trial.progress({"step": step, "progress": step / steps, "loss": loss}, force=False)
+            trial.progress(
+                {"step": step, "progress": step / steps, "start": start, "loss": loss}, force=False
+            )
 
         trainer.train_until((trainer.step // every + 1) * every, on_loss)
         checkpoint(trainer, trial.store, trial.log, losses)
@@ -93,6 +96,7 @@ def run(cell, trial) -> dict[str, Any]:
             {
                 "step": trainer.step,
                 "progress": trainer.step / steps,
+                "start": start,
                 "loss": losses[-1][1] if losses else float("nan"),
             }
         )
@@ -124,6 +128,7 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
     stacked = PackTrainer(trainers)
     losses: list[list] = [[] for _ in trainers]
     steps = sum(t.cell.train.steps for t in trainers)
+    start = sum(t.step for t in trainers) / steps  # the members' checkpoints: trained before this run
     while not stacked.done_training:
         active, stop = stacked.next_segment()
         behind = [t.step for t in trainers if t not in active]  # members that wait out this segment
@@ -132,9 +137,8 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
         def on_loss(i: int, step: int, loss: float) -> None:
             losses[i].append((step, loss))
             done = behind_done + step * len(active)
-            pack.progress(
-                {"step": min(step, behind_min), "progress": done / steps, "loss": float("nan")}, force=False
-            )
+            progress = {"step": min(step, behind_min), "progress": done / steps, "start": start}
+            pack.progress({**progress, "loss": float("nan")}, force=False)
 
         stacked.train_until(active, stop, on_loss)
         for trainer in active:
@@ -146,6 +150,7 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
             {
                 "step": min(t.step for t in trainers),
                 "progress": sum(t.step for t in trainers) / steps,
+                "start": start,
                 "loss": float("nan"),
             }
         )

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
 import pyarrow
+import yaml
 from pyarrow import fs as pafs
 
 from .. import storage as stores
@@ -39,6 +41,28 @@ from .dry_run import cell_states, describe_adaptive, describe_plan
 from .run import RunOptions, SweepOutcome, SweepRun
 
 log = logging.getLogger(__name__)
+
+
+def smaller_profiles(run: SweepRun) -> str:
+    """A hint for cells too big for this machine: the sweep file's profiles, when it runs at none ('' when
+    it has none, or a profile was given)."""
+    if run.profile:
+        return ""
+    try:
+        profiles = list((yaml.safe_load(Path(run.path).read_text()) or {}).get("profiles") or {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return ""
+    if not profiles:
+        return ""
+    first = "quick" if "quick" in profiles else profiles[0]
+    command = shlex.join(
+        ["python", "-m", "scaling.sweep", run.path, "--profile", first, *sets(run.overrides)]
+    )
+    return f"the sweep file has profiles for smaller machines ({', '.join(profiles)}): {command}"
+
+
+def sets(overrides) -> list[str]:
+    return [part for override in overrides for part in ("--set", override)]
 
 
 def run_sweep(
@@ -217,7 +241,8 @@ def done_already(run: SweepRun) -> bool:
     with the cells now complete), said so."""
     if not run.pending:
         total = len(run.plan.cells)
-        run.say(f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train.")
+        said = f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train."
+        run.say("\n".join([said, "next:", *(f"  {command}" for command in commands_next(run))]))
         return True
     if run.policy is not None and run.experiment_id is not None:
         from ..adaptive.driver import ended_already  # defers scipy.stats (~2 s): only --adaptive
@@ -243,7 +268,7 @@ def start(run: SweepRun) -> None:
     )
     node_types = read_node_types() if run.head is not None else []
     autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
-    waiting = check_feasible(run.pending, autoscaling, node_types)
+    waiting = check_feasible(run.pending, autoscaling, node_types, smaller_profiles(run))
     if run.head is not None:
         run.say(f"[{run.name}] on the `ray up` cluster of {run.head.source} (Ray at {run.address})")
     if waiting:
@@ -323,10 +348,9 @@ def clean_temp_files(store_uri: str, keys: list[str]) -> None:
         log.warning("could not remove leftover temp files: %s", err)
 
 
-def report(run: SweepRun, unfinished: list) -> None:
-    """Phase 6: the closing summary (scaling.progress.summary_lines), how to resume what is unfinished;
-    leftover temp files removed and the sweep's parent run ended."""
-    commands = next_commands(
+def commands_next(run: SweepRun) -> list[str]:
+    """What to run after this sweep (scaling.progress.next_commands): its analysis, the MLflow UI."""
+    return next_commands(
         run.path,
         run.profile,
         run.overrides,
@@ -335,7 +359,12 @@ def report(run: SweepRun, unfinished: list) -> None:
         run.experiment_id,
         default_uri=resolve_tracking_uri(None),
     )
-    lines = summary_lines(run.summary(len(unfinished), commands))
+
+
+def report(run: SweepRun, unfinished: list) -> None:
+    """Phase 6: the closing summary (scaling.progress.summary_lines), how to resume what is unfinished;
+    leftover temp files removed and the sweep's parent run ended."""
+    lines = summary_lines(run.summary(len(unfinished), commands_next(run)))
     if unfinished:
         run.outcome.interrupted = True
         lines.append(
