@@ -181,13 +181,13 @@ def stack(members: Sequence[CellTrainer]) -> "StackedMembers | StackedTransforme
 class PackTrainer:
     """K CellTrainers trained together in segments: stacked forward/backward and Adam (``stack``'s engine).
 
-    At most ``limit`` members are stacked at once (default: all; the trial's device memory sets it): the
-    first ``limit`` members still training are trained first. ``guard(engine)``, called before each step,
-    may raise torch.OutOfMemoryError (a device of stated memory: scaling.devices.TrialMemory). A pack that
-    runs out of memory is split: its members keep every step the engine finished (nothing lost, nothing
-    trained twice), the limit halves, ``on_split(text)`` says so, and ``train_until`` returns early;
-    ``next_segment`` goes on with the smaller packs. The engine of a segment is kept for the next one while
-    the same members train (a CUDA graph is captured once, not per checkpoint).
+    At most ``limit`` members are stacked at once (default: all; the trial's device memory sets it): the first
+    ``limit`` members still training are trained first. ``guard(engine)``, called before each step, may raise
+    torch.OutOfMemoryError (a device of stated memory: scaling.devices.TrialMemory). A pack that runs out of
+    memory is split: its members keep every step the engine finished (nothing lost, nothing trained twice),
+    the limit halves, ``on_split(indices, text)`` says so (the indices of the members that were stacked), and
+    ``train_until`` returns early; ``next_segment`` goes on with the smaller packs. The engine of a segment is
+    kept for the next one while the same members train (a CUDA graph is captured once, not per checkpoint).
     """
 
     def __init__(
@@ -195,7 +195,7 @@ class PackTrainer:
         trainers: Sequence[CellTrainer],
         limit: int | None = None,
         guard: Callable[[object], None] | None = None,
-        on_split: Callable[[str], None] | None = None,
+        on_split: Callable[[list[int], str], None] | None = None,
     ):
         self.trainers = list(trainers)
         self.limit = len(self.trainers) if limit is None else max(1, limit)
@@ -261,8 +261,9 @@ class PackTrainer:
         self.limit = max(1, len(members) // 2)
         if self.on_split is not None:
             self.on_split(
+                [self.trainers.index(m) for m in members],
                 f"out of memory with {len(members)} members stacked, at step {engine.step} ({what}): the pack"
-                f" goes on in packs of at most {self.limit}, each member from its step {engine.step}"
+                f" goes on in packs of at most {self.limit}, each member from its step {engine.step}",
             )
 
     @property
