@@ -22,7 +22,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from scaling.tracking import resolve_tracking_uri
+from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
 from .pipeline import judged, log_analysis, read, resolve, write_tables

@@ -16,8 +16,8 @@ import pandas as pd
 from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
-from scaling.tracking import Tracker
 from scaling.tracking.adaptive_waves import read_waves
+from scaling.tracking.tracker import Tracker
 
 from . import figures
 from .plugin import Analysis, AnalysisResult

@@ -52,16 +52,11 @@ from .plan import Plan, SweepError, add_set_argument, load_plan
 from .progress import Progress, next_commands, quiet_ray, summary_lines
 from .redact import TRACKING_URI_ENV, has_secret, install_log_redaction, redact
 from .sweep_run import RunOptions, SweepOutcome, SweepRun
-from .tracking import (
-    Tracker,
-    TrackingError,
-    database_has_store,
-    is_database,
-    local_store_path,
-    resolve_tracking_uri,
-)
+from .tracking import TrackingError
 from .tracking.adaptive_waves import read_waves
 from .tracking.store_template import preload
+from .tracking.tracker import Tracker
+from .tracking.uri import database_has_store, is_database, local_store_path, resolve_tracking_uri
 from .trial import TrialMember, TrialSpec, spec_in, tune_trainable
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from .leases import Holder, Lease, Leases
 from .redact import trial_tracking_uri
 from .science.stacked import PackTrainer
 from .science.train import CellTrainer
-from .tracking import CellLog
+from .tracking.cell_log import CellLog
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import scaling.kinds
 from analysis.__main__ import main
 from scaling.kinds import KINDS
 from scaling.plan import load_plan
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 from scaling.trial import TrialMember, TrialSpec, run_cell
 
 SWEEP = {
