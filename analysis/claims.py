@@ -1,6 +1,7 @@
 """The claims of seed 001 (Abedsoltan et al., Figs. 1-8), each checked against an analysed sweep, and what
 every paper's claims share (Claim, Outcome, the statuses, ``evaluate``; seed 003's and 004's claims:
-analysis/claims_statisticians.py, analysis/claims_temperature.py; the report: analysis/paper.py).
+analysis/papers/statisticians/claims.py, analysis/papers/temperature/claims.py; the report:
+analysis/paper.py).
 
 A claim names its figure, says what the paper states, and checks it on the figure's sweep. A scaling claim
 reads the verdict table (scaling.judge.verdicts) at the paper's fixed value (context scaling at the sweep's

@@ -2,8 +2,8 @@
 overlaid curves, one report.
 
 ``compare`` reads both sweeps (analysis/pipeline.py) and judges each with the training kind's plug-in
-(analysis/training.py), writes each one's tables into ``<out>/<experiment>/``, and into ``<out>``
-``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
+(analysis/papers/context_scaling/plugin.py), writes each one's tables into ``<out>/<experiment>/``, and into
+``<out>`` ``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
 ``fits_side_by_side.csv``, the overlaid figures and ``report.html``; logged as a ``kind=analysis`` run (tag
 ``compare_with``) in the first sweep's experiment only.
 
@@ -22,13 +22,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from scaling.config import format_T
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
+from .papers.context_scaling.plugin import TRAINING
 from .pipeline import judged, log_analysis, read, resolve, write_tables
 from .plugin import AnalysisError, AnalysisResult, Request
 from .report import _page, image_html, sweep_sections, table_html
-from .training import TRAINING
 
 POINT_KEYS = ["model", "T", "N", "predictor", "n"]
 FIT_VALUES = [
@@ -88,6 +89,18 @@ def fits_side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return merged[order]
 
 
+def draw_models(ax, part: pd.DataFrame, x: str, style: str, colors: dict, sweep: str, band: bool) -> None:
+    """One sweep's trained models on ``ax``: the error (mean over seeds) against ``x``, in line ``style``
+    and each model's colour, labelled with the sweep; with the interval as a band where ``band``."""
+    for model, rows in part.groupby("model"):
+        curve = plots.over_seeds(rows, [x]).sort_values(x)
+        ax.plot(
+            curve[x], curve["err"], style, color=colors[model], marker="o", ms=3, label=f"{model} ({sweep})"
+        )
+        if band:
+            ax.fill_between(curve[x], curve["lo"], curve["hi"], color=colors[model], alpha=0.1, linewidth=0)
+
+
 def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
     """Error vs n of the trained models, A solid and B dashed in the same colour, a panel per (T, N)
     that both sweeps have (at most MAX_OVERLAY_PANELS), plus error vs N at n = N per T."""
@@ -105,21 +118,8 @@ def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
                 & (table["predictor"] == "model")
                 & table["model"].isin(cells["model"])
             ]
-            for model, rows in part.groupby("model"):
-                curve = plots.over_seeds(rows, ["n"]).sort_values("n")
-                ax.plot(
-                    curve["n"],
-                    curve["err"],
-                    style,
-                    color=colors[model],
-                    marker="o",
-                    ms=3,
-                    label=f"{model} ({sweep})",
-                )
-                ax.fill_between(
-                    curve["n"], curve["lo"], curve["hi"], color=colors[model], alpha=0.1, linewidth=0
-                )
-        plots.finish(ax, "context length n", f"T = {plots.format_T(T)}, N = {N}", False)
+            draw_models(ax, part, "n", style, colors, sweep, band=True)
+        plots.finish(ax, "context length n", f"T = {format_T(T, short=True)}, N = {N}", False)
     figs = {
         "compare_context": plots.legend_below(fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs n")
     }
@@ -129,18 +129,8 @@ def overlay_figures(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, plt.Figure]:
         for ax, T in zip(axes[0], Ts):
             for table, style, sweep in ((a, "-", names[0]), (b, "--", names[1])):
                 part = table[(table["T"] == T) & (table["n"] == table["N"]) & (table["predictor"] == "model")]
-                for model, rows in part.groupby("model"):
-                    curve = plots.over_seeds(rows, ["N"]).sort_values("N")
-                    ax.plot(
-                        curve["N"],
-                        curve["err"],
-                        style,
-                        color=colors[model],
-                        marker="o",
-                        ms=3,
-                        label=f"{model} ({sweep})",
-                    )
-            plots.finish(ax, "context length N (train = test)", f"T = {plots.format_T(T)}", False)
+                draw_models(ax, part, "N", style, colors, sweep, band=False)
+            plots.finish(ax, "context length N (train = test)", f"T = {format_T(T, short=True)}", False)
         figs["compare_diagonal"] = plots.legend_below(
             fig, f"{names[0]} (solid) vs {names[1]} (dashed): error vs N at n = N"
         )

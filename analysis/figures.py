@@ -26,6 +26,8 @@ from typing import Callable
 
 import pandas as pd
 
+from scaling.config import format_T
+
 from . import plots
 
 TASK = "param.task.family"
@@ -77,8 +79,8 @@ def task_and_context(table: pd.DataFrame, name: str, N_A: float, Ts_B: list[floa
         drawn.notes.append(f"panel A: the sweep has no N = {N_A:g}; drawn at N = {N}")
     if [T for T in Ts_B if T in Ts] != Ts_B:
         drawn.notes.append(
-            f"panel B: wanted T = {', '.join(map(plots.format_T, Ts_B))}; "
-            f"drawn at T = {', '.join(map(plots.format_T, Ts))}"
+            f"panel B: wanted T = {', '.join(format_T(T, short=True) for T in Ts_B)}; "
+            f"drawn at T = {', '.join(format_T(T, short=True) for T in Ts)}"
         )
     fig, axes = plots.grid(len(rows), 1 + len(Ts))
     for r, (task, part) in enumerate(rows):
@@ -89,7 +91,7 @@ def task_and_context(table: pd.DataFrame, name: str, N_A: float, Ts_B: list[floa
                 part[part["T"] == T],
                 colors,
                 diagonal=True,
-                title=_prefix(task, f"(B) error vs N, T = {plots.format_T(T)}"),
+                title=_prefix(task, f"(B) error vs N, T = {format_T(T, short=True)}"),
             )
     drawn.figures[name] = plots.legend_below(fig, f"{name}: task scaling (A) and context scaling (B)")
     return drawn
@@ -160,7 +162,7 @@ def fixed_T(table: pd.DataFrame, name: str, wanted: float) -> Drawn:
     finite = [T for T in table["T"].unique() if not math.isinf(T)] or list(table["T"].unique())
     T = wanted if wanted in finite else max(finite)
     drawn = context_panels(table[table["T"] == T], name, diagonal=True)
-    drawn.notes.append(f"drawn at T = {plots.format_T(T)}")
+    drawn.notes.append(f"drawn at T = {format_T(T, short=True)}")
     return drawn
 
 

@@ -4,11 +4,12 @@
 analyses each sweep file's experiment that has complete cells (as ``python -m analysis SWEEP`` does: its own
 folder and report, its kind's plug-in), then writes one page, ``analysis_out/paper[-PROFILE]/report.html``
 with ``claims.csv``: a section per paper (seed 001: Figs. 1-8, analysis.claims; seed 003: the constructed
-transformers, analysis.claims_statisticians; seed 004: Figs. 1-6 and 3, analysis.claims_temperature), for
-each of its parts (one sweep file each) the figure drawn from the runs and each of the paper's claims with
-"reproduced", "not reproduced", "inconclusive" or "not run", its numbers (the kind's own verdicts), the
-profile it ran at and the commands that produced it. A part whose sweep file is not given, or whose
-experiment is not in the store, is "not run", with the reason and the commands that would run it.
+transformers, analysis.papers.statisticians.claims; seed 004: Figs. 1-6 and 3,
+analysis.papers.temperature.claims), for each of its parts (one sweep file each) the figure drawn from the
+runs and each of the paper's claims with "reproduced", "not reproduced", "inconclusive" or "not run", its
+numbers (the kind's own verdicts), the profile it ran at and the commands that produced it. A part whose sweep
+file is not given, or whose experiment is not in the store, is "not run", with the reason and the commands
+that would run it.
 
 A sweep file may name its own profile, ``sweeps/fig1.yaml:repro``; the others take ``--profile``. Every
 file is planned before anything is analysed: a file that is not one of the papers' sweeps, a profile it
@@ -30,8 +31,9 @@ from scaling.judge.verdicts import Rule
 from scaling.redact import redact
 
 from . import claims as claiming
-from . import claims_statisticians, claims_temperature
 from .figures import layout_name
+from .papers.statisticians import claims as claims_statisticians
+from .papers.temperature import claims as claims_temperature
 from .pipeline import analyse, resolve
 from .plugin import AnalysisError, Request
 from .report import _page, image_html, table_html

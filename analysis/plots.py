@@ -29,6 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from scaling.config import format_T  # noqa: E402
+
 THEORY = {"ridge": "Bayes ridge (theory)", "bayes_discrete": "discrete MMSE (theory)"}
 BASELINE_LABELS = {
     "least_squares": "OLS",
@@ -83,13 +85,6 @@ def over_seeds(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     out["lo"] = np.where(out["seeds"] > 1, out["lo_seed"], out["lo_boot"])
     out["hi"] = np.where(out["seeds"] > 1, out["hi_seed"], out["hi_boot"])
     return out.reset_index()
-
-
-def format_T(T: float) -> str:
-    if math.isinf(T):
-        return "inf"
-    exponent = math.log10(T) if T > 0 else 0.5
-    return f"1e{int(exponent)}" if T >= 1000 and exponent == int(exponent) else f"{T:g}"
 
 
 def model_colors(table: pd.DataFrame) -> dict[str, tuple]:
@@ -277,7 +272,7 @@ def t_positions(Ts) -> tuple[dict[float, float], list[float], list[str]]:
     inf_at = finite[-1] * INF_GAP if finite else 1.0
     where = {T: (inf_at if math.isinf(T) else T) for T in Ts}
     ticks = sorted(set(where.values()))
-    return where, ticks, [format_T(next(T for T, v in where.items() if v == t)) for t in ticks]
+    return where, ticks, [format_T(next(T for T, v in where.items() if v == t), short=True) for t in ticks]
 
 
 def axis_break(ax, left: float, right: float) -> None:
@@ -466,7 +461,7 @@ def context_scaling_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     colors = model_colors(table)
     for ax, (task, T) in zip(axes[0], keys):
         part = table[(table["_task"] == task) & (table["T"] == T)]
-        draw_context(ax, part, colors, diagonal=False, title=f"{task} T = {format_T(T)}".strip())
+        draw_context(ax, part, colors, diagonal=False, title=f"{task} T = {format_T(T, short=True)}".strip())
     return legend_below(fig, title or "Context scaling")
 
 

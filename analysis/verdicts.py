@@ -1,7 +1,8 @@
 """The verdicts in words: the answer line, the verdict table as a reader wants it, the rule stated once.
 
 The verdicts themselves (the rule, its numbers, the labels) are scaling.judge.verdicts': the adaptive driver
-judges with the same rule. This module only says them (analysis/training.py's summary and report).
+judges with the same rule. This module only says them (analysis/papers/context_scaling/plugin.py's summary and
+report).
 """
 
 from __future__ import annotations
@@ -167,22 +168,6 @@ def question_sentence(verdicts: pd.DataFrame, question: str) -> str:
 def answer_line(context: pd.DataFrame, task: pd.DataFrame) -> str:
     """The answer in words with numbers: which models context-scale and which task-scale."""
     return " ".join(question_sentence(v, q) for q, v in (("context", context), ("task", task)))
-
-
-def verdict_summary(verdicts: pd.DataFrame, question: str) -> dict[str, list[str]]:
-    """Label -> the units (unit_names) given it. A unit whose groups disagree is listed under each
-    label with the fixed axis value, e.g. "mlp [T=1e6]"."""
-    q = question_named(question)
-    labels = {q.yes: [], q.no: [], AT_CHANCE: [], INCONCLUSIVE: []}
-    if verdicts.empty:
-        return labels
-    for name, group in verdicts.groupby(unit_names(verdicts), sort=True):
-        if group["verdict"].nunique() == 1:
-            labels[group["verdict"].iloc[0]].append(name)
-            continue
-        for _, row in group.iterrows():
-            labels[row["verdict"]].append(f"{name} [{q.fixed}={value_text(row[q.fixed])}]")
-    return labels
 
 
 def display_table(verdicts: pd.DataFrame) -> pd.DataFrame:

@@ -12,9 +12,10 @@ line printed and written to DIR (gpu.json, cost_table_cuda.json) as it comes:
 2. ``fig1``: the Fig. 1 GPT-2 cell's training step (8 layers, 8 heads, width 256, d = 8, N = 40, batch 64)
    against the Garg-style reference loop of benchmarks.training (Hugging Face GPT2Model, eager attention,
    fp32, data drawn on the CPU, torch.optim.Adam) on the same card: ours in fp32, TF32 and bf16, eager and
-   replayed from a CUDA graph (scaling.science.cuda_graphs); prompts/s and MFU (model FLOPs of
+   replayed from a CUDA graph (scaling.papers.context_scaling.cuda_graphs); prompts/s and MFU (model FLOPs of
    scaling.cost.step_flops over the card's dense bf16 peak); the graphed steps' numbers against eager ones.
-3. ``packs``: K = 1, 8, 32, 64 packed GPT-2 cells (scaling.science.stacked_transformers) at the quick
+3. ``packs``: K = 1, 8, 32, 64 packed GPT-2 cells (scaling.papers.context_scaling.stacked_transformers) at the
+quick
    profile's size and at Fig. 1's, fp32 as the sweeps train, eager (what a trial runs) and graphed: cells
    per hour against K cells trained one after another, the pack's peak memory; member 0's numbers after
    a few steps against the same cell trained alone.
@@ -49,8 +50,8 @@ import torch
 
 from scaling.cells import Cell
 from scaling.cost import StepShape, activation_elements, fit_table, model_params, step_flops
-from scaling.science.stacked import stack
-from scaling.science.train import CellTrainer
+from scaling.papers.context_scaling.stacked import stack
+from scaling.papers.context_scaling.train import CellTrainer
 
 from .common import Result, interleaved_medians, skipped
 
@@ -189,7 +190,7 @@ def tf32(on: bool):
 
 def graphed(run: Run, trainer, batch, warmup: int = 3):
     """A step function replaying one captured CUDA graph of ``trainer``'s step (CUDA only)."""
-    from scaling.science.cuda_graphs import GraphedSteps
+    from scaling.papers.context_scaling.cuda_graphs import GraphedSteps
 
     steps = GraphedSteps(trainer, batch, warmup)
     return steps.step
@@ -667,8 +668,9 @@ def curves_apart(a, b) -> float:
 
 def kinds_phase(run: Run, seconds: float) -> None:
     """Each kind a GPU runs, on the GPU and on the CPU, on the same weights and evaluation prompts (drawn on
-    the CPU whatever the device: scaling.science.tasks.fresh_prompts): their answers agree to fp32 (GPT-2)
-    or fp64 (constructions) rounding. A cell trained on each device (CUDA draws its own batches) is INFO."""
+    the CPU whatever the device: scaling.papers.context_scaling.tasks.fresh_prompts): their answers agree to
+    fp32 (GPT-2) or fp64 (constructions) rounding. A cell trained on each device (CUDA draws its own batches)
+    is INFO."""
     from scaling.kinds.temperature import scan_gpt2
 
     cpu, gpu = torch.device("cpu"), run.device
@@ -736,7 +738,7 @@ def kinds_phase(run: Run, seconds: float) -> None:
 def llm_phase(run: Run, seconds: float) -> None:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from scaling.temperature.tiny_llm import char_tokenizer
+    from scaling.papers.temperature.tiny_llm import char_tokenizer
 
     from .llm_scan import FIG3_ANSWERS, compare_scan
 

@@ -87,8 +87,8 @@ def step_seconds(cells, device, steps: int) -> float:
     """Median seconds of one training step of ``cells`` stacked (one cell: a pack of one) on ``device``."""
     import torch
 
-    from scaling.science.stacked import StackedMembers
-    from scaling.science.train import CellTrainer
+    from scaling.papers.context_scaling.stacked import StackedMembers
+    from scaling.papers.context_scaling.train import CellTrainer
 
     stacked = StackedMembers([CellTrainer(c, device) for c in cells])
     times = []
@@ -216,8 +216,8 @@ def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
     the measurement behind ModelFacts.cpu_packing_pays (INFO)."""
     import torch
 
-    from scaling.science.stacked import stack
-    from scaling.science.train import CellTrainer
+    from scaling.papers.context_scaling.stacked import stack
+    from scaling.papers.context_scaling.train import CellTrainer
 
     from .common import interleaved_medians
     from .gpu import QUICK, cell_of

@@ -31,7 +31,7 @@ from scaling.cost import (
     step_peak_bytes,
     step_seconds,
 )
-from scaling.science.train import CellTrainer, prefix_loss
+from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
 
 from .common import Result
 

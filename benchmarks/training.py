@@ -8,8 +8,8 @@ GPT2Model with the default configuration (full 50257-token vocabulary, tanh GELU
 attention), a linear read-in and read-out on interleaved x/y tokens, data drawn on the CPU, fp32, Adam.
 Its step: zero_grad, forward, mean squared error, backward, Adam step.
 
-Ours: ``scaling.science.train.CellTrainer.train_step`` of a cell of the same size (SDPA attention, fused GELU
-and
+Ours: ``scaling.papers.context_scaling.train.CellTrainer.train_step`` of a cell of the same size (SDPA
+attention, fused GELU and
 Adam, data from the explicit generators on the training device), in float32 and under bfloat16 autocast.
 Size: the paper's Fig. 1 GPT-2 (8 layers, 8 heads, width 256, d = 8, N = 40, batch 64).
 
@@ -31,8 +31,8 @@ from transformers import GPT2Config, GPT2Model
 
 from scaling.cells import Cell
 from scaling.cost import StepShape, step_flops
-from scaling.science.sgpt import SGPT
-from scaling.science.train import CellTrainer
+from scaling.papers.context_scaling.sgpt import SGPT
+from scaling.papers.context_scaling.train import CellTrainer
 
 from .common import Result, interleaved_medians, skipped
 

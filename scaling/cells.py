@@ -20,12 +20,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, canonical, check, flatten, from_dict, not_in_key, to_dict, unread
+from .config import ConfigError, canonical, check, flatten, format_T, from_dict, not_in_key, to_dict, unread
 from .kinds import DEFAULT_KIND, KINDS, kind, kind_of_group
-from .science.evaluate import EvalConfig
-from .science.models import ModelConfig, model_facts
-from .science.tasks import FAMILIES, TaskConfig
-from .science.train import TrainConfig
+from .papers.context_scaling.evaluate import EvalConfig
+from .papers.context_scaling.models import ModelConfig, model_facts
+from .papers.context_scaling.tasks import FAMILIES, TaskConfig
+from .papers.context_scaling.train import TrainConfig
 
 # the settings every cell logs as params, whatever its kind, model and task (analysis reads them)
 ALWAYS = ("T", "N", "seed", "job", "model.name", "model.arch")
@@ -103,11 +103,11 @@ class Cell:
     def applicable(self, flat: dict[str, str] | None = None) -> list[str]:
         """The settings (``flat``'s dotted names) that apply to the cell: T, N, seed, job, model.name and
         model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``),
-        where ``task`` stands for the family's settings (``TaskFamily.SETTINGS``, scaling.science.tasks)
-        and ``model`` for the architecture's (``ModelFacts.settings``, scaling.science.models) and a name
-        covers the settings under it (``train`` covers ``train.lr``); less the settings that go unread
-        under their values (scaling.config.unread: the curriculum while it is off, eval.lambdas without a
-        ridge scan)."""
+        where ``task`` stands for the family's settings (``TaskFamily.SETTINGS``,
+        scaling.papers.context_scaling.tasks) and ``model`` for the architecture's (``ModelFacts.settings``,
+        scaling.papers.context_scaling.models) and a name covers the settings under it (``train`` covers
+        ``train.lr``); less the settings that go unread under their values (scaling.config.unread: the
+        curriculum while it is off, eval.lambdas without a ridge scan)."""
         flat = self.flat() if flat is None else flat
         own = self.kind
         skip = set(own.unused(self))
@@ -183,7 +183,3 @@ def under(key: str, names) -> bool:
             return False
         key = key[:cut]
     return True
-
-
-def format_T(T: float) -> str:
-    return "inf" if math.isinf(T) else str(int(T))

@@ -137,6 +137,17 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def format_T(T: float, *, short: bool = False) -> str:
+    """A number of tasks T as run names and MLflow params write it ('inf', '65536'); ``short=True`` as
+    figures label it: powers of ten from 1000 on as '1e4', other values as ``%g``."""
+    if math.isinf(T):
+        return "inf"
+    if not short:
+        return str(int(T))
+    exponent = math.log10(T) if T > 0 else 0.5
+    return f"1e{int(exponent)}" if T >= 1000 and exponent == int(exponent) else f"{T:g}"
+
+
 def canonical(obj: Any) -> Any:
     """The hashable form of a config: like ``to_dict`` but without fields equal to their default.
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .science.models import model_facts
+from .papers.context_scaling.models import model_facts
 
 TABLE = Path(__file__).with_name("cost_table.json")
 # the same table measured on a GPU by ``python -m benchmarks --gpu`` (docs/gpu.md), with the card's name,
@@ -54,7 +54,8 @@ class StepShape:
 
 
 def model_params(s: StepShape) -> int:
-    """Trainable parameters of the step shape's model (scaling.science.models.ModelFacts.params)."""
+    """Trainable parameters of the step shape's model
+    (scaling.papers.context_scaling.models.ModelFacts.params)."""
     return model_facts(s.arch).params(s)
 
 

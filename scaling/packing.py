@@ -2,9 +2,9 @@
 
 Cells whose kind allows it (scaling.kinds.Kind.packable: the training kind, for models that are
 parameter-free features then a Linear/ReLU head, and for GPT-2 and SGPT) and whose models have the same
-shapes and step in lockstep train in one trial as one stacked model (scaling.science.stacked,
-scaling.science.stacked_transformers; the pack's trial is scaling.trial.run_pack), each still a cell of
-its own: its own data, initialisation, checkpoint and run.
+shapes and step in lockstep train in one trial as one stacked model (scaling.papers.context_scaling.stacked,
+scaling.papers.context_scaling.stacked_transformers; the pack's trial is scaling.trial.run_pack), each still a
+cell of its own: its own data, initialisation, checkpoint and run.
 
 ``pack_groups`` decides. ``auto`` on a GPU (a cell that asks for one, with a measured CUDA cost table):
 as many cells as fit the trial's share of the GPU's memory (``gpu_pack_size``: the model's parameters and
@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 from .cells import Cell
 from .config import canonical, to_dict
 from .cost import ADAM_BYTES_PER_PARAM, StepShape, activation_elements, coefficients, model_params
-from .science.models import model_facts
+from .papers.context_scaling.models import model_facts
 
 AUTO_PACK_SIZE = 8
 AUTO_PACK_MAX_FLOPS = 2e8  # estimated multiply-adds of one training step (forward) of one cell

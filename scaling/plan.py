@@ -48,8 +48,8 @@ from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds import kind_of_group
-from .science.models import ModelConfig, model_facts
-from .science.train import TrainConfig
+from .papers.context_scaling.models import ModelConfig, model_facts
+from .papers.context_scaling.train import TrainConfig
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
 CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")

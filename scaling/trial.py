@@ -3,8 +3,8 @@
 The driver (scaling.sweep) hands each trial a ``TrialSpec``: the cells it runs and where to log and
 checkpoint them. A single cell runs through its kind (scaling.kinds): ``kind.run(cell, TrialContext)``;
 a pack of training cells (scaling.packing decided it) trains its members stacked
-(scaling.science.stacked) and resumes, checkpoints and finishes each member exactly as the training kind
-does one cell alone (scaling.kinds.train: ``resume``, ``checkpoint``, ``finish``).
+(scaling.papers.context_scaling.stacked) and resumes, checkpoints and finishes each member exactly as the
+training kind does one cell alone (scaling.kinds.context_scaling: ``resume``, ``checkpoint``, ``finish``).
 
 Checkpoints are keyed by the cell (scaling.checkpoints), not by the Tune trial, so they outlive any one
 driver: a rerun after a crash, or a sweep edited to add cells (a new Tune experiment, never
@@ -33,11 +33,11 @@ import torch
 from .cells import Cell
 from .checkpoints import CheckpointStore
 from .devices import cap_gpu_memory, trial_device
-from .kinds.train import checkpoint, finish, resume
+from .kinds.context_scaling import checkpoint, finish, resume
 from .leases import Holder, Lease, Leases
+from .papers.context_scaling.stacked import PackTrainer
+from .papers.context_scaling.train import CellTrainer
 from .redact import trial_tracking_uri
-from .science.stacked import PackTrainer
-from .science.train import CellTrainer
 from .tracking.cell_log import CellLog
 
 

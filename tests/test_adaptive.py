@@ -180,9 +180,9 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     ) == len(waves)
 
     # The analysis report shows the path the waves took.
+    from analysis.papers.context_scaling.plugin import TRAINING
     from analysis.pipeline import analyse
     from analysis.plugin import Request
-    from analysis.training import TRAINING
 
     out = tmp_path / "analysis"
     result = analyse(Request(str(path), tracking_uri=uri, out=out, bootstrap=200, log=False), plugin=TRAINING)

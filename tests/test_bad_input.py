@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.science.models import GPT2_MAX_POSITIONS
+from scaling.papers.context_scaling.models import GPT2_MAX_POSITIONS
 from scaling.sweep import main
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.science.baselines import build_baselines, ridge_predictions
-from scaling.science.tasks import LinearRegression, TaskConfig, fresh_prompts
+from scaling.papers.context_scaling.baselines import build_baselines, ridge_predictions
+from scaling.papers.context_scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 
 @pytest.fixture

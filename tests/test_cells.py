@@ -5,7 +5,7 @@ import math
 import pytest
 
 from scaling.cells import Cell
-from scaling.config import ConfigError
+from scaling.config import ConfigError, format_T
 
 
 def test_key_is_stable_golden_value():
@@ -57,6 +57,22 @@ def test_infinite_T_and_name():
 def test_T_param_is_written_as_typed_so_ui_filters_find_it():
     for typed, param in ((16, "16"), (16.0, "16"), ("1e6", "1000000"), (65536, "65536")):
         assert Cell.from_dict({"T": typed}).params()["T"] == param
+
+
+@pytest.mark.parametrize(
+    "T, name, label",
+    [
+        (16, "16", "16"),
+        (1000, "1000", "1e3"),
+        (65536, "65536", "65536"),
+        (1e6, "1000000", "1e6"),
+        (math.inf, "inf", "inf"),
+    ],
+)
+def test_T_is_written_whole_in_run_names_and_as_a_power_of_ten_on_figures(T, name, label):
+    assert Cell.from_dict({"T": T}).name == f"gpt2 T={name} N=40 seed=0"
+    assert format_T(T) == name
+    assert format_T(T, short=True) == label
 
 
 def test_round_trip_through_dict():

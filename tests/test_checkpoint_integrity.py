@@ -93,7 +93,7 @@ TRAIN_TO = """
 import sys
 from scaling.checkpoints import CheckpointStore
 from scaling.plan import load_plan
-from scaling.science.train import CellTrainer
+from scaling.papers.context_scaling.train import CellTrainer
 plan = load_plan(sys.argv[1])
 store = CheckpointStore(sys.argv[2])
 for planned in plan.cells:

@@ -17,8 +17,8 @@ python process (tests/documented_runner.py), in the ordinary test environment:
   the README's venv, in the slow test below and in tests/test_ray_up.py;
 - `python -m benchmarks ...` parses its arguments (the suite takes minutes: tests/test_speed.py runs it
   at quick sizes, slow);
-- the modules and scripts of RUN_AS_WRITTEN (`scaling.cost`, `scaling.temperature.tiny_llm`,
-  `scaling.temperature.smollm`, `cluster/onprem.py`) run as written; any other program has no check;
+- the modules and scripts of RUN_AS_WRITTEN (`scaling.cost`, `scaling.papers.temperature.tiny_llm`,
+  `scaling.papers.temperature.smollm`, `cluster/onprem.py`) run as written; any other program has no check;
 - `pip install ...` and `python3 -m venv .venv`: the extras they name exist and the pins match the code
   here; the slow tests make the README's venv by its line (tests/test_readme_env.py) and ask pip to
   resolve every other documented install in it (below).
@@ -55,7 +55,7 @@ from doc_commands import (
     unmarked_header_commands,
 )
 
-from scaling.temperature.smollm import INSTALL_LINE, VERSION
+from scaling.papers.temperature.smollm import INSTALL_LINE, VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,8 +211,9 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
 # module or script of the project needs a rule in kind() or a NOT_RUN entry.
 RUN_AS_WRITTEN = {
     "scaling.cost",  # prints the cost table
-    "scaling.temperature.tiny_llm",  # a tiny random LLaMA into the given folder
-    "scaling.temperature.smollm",  # converts SmolLM2's file once (cached), or says which extra is missing
+    "scaling.papers.temperature.tiny_llm",  # a tiny random LLaMA into the given folder
+    # converts SmolLM2's file once (cached), or says which extra is missing
+    "scaling.papers.temperature.smollm",
     "cluster/onprem.py",  # writes the cluster file
 }
 

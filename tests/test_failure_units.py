@@ -9,8 +9,8 @@ from conftest import tiny_cell_dict
 from mlflow.tracking import MlflowClient
 
 from scaling.cells import Cell
+from scaling.papers.context_scaling.train import CellTrainer
 from scaling.plan import PlannedCell, Resources
-from scaling.science.train import CellTrainer
 from scaling.sweep import unmet_requests
 from scaling.tracking import STATUS_COMPLETE
 from scaling.tracking.cell_log import CellLog, log_batches

@@ -143,8 +143,9 @@ def test_the_import_graph_sees_a_cycle_made_through_an_import_inside_a_function(
 
 def test_no_import_cycle_among_the_projects_modules():
     graph = project_graph()
-    assert "scaling.trial" in graph and "scaling.science.train" in graph["scaling.kinds.train"]
-    assert "scaling.temperature.patch" in graph["scaling.kinds.temperature"]  # imported inside gpt2_scan
+    assert "scaling.trial" in graph
+    assert "scaling.papers.context_scaling.train" in graph["scaling.kinds.context_scaling"]
+    assert "scaling.papers.temperature.patch" in graph["scaling.kinds.temperature"]  # inside gpt2_scan
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -238,13 +239,13 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():
     offenders = []
-    for name, path in sources("scaling/science", "scaling/temperature", "scaling/statisticians").items():
+    for name, path in sources("scaling/papers").items():
         for imported in imports(name, path, False):
             if imported.split(".")[0] in ("ray", "mlflow") or imported.startswith(
                 ("scaling.tracking", "scaling.trial", "scaling.sweep", "scaling.kinds")
             ):
                 offenders.append(f"{name} imports {imported}")
-    assert sources("scaling/science") and not offenders, offenders
+    assert sources("scaling/papers/context_scaling") and not offenders, offenders
 
 
 def test_no_branch_on_a_kinds_name_outside_the_kinds():
@@ -275,11 +276,12 @@ def test_no_branch_on_a_kinds_name_outside_the_kinds():
 def test_a_checkpoint_written_before_the_layout_change_resumes_to_the_same_numbers(tmp_path):
     from scaling.cells import Cell
     from scaling.checkpoints import CheckpointStore
-    from scaling.science.train import CellTrainer
+    from scaling.papers.context_scaling.train import CellTrainer
 
     fixture = json.loads((FIXTURE / "cell.json").read_text())
-    # the fixture's MLP predates the MLP's biases (scaling.science.models, ModelConfig.bias): today it is
-    # the bias: false model, whose key names the setting, so it is read from the checkpoint of its old key
+    # the fixture's MLP predates the MLP's biases (scaling.papers.context_scaling.models, ModelConfig.bias):
+    # today it is the bias: false model, whose key names the setting, so it is read from the checkpoint of its
+    # old key
     data = fixture["cell"]
     cell = Cell.from_dict({**data, "model": {**data["model"], "bias": False}})
     assert cell.key != fixture["key"]
@@ -298,7 +300,9 @@ def test_a_checkpoint_written_before_the_layout_change_resumes_to_the_same_numbe
     assert {str(n): float(err) for n, err in model.items()} == pytest.approx(fixture["err"], rel=1e-6, abs=0)
 
 
-@pytest.mark.parametrize("module", ["scaling.science", "scaling.temperature", "scaling.statisticians"])
+@pytest.mark.parametrize(
+    "module", ["scaling.papers.context_scaling", "scaling.papers.temperature", "scaling.papers.statisticians"]
+)
 def test_the_science_folders_import_without_ray_or_mlflow(module):
     """Not only the text: importing every science module loads neither Ray nor MLflow (a fresh process)."""
     import subprocess

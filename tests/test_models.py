@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scaling.science.models import ModelConfig, build_model, vectorise
+from scaling.papers.context_scaling.models import ModelConfig, build_model, vectorise
 
 
 @pytest.mark.parametrize(
@@ -68,9 +68,9 @@ def test_the_vectorised_mlp_learns_in_context_only_with_biases():
     # err/zero 0.37 over n = 1..3, measured); eq. 14 as printed, without biases, stays at the zero
     # predictor's error (0.94), as its odd part is linear (above) and E[y | prompt] is odd in the prompt
     from scaling.cells import Cell
-    from scaling.science.evaluate import EvalConfig
-    from scaling.science.tasks import TaskConfig
-    from scaling.science.train import CellTrainer, TrainConfig
+    from scaling.papers.context_scaling.evaluate import EvalConfig
+    from scaling.papers.context_scaling.tasks import TaskConfig
+    from scaling.papers.context_scaling.train import CellTrainer, TrainConfig
 
     errors = {}
     for bias in (True, False):

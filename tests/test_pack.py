@@ -16,9 +16,9 @@ from scaling.packing import (
     pack_seconds,
     pack_signature,
 )
+from scaling.papers.context_scaling.stacked import PackTrainer
+from scaling.papers.context_scaling.train import CellTrainer
 from scaling.plan import SweepError, plan_document
-from scaling.science.stacked import PackTrainer
-from scaling.science.train import CellTrainer
 from tests.conftest import tiny_cell_dict
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -101,7 +101,7 @@ def test_members_resumed_at_different_steps_catch_up_and_match():
 def test_features_computed_for_runs_of_steps_equal_the_steps_own(monkeypatch, feature_numbers, curriculum):
     """Over several batch blocks (80 steps, 32 per block), with and without a curriculum, and whatever
     the run of steps whose features are computed at once: the numbers of the cells alone."""
-    monkeypatch.setattr("scaling.science.stacked.FEATURE_BLOCK_NUMBERS", feature_numbers)
+    monkeypatch.setattr("scaling.papers.context_scaling.stacked.FEATURE_BLOCK_NUMBERS", feature_numbers)
     train = {**tiny_cell_dict()["train"], "steps": 80, "checkpoint_every": 25, "curriculum": curriculum}
     cells = [cell(T=4, seed=0, train=train), cell(T=float("inf"), seed=1, train=train)]
     for a, p in zip(train_alone(cells), train_packed(cells, resume_at={1: 50})):

@@ -1,6 +1,6 @@
-"""Packed GPT-2 and SGPT cells (scaling.science.stacked_transformers): each member ends with the numbers
-it reaches trained alone; a resumed pack equals an uninterrupted one; a damaged member's checkpoint
-affects that member only."""
+"""Packed GPT-2 and SGPT cells (scaling.papers.context_scaling.stacked_transformers): each member ends with
+the numbers it reaches trained alone; a resumed pack equals an uninterrupted one; a damaged member's
+checkpoint affects that member only."""
 
 import pytest
 import torch
@@ -8,9 +8,9 @@ from mlflow.tracking import MlflowClient
 
 from scaling.cells import Cell
 from scaling.checkpoints import CheckpointStore
-from scaling.science.stacked import PackTrainer, stack
-from scaling.science.stacked_transformers import StackedTransformer
-from scaling.science.train import CellTrainer, prefix_loss
+from scaling.papers.context_scaling.stacked import PackTrainer, stack
+from scaling.papers.context_scaling.stacked_transformers import StackedTransformer
+from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
 from scaling.tracking.tracker import Tracker
 from scaling.trial import TrialMember, TrialSpec, run_pack
 from tests.conftest import tiny_cell_dict

@@ -15,9 +15,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import claims, claims_statisticians, claims_temperature
+from analysis import claims
 from analysis.__main__ import main as analysis_main
 from analysis.paper import PAPERS
+from analysis.papers.statisticians import claims as claims_statisticians
+from analysis.papers.temperature import claims as claims_temperature
 from scaling.sweep import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]

@@ -12,10 +12,10 @@ import pytest
 from scaling.cells import ALWAYS, Cell, under
 from scaling.judge import provenance
 from scaling.kinds import KINDS, kind
-from scaling.science.evaluate import EvalConfig
-from scaling.science.models import MODELS, ModelConfig
-from scaling.science.tasks import FAMILIES, TaskConfig
-from scaling.science.train import TrainConfig
+from scaling.papers.context_scaling.evaluate import EvalConfig
+from scaling.papers.context_scaling.models import MODELS, ModelConfig
+from scaling.papers.context_scaling.tasks import FAMILIES, TaskConfig
+from scaling.papers.context_scaling.train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """The temperature scans' verdict intervals come from a bootstrap over the units the cells log
 (units.parquet): questions and Monte Carlo runs for the LLM scan, prompts and seeds for the GPT-2 scan
-(analysis/resample.py, analysis/temperature.py). Two Monte Carlo runs that agree no longer give a
-zero-width interval, and a store whose cells logged no units is still analysed, its gains not judged."""
+(analysis/resample.py, analysis/papers/temperature/plugin.py). Two Monte Carlo runs that agree no longer give
+a zero-width interval, and a store whose cells logged no units is still analysed, its gains not judged."""
 
 import json
 from pathlib import Path
@@ -12,17 +12,17 @@ import pytest
 
 from analysis import resample
 from analysis.__main__ import main as analysis_main
-from scaling.sweep import run_sweep
-from scaling.temperature.llm_icl import (
+from scaling.papers.temperature.llm_icl import (
     load_causal_lm,
     load_sciq,
     make_retriever,
     normalize_answer,
     query_text,
 )
-from scaling.temperature.patch import attention_temperature
-from scaling.temperature.scan import PromptSet, generate_token_answers
-from scaling.temperature.tiny_llm import save_tiny_llama
+from scaling.papers.temperature.patch import attention_temperature
+from scaling.papers.temperature.scan import PromptSet, generate_token_answers
+from scaling.papers.temperature.tiny_llm import save_tiny_llama
+from scaling.sweep import run_sweep
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

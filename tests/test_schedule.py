@@ -8,7 +8,7 @@ import torch
 
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.science.train import CellTrainer, TrainConfig
+from scaling.papers.context_scaling.train import CellTrainer, TrainConfig
 from tests.conftest import tiny_cell_dict
 
 

@@ -8,9 +8,9 @@ import torch
 
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.science.attention import ATTENTIONS, causal_mask
-from scaling.science.models import ModelConfig, build_model
-from scaling.science.train import CellTrainer
+from scaling.papers.context_scaling.attention import ATTENTIONS, causal_mask
+from scaling.papers.context_scaling.models import ModelConfig, build_model
+from scaling.papers.context_scaling.train import CellTrainer
 
 CONFIGS = {
     "gpt2_stacked": dict(arch="gpt2", layout="stacked", n_layer=2, n_head=2, n_embd=16),

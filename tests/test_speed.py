@@ -24,8 +24,8 @@ from scaling.cost import (
     step_seconds,
     sweep_estimate,
 )
-from scaling.science.baselines import psd_solve, ridge_weights
-from scaling.science.models import ModelConfig, build_model
+from scaling.papers.context_scaling.baselines import psd_solve, ridge_weights
+from scaling.papers.context_scaling.models import ModelConfig, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = StepShape("gpt2", N=40, d=8, width=256, layers=8, batch=64)

@@ -1,4 +1,4 @@
-"""Seed 003 constructions (scaling.statisticians): the GD transformer is gradient descent, exactly; the
+"""Seed 003 constructions (scaling.papers.statisticians): the GD transformer is gradient descent, exactly; the
 selection transformer outputs eq. 4.5's convex combination of the algorithms within gamma of the best
 validation loss (checked against numpy written from eqs. 4.4-4.5 directly)."""
 
@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from scaling.statisticians.constructions import gd_transformer, selection_transformer
-from scaling.statisticians.predictors import OutOfBound, prefix_predictions
-from scaling.statisticians.reference import (
+from scaling.papers.statisticians.constructions import gd_transformer, selection_transformer
+from scaling.papers.statisticians.predictors import OutOfBound, prefix_predictions
+from scaling.papers.statisticians.reference import (
     explicit_gd,
     indicators,
     prefix_gd_weights,
     prefix_ridge_weights,
     validation_split,
 )
-from scaling.statisticians.transformer import Slots, embed, parallel, tokens
+from scaling.papers.statisticians.transformer import Slots, embed, parallel, tokens
 
 
 def prompts(B, n, d, seed):

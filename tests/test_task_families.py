@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scaling.config import ConfigError
-from scaling.science.tasks import (
+from scaling.papers.context_scaling.tasks import (
     FAMILIES,
     ShiftConfig,
     TaskConfig,
@@ -130,7 +130,7 @@ def test_shifted_normaliser_is_the_test_distribution_second_moment(name):
 
 def test_training_batches_ignore_the_evaluation_shift():
     from scaling.cells import Cell
-    from scaling.science.train import CellTrainer
+    from scaling.papers.context_scaling.train import CellTrainer
     from tests.conftest import tiny_cell_dict
 
     plain = Cell.from_dict(tiny_cell_dict())

@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from scaling.science.tasks import LinearRegression, TaskConfig, TaskPool, fresh_prompts, make_family
+from scaling.papers.context_scaling.tasks import (
+    LinearRegression,
+    TaskConfig,
+    TaskPool,
+    fresh_prompts,
+    make_family,
+)
 
 
 def family(d=4, sigma=0.0):
@@ -73,7 +79,7 @@ def test_second_moment_normalises_the_zero_predictor_to_one():
 
 def test_stacked_batches_are_each_pools_own_batch():
     """scaling.packing's members: one labelling for all, the numbers each pool draws alone."""
-    from scaling.science.tasks import stacked_batches
+    from scaling.papers.context_scaling.tasks import stacked_batches
 
     relu = make_family(TaskConfig(family="relu_net", d=4, hidden=8, noise_std=0.2))
     cases = [

@@ -8,8 +8,8 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from scaling.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
-from scaling.temperature.patch import (
+from scaling.papers.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
+from scaling.papers.temperature.patch import (
     attention_modules,
     attention_temperature,
     heuristic_tau,

@@ -14,10 +14,10 @@ from scaling.cells import Cell
 from scaling.config import ConfigError, canonical
 from scaling.kinds import KINDS
 from scaling.kinds.temperature import best_tau, metric_key, run_job
+from scaling.papers.temperature.garg import garg_model, to_garg_names
+from scaling.papers.temperature.tiny_llm import save_tiny_llama
 from scaling.plan import load_plan
 from scaling.sweep import main
-from scaling.temperature.garg import garg_model, to_garg_names
-from scaling.temperature.tiny_llm import save_tiny_llama
 from scaling.tracking.names import curve_metric_key
 from tests.conftest import tiny_cell_dict
 
@@ -235,7 +235,7 @@ def garg_checkpoint(tmp_path):
 
 
 def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_checkpoint):
-    from scaling.science.tasks import ShiftConfig, fresh_prompts, make_family
+    from scaling.papers.context_scaling.tasks import ShiftConfig, fresh_prompts, make_family
 
     original, run_dir = garg_checkpoint
     shift = {"x_scale": math.sqrt(3), "task_scale": math.sqrt(3)}  # Sigma_x = 3 I; beta ~ N(0, I_3) as Garg's

@@ -1,7 +1,7 @@
 """The verdict rule of seed 001's central question: which models context-scale and which task-scale.
 
-The rule and its numbers, used by the analysis (analysis/training.py; its wording of the verdicts is
-analysis/verdicts.py) and by the adaptive driver (scaling.adaptive.policy) alike.
+The rule and its numbers, used by the analysis (analysis/papers/context_scaling/plugin.py; its wording of the
+verdicts is analysis/verdicts.py) and by the adaptive driver (scaling.adaptive.policy) alike.
 
 Seed 001 (Abedsoltan et al., Sec. 1) calls a model context-scaling when its error falls as the
 context length n grows at a fixed number of pretraining tasks T, and task-scaling when its error

@@ -23,7 +23,7 @@ from ..config import ConfigError
 from ..cost import CellCost
 
 KINDS: dict[str, str] = {
-    "train": "scaling.kinds.train:TRAIN",
+    "train": "scaling.kinds.context_scaling:TRAIN",
     "theory_context": "scaling.kinds.temperature:THEORY_CONTEXT",
     "theory_noise": "scaling.kinds.temperature:THEORY_NOISE",
     "theory_mean_shift": "scaling.kinds.temperature:THEORY_MEAN_SHIFT",
@@ -48,10 +48,11 @@ class Kind:
 
     ``reads``: the cell's settings the kind reads, which its cells log as MLflow params
     (scaling.cells.Cell.params; cell.yaml keeps every setting): ``task`` (the family's settings,
-    scaling.science.tasks), ``model`` (the architecture's, scaling.science.models.ModelFacts), ``train``,
-    ``eval``, a whole group (``construction``) or one setting (``task.d``, ``temperature.taus``);
-    ``unused(cell)`` names the entries of ``reads`` that this cell leaves unread (e.g. ``train`` for a scan
-    of a given model). T, N, seed, job, model.name and model.arch are every cell's."""
+    scaling.papers.context_scaling.tasks), ``model`` (the architecture's,
+    scaling.papers.context_scaling.models.ModelFacts), ``train``, ``eval``, a whole group (``construction``)
+    or one setting (``task.d``, ``temperature.taus``); ``unused(cell)`` names the entries of ``reads`` that
+    this cell leaves unread (e.g. ``train`` for a scan of a given model). T, N, seed, job, model.name and
+    model.arch are every cell's."""
 
     name: str
     run: Callable[..., dict[str, Any]]

@@ -1,10 +1,10 @@
 """Seed 003's constructions as experiment kinds (scaling.kinds): transformers whose weights are built
-from formulas (scaling.statisticians), scored like every predictor of the project, with no training.
+from formulas (scaling.papers.statisticians), scored like every predictor of the project, with no training.
 
 Both kinds read their settings from the cell's ``construction`` group (``ConstructionConfig``) and score
 on the cell's evaluation prompts (task, seed, N, eval.prompts, eval.shift: the very prompts a training
 cell with the same settings is scored on), normalised by E[y^2] with the bootstrap interval and the
-per-noise-level rows of scaling.science.evaluate, beside the baselines of ``eval.baselines``.
+per-noise-level rows of scaling.papers.context_scaling.evaluate, beside the baselines of ``eval.baselines``.
 
 - ``gd_transformer`` (Sec. 3): the L + 1 layer in-context GD transformer (L = ``steps``, step ``eta``,
   ridge penalty ``lam``; 0 = least squares). Curves: ``constructed`` (the transformer), ``explicit_gd``
@@ -33,14 +33,14 @@ import torch
 
 from ..config import check, check_choice
 from ..cost import CellCost, training_cost
-from ..science.baselines import LINEAR, applicable_baselines
-from ..science.evaluate import context_grid, evaluate
-from ..science.models import model_facts
-from ..science.tasks import fresh_prompts, make_family
-from ..science.train import CellTrainer
-from ..statisticians.constructions import BOUND, gd_transformer, selection_transformer
-from ..statisticians.predictors import transformer_predictor
-from ..statisticians.reference import prefix_gd_weights, prefix_ridge_weights
+from ..papers.context_scaling.baselines import LINEAR, applicable_baselines
+from ..papers.context_scaling.evaluate import context_grid, evaluate
+from ..papers.context_scaling.models import model_facts
+from ..papers.context_scaling.tasks import fresh_prompts, make_family
+from ..papers.context_scaling.train import CellTrainer
+from ..papers.statisticians.constructions import BOUND, gd_transformer, selection_transformer
+from ..papers.statisticians.predictors import transformer_predictor
+from ..papers.statisticians.reference import prefix_gd_weights, prefix_ridge_weights
 from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
@@ -258,7 +258,7 @@ GD_TRANSFORMER = Kind(
     name="gd_transformer",
     run=run_gd,
     label=gd_label,
-    analysis="analysis.statisticians:CONSTRUCTIONS",
+    analysis="analysis.papers.statisticians.plugin:CONSTRUCTIONS",
     settings=ConstructionConfig,
     group="construction",
     check=check_gd,
@@ -270,7 +270,7 @@ SELECTION_TRANSFORMER = Kind(
     name="selection_transformer",
     run=run_selection,
     label=selection_label,
-    analysis="analysis.statisticians:CONSTRUCTIONS",
+    analysis="analysis.papers.statisticians.plugin:CONSTRUCTIONS",
     settings=ConstructionConfig,
     group="construction",
     check=check_selection,

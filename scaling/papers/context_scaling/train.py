@@ -1,0 +1,240 @@
+"""Train and evaluate one cell (no Ray, no MLflow): seed 001 App. A, Garg et al.'s training recipe.
+
+The loss is the mean over prompts and over prefix lengths n = 1..N of the squared error predicting
+y_{n+1} from the first n pairs (App. A, "Problem formulation"). Adam with a constant learning rate (Garg et
+al.), or with a linear warm-up and a cosine decay to 0 (``TrainConfig.schedule``); the rate is a pure
+function of the step.
+Everything a resumed run needs (model, optimiser, step) is in ``state_dict``; the batch of step s is a
+pure function of (seed, s), so a run resumed from a checkpoint ends with the same numbers as one that
+never stopped.
+Evaluation (``CellTrainer.evaluate``) is scaling.papers.context_scaling.evaluate's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from ...config import check, check_choice
+from .adam import FusedAdam
+from .baselines import Predictor, applicable_baselines
+from .evaluate import evaluate, lambda_scan
+from .models import build_model
+from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, make_family
+
+
+@dataclass(frozen=True)
+class Curriculum:
+    """Garg et al.'s curriculum: the input dimension and the prompt length grow in steps during training.
+
+    At step s the batch has min(d, dims_start + dims_inc * (s // dims_every)) live input coordinates (the
+    others are zeroed before labelling, as Garg et al. do) and min(N+1, points_start + points_inc *
+    (s // points_every)) points (pairs plus query). A start of 0 turns that curriculum off (the default).
+    Garg et al.: dims 5 -> 20, +1 every 2000 steps; points 11 -> 41, +2 every 2000 (linear tasks) and
+    26 -> 101, +5 every 2000 (ReLU-network and tree tasks). Evaluation always uses the full d and N.
+    """
+
+    # the starts are the switches (0 = off), always settings; the steps of a half that is off go unread
+    # (left out of the cell's MLflow params, scaling.config.unread: their absence is said by the switch)
+    dims_start: int = 0
+    dims_inc: int = field(default=1, metadata={"applies": lambda c: c.dims_start > 0})
+    dims_every: int = field(default=2000, metadata={"applies": lambda c: c.dims_start > 0})
+    points_start: int = 0
+    points_inc: int = field(default=2, metadata={"applies": lambda c: c.points_start > 0})
+    points_every: int = field(default=2000, metadata={"applies": lambda c: c.points_start > 0})
+
+    def __post_init__(self):
+        for name in ("dims_start", "points_start"):
+            check(getattr(self, name) >= 0, name, f"must be >= 0 (0 = off), got {getattr(self, name)}")
+        check(self.points_start != 1, "points_start", "a prompt needs at least 2 points (a pair and a query)")
+        for name in ("dims_inc", "dims_every", "points_inc", "points_every"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+
+    def dims(self, step: int, d: int) -> int:
+        """Live input coordinates at ``step`` for a task of dimension d."""
+        if not self.dims_start:
+            return d
+        return min(d, self.dims_start + self.dims_inc * (step // self.dims_every))
+
+    def points(self, step: int, points: int) -> int:
+        """Points per prompt (pairs plus the query) at ``step`` for a cell of ``points`` = N+1."""
+        if not self.points_start:
+            return points
+        return min(points, self.points_start + self.points_inc * (step // self.points_every))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-4
+    # steps between checkpoints (and metric flushes); not part of the cell key
+    checkpoint_every: int = field(default=200, metadata={"key": False})
+    log_every: int = field(default=10, metadata={"key": False})  # steps between train/loss points
+    precision: str = "float32"  # float32 | bfloat16 (autocast)
+    device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
+    curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
+    # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up
+    # from lr / w to lr over the first w = warmup * steps steps, then a cosine decay to 0 at the last step.
+    # Measured on the vectorised MLP (d = 4, T = inf, N = 10): cosine at lr 3e-3 reaches err/zero 0.61 in
+    # 6000 steps, constant lr 1e-3 0.71 in 10000 (sweeps/fig1.yaml's repro profile says more).
+    schedule: str = "constant"
+    warmup: float = field(default=0.05, metadata={"applies": lambda t: t.schedule != "constant"})
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(math.isfinite(self.lr), "lr", f"must be finite, got {self.lr}")
+        check_choice(self.precision, "precision", ("float32", "bfloat16"))
+        check_choice(self.schedule, "schedule", ("constant", "cosine"))
+        check(0 <= self.warmup < 1, "warmup", f"must be a fraction of the steps in [0, 1), got {self.warmup}")
+        check(
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+            "device",
+            f"must be auto, cpu, cuda or cuda:K, got {self.device!r}",
+        )
+
+    def lr_factor(self, step: int) -> float:
+        """The learning rate of the update made at ``step`` (0-based), as a fraction of ``lr``."""
+        if self.schedule == "constant":
+            return 1.0
+        warm = int(self.warmup * self.steps)
+        if step < warm:
+            return (step + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, self.steps - warm)))
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when one is visible, else cpu; resolved once per run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over prompts and prefix lengths n = 1..N (column 0 has no context)."""
+    return (pred[:, 1:] - ys[:, 1:]).pow(2).mean()
+
+
+class CellTrainer:
+    """The training state of one cell: pool, model, optimiser and step, checkpointable at any step."""
+
+    def __init__(self, cell, device: torch.device | str = "cpu"):
+        self.cell, self.device = cell, torch.device(device)
+        self.family = make_family(cell.task)
+        self.points = cell.N + 1
+        self.pool = TaskPool(self.family, cell.T, cell.seed, self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(cell.seed, "init"))
+            self.model = build_model(cell.model, cell.task.d, self.points).to(self.device)
+        # torch.optim.Adam(fused=True)'s kernel and state without torch.optim's ~1.1 s import
+        # (scaling.papers.context_scaling.adam)
+        self.optimizer = FusedAdam(self.model.parameters(), lr=cell.train.lr)
+        self.step = 0
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+
+    def _autocast(self):
+        """bf16 autocast for ``precision: bfloat16``; its cast cache off (each weight is cast once per
+        step anyway, and a cached cast cannot be captured in a CUDA graph)."""
+        if self.cell.train.precision == "bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
+        return contextlib.nullcontext()
+
+    def batch_shape(self, step: int) -> tuple[int, int, int | None, int]:
+        """(batch size, points, input dims kept or None, the cell's points) of ``step``'s batch under the
+        curriculum (TaskPool.batch's arguments)."""
+        train = self.cell.train
+        dims = train.curriculum.dims(step, self.cell.task.d)
+        return (
+            train.batch_size,
+            train.curriculum.points(step, self.points),
+            dims if dims < self.cell.task.d else None,
+            self.points,
+        )
+
+    def train_batch(self, step: int) -> Prompts:
+        """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""
+        return self.pool.batch(step, *self.batch_shape(step))
+
+    def step_on(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """One training step on the batch (xs, ys), the step counter left alone; the loss before it, on the
+        device (no synchronisation: scaling.papers.context_scaling.cuda_graphs captures this)."""
+        self.model.train()
+        with self._autocast():
+            pred = self.model(xs, ys)
+        loss = prefix_loss(pred.float(), ys)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.param_groups[0]["lr"] = self.cell.train.lr * self.cell.train.lr_factor(self.step)
+        self.optimizer.step()
+        return loss.detach()
+
+    def next_loss(self) -> torch.Tensor:
+        """Train the current step on its batch; its loss on the device."""
+        batch = self.train_batch(self.step)
+        loss = self.step_on(batch.xs, batch.ys)
+        self.step += 1
+        return loss
+
+    def train_step(self) -> float:
+        return float(self.next_loss())
+
+    def train_until(self, stop: int, on_loss: Callable[[int, float], None] | None = None) -> None:
+        """Train up to step ``stop`` (exclusive of nothing: afterwards self.step == stop); a loss is read
+        off the device only at the steps it is logged."""
+        stop = min(stop, self.cell.train.steps)
+        while self.step < stop:
+            loss = self.next_loss()
+            if on_loss and (self.step % self.cell.train.log_every == 0 or self.step == self.cell.train.steps):
+                on_loss(self.step, float(loss))
+
+    @property
+    def done_training(self) -> bool:
+        return self.step >= self.cell.train.steps
+
+    def model_predictor(self) -> Predictor:
+        model = self.model
+
+        @torch.no_grad()
+        def predict(prompts: Prompts) -> torch.Tensor:
+            model.eval()
+            return model(prompts.xs, prompts.ys).float()
+
+        return predict
+
+    def evaluate(self) -> pd.DataFrame:
+        """Curves of the model and every baseline on the cell's (possibly shifted) evaluation prompts."""
+        config = self.cell.eval
+        family = make_family(self.cell.task, config.shift)
+        baselines, skipped = applicable_baselines(config.baselines, self.cell.task, pool=self.pool)
+        prompts = fresh_prompts(family, config.prompts, self.points, self.cell.seed, device=self.device)
+        norm = family.y_second_moment()
+        curves = evaluate(
+            {"model": self.model_predictor(), **baselines},
+            prompts,
+            norm,
+            config,
+            self.cell.N,
+            self.cell.seed,
+            family=family,
+        )
+        if config.lambda_n:
+            curves = pd.concat(
+                [curves, lambda_scan(prompts, norm, config, self.cell.N, self.cell.seed, family)],
+                ignore_index=True,
+            )
+        curves.attrs["skipped_baselines"] = skipped
+        return curves
