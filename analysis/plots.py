@@ -290,6 +290,70 @@ def axis_break(ax, left: float, right: float) -> None:
         )
 
 
+def draw_over_T(ax, part: pd.DataFrame, where: dict[float, float], color, model: str) -> pd.DataFrame:
+    """One model's error against T (mean over seeds, returned): finite T as a line with its band, T = inf as
+    an open point with its interval, joined to the largest finite T by a dotted segment."""
+    curve = over_seeds(part, ["T"])
+    curve["x"] = curve["T"].map(where)
+    curve = curve.sort_values("x")
+    finite, inf = curve[np.isfinite(curve["T"])], curve[np.isinf(curve["T"])]
+    ax.plot(finite["x"], finite["err"], "-", color=color, marker="o", ms=4, label=model)
+    ax.fill_between(finite["x"], finite["lo"], finite["hi"], color=color, alpha=0.15, linewidth=0)
+    if len(inf):
+        ax.errorbar(
+            inf["x"],
+            inf["err"],
+            yerr=[inf["err"] - inf["lo"], inf["hi"] - inf["err"]],
+            color=color,
+            marker="o",
+            ms=5,
+            mfc="white",
+            capsize=2,
+            linestyle="none",
+        )
+        if len(finite):
+            ax.plot(
+                [finite["x"].iloc[-1], inf["x"].iloc[0]],
+                [finite["err"].iloc[-1], inf["err"].iloc[0]],
+                ":",
+                color=color,
+                linewidth=1,
+            )
+    return curve
+
+
+def draw_baselines_over_T(ax, others: pd.DataFrame, where: dict[float, float], frame) -> None:
+    """The baselines against T: the discrete MMSE (which depends on the pool) as a curve, the others, which
+    do not depend on T, as flat lines across the axis."""
+    styles = baseline_style(list(others["base"].unique()))
+    for name, part in others.groupby("base"):
+        by_T = part.groupby("T")["err"].mean()
+        if name == "bayes_discrete" and len(by_T) > 1:  # depends on the pool: a curve over T
+            plot_baseline(ax, [where[T] for T in by_T.index], by_T.to_numpy(), styles[name], frame)
+        else:
+            xs = sorted(where.values())
+            plot_baseline(
+                ax,
+                [xs[0] / 1.5, xs[-1] * 1.5] if xs else [1, 2],
+                [float(by_T.mean())] * 2,
+                styles[name],
+                frame,
+            )
+
+
+def T_axis(ax, where: dict[float, float], ticks: list[float], labels: list[str]) -> None:
+    """A log T axis labelled at each T, T = inf as "inf (fresh)" past an axis break."""
+    ax.set_xscale("log")
+    if ticks:
+        labels = [("\u221e\n(fresh)" if label == "inf" else label) for label in labels]
+        ax.set_xticks(ticks, labels)
+        ax.minorticks_off()
+        ax.set_xlim(ticks[0] / 2, ticks[-1] * 2)
+        finite = [T for T in where if not math.isinf(T)]
+        if finite and any(math.isinf(T) for T in where):
+            axis_break(ax, max(finite), where[math.inf])
+
+
 def draw_task(
     ax,
     table: pd.DataFrame,
@@ -308,60 +372,10 @@ def draw_task(
     if models is not None:
         trained = trained[trained["model"].isin(models)]
     where, ticks, labels = t_positions(rows["T"].unique())
-    curves = []
-    for model, part in trained.groupby("model"):
-        curve = over_seeds(part, ["T"])
-        curve["x"] = curve["T"].map(where)
-        curve = curve.sort_values("x")
-        finite, inf = curve[np.isfinite(curve["T"])], curve[np.isinf(curve["T"])]
-        ax.plot(finite["x"], finite["err"], "-", color=colors[model], marker="o", ms=4, label=model)
-        ax.fill_between(finite["x"], finite["lo"], finite["hi"], color=colors[model], alpha=0.15, linewidth=0)
-        if len(inf):
-            ax.errorbar(
-                inf["x"],
-                inf["err"],
-                yerr=[inf["err"] - inf["lo"], inf["hi"] - inf["err"]],
-                color=colors[model],
-                marker="o",
-                ms=5,
-                mfc="white",
-                capsize=2,
-                linestyle="none",
-            )
-            if len(finite):
-                ax.plot(
-                    [finite["x"].iloc[-1], inf["x"].iloc[0]],
-                    [finite["err"].iloc[-1], inf["err"].iloc[0]],
-                    ":",
-                    color=colors[model],
-                    linewidth=1,
-                )
-        curves.append(curve)
+    curves = [draw_over_T(ax, part, where, colors[model], model) for model, part in trained.groupby("model")]
     frame = y_frame(*models_span(curves))
-    others = rows[~rows["base"].isin(["model", "zero"])]
-    styles = baseline_style(list(others["base"].unique()))
-    for name, part in others.groupby("base"):
-        by_T = part.groupby("T")["err"].mean()
-        if name == "bayes_discrete" and len(by_T) > 1:  # depends on the pool: a curve over T
-            plot_baseline(ax, [where[T] for T in by_T.index], by_T.to_numpy(), styles[name], frame)
-        else:
-            xs = sorted(where.values())
-            plot_baseline(
-                ax,
-                [xs[0] / 1.5, xs[-1] * 1.5] if xs else [1, 2],
-                [float(by_T.mean())] * 2,
-                styles[name],
-                frame,
-            )
-    ax.set_xscale("log")
-    if ticks:
-        labels = [("\u221e\n(fresh)" if label == "inf" else label) for label in labels]
-        ax.set_xticks(ticks, labels)
-        ax.minorticks_off()
-        ax.set_xlim(ticks[0] / 2, ticks[-1] * 2)
-        finite = [T for T in where if not math.isinf(T)]
-        if finite and any(math.isinf(T) for T in where):
-            axis_break(ax, max(finite), where[math.inf])
+    draw_baselines_over_T(ax, rows[~rows["base"].isin(["model", "zero"])], where, frame)
+    T_axis(ax, where, ticks, labels)
     if len(trained):
         add_band_key(ax, int(trained["seed"].nunique()))
     finish(ax, "pretraining tasks T  (\u221e: a fresh task per prompt)", title, trained.empty, frame)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from scaling.judge.fit import PARAMS
+from scaling.judge.power_law import PARAMS
 from scaling.judge.verdicts import Rule
 
 from .verdicts import display_table, rule_text

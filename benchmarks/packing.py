@@ -1,11 +1,12 @@
 """Packing small cells (issue 6, item 5): 8 tiny MLP cells packed vs 8 separate trials.
 
 Both sides are the same 8 cells (T and seed differ; an MLP of width 16 on d = 2, N = 4, trained for
-``STEPS`` steps, the length of the quick profiles' cells) run through ``scaling.sweep.run_sweep`` on one
-local Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own storage):
-the reference with ``run.pack: off`` (one Tune trial per cell, actors reused), ours with the default
-``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.packing: here one trial of the 8,
-since two parts of ~1 s of training each would not pay for a second trial's process start; auto_parts).
+``STEPS`` steps, the length of the quick profiles' cells) run through ``scaling.sweep.phases.run_sweep``
+on one local Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own
+storage): the reference with ``run.pack: off`` (one Tune trial per cell, actors reused), ours with the
+default ``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.packing: here one trial
+of the 8, since two parts of ~1 s of training each would not pay for a second trial's process start;
+auto_parts).
 
 Every sweep also pays a start-up that does not depend on its cells or on packing: Tune's experiment, a
 trial actor's process and imports, the sweep's MLflow run. It is measured in the same run as a third
@@ -59,7 +60,7 @@ def tiny_cells(steps: int) -> dict:
 
 def sweep_seconds(document: dict, pack: str | int, name: str, tmp: str, cells: int = CELLS) -> float:
     """Wall time of run_sweep on the document as a new sweep ``name`` (on the Ray already started)."""
-    from scaling.sweep import run_sweep
+    from scaling.sweep.phases import run_sweep
 
     path = Path(tmp) / f"{name}.yaml"
     path.write_text(yaml.safe_dump({**document, "name": name, "run": {"pack": pack}}))

@@ -38,6 +38,8 @@ from .leases import Holder, Lease, Leases
 from .papers.context_scaling.stacked import PackTrainer
 from .papers.context_scaling.train import CellTrainer
 from .redact import trial_tracking_uri
+from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
+from .sweep_models import load_complete_model
 from .tracking.cell_log import CellLog
 
 
@@ -139,8 +141,8 @@ class Throttled:
 @dataclass
 class TrialContext:
     """What a kind's ``run`` gets besides its cell: the device, the cell's checkpoint store and MLflow
-    log, the tracking URI (for kinds that read other runs) and ``progress`` (a dict to Tune: sent at
-    once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
+    log, the tracking URI (for kinds that read other runs: ``sweep_model``) and ``progress`` (a dict to Tune:
+    sent at once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
 
     device: torch.device
     store: CheckpointStore
@@ -153,6 +155,12 @@ class TrialContext:
 
     def progress(self, values: dict[str, Any], force: bool = True) -> None:
         self.throttled(values, force)
+
+    def sweep_model(self, experiment: str, params: dict[str, str]) -> tuple[dict, dict]:
+        """(cell.yaml, weights) of another sweep's complete cell run whose settings match ``params``, read
+        from this trial's store (scaling.sweep_models), for a kind that scans a trained model: the kinds
+        reach the store through their trial, never by importing what imports the cells."""
+        return load_complete_model(experiment, params, self.tracking_uri)
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,7 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     return Prepared(
         device,
         cap_gpu_memory(device, gpu),
-        CheckpointStore(spec.storage, guard=lambda key: leases[key].check()),
+        CheckpointStore(trial_storage_uri(spec.storage), guard=lambda key: leases[key].check()),
     )
 
 
@@ -191,7 +199,7 @@ def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
 def take_leases(spec: TrialSpec) -> tuple[dict[str, Lease], dict[str, Holder]]:
     """The leases of the spec's cells this trial got, and the live holders of the others."""
     leases, held = {}, {}
-    store = Leases(spec.storage)
+    store = Leases(trial_storage_uri(spec.storage))
     for key in spec.keys:
         got = store.acquire(key, spec.driver)
         (leases if isinstance(got, Lease) else held)[key] = got
@@ -347,4 +355,13 @@ def tune_trainable(config: dict[str, Any]) -> None:
     from ray import tune
 
     spec = TrialSpec.from_dict(spec_in(config))
-    (run_pack if spec.is_pack else run_cell)(spec, report=tune.report)
+    heard: list[str] = []  # an outage of the storage this trial rode through: its next report names it
+
+    def report(values: dict) -> None:
+        if heard:
+            values = {**values, OUTAGE_NOTICE: heard[0]}
+            heard.clear()
+        tune.report(values)
+
+    with outages_heard(heard.append):
+        (run_pack if spec.is_pack else run_cell)(spec, report=report)

@@ -19,7 +19,7 @@ from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
 from scaling.plan import SweepError, load_plan
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 ADAPTIVE = {
     "budget": 0.9,
@@ -287,7 +287,7 @@ def test_the_replay_oracle_reads_each_verdict_off_the_fewest_seeds_that_give_the
 def test_pooled_spread_counts_the_degrees_of_freedom_that_correlated_groups_carry():
     """One group: its own sd on S - 1; two groups whose drops are uncorrelated over their seeds: twice the
     degrees of freedom; two groups whose drops move together seed by seed: no more than one group's."""
-    from scaling.adaptive.policy import pooled_spread
+    from scaling.adaptive.small_samples import pooled_spread
 
     a = pd.Series([0.1, -0.1, 0.0], index=[4, 5, 6])
     b = pd.Series([1.0, 1.0, -2.0], index=[4, 5, 6]) / 10 / math.sqrt(3)  # sd 0.1, uncorrelated with a

@@ -11,7 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from scaling.papers.context_scaling.models import GPT2_MAX_POSITIONS
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 
 def run_cli(tmp_path, document, *extra, text=None):

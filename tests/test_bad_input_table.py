@@ -2,8 +2,8 @@
 the message (what, where, what is allowed), no traceback, and nothing written (no MLflow store, no
 storage directory, no checkpoint, no Ray trial: the directory holds only the sweep file).
 
-Each case runs the real CLI entry point (scaling.sweep.main) in its own empty directory, which is also
-the working directory, so a default ``./mlflow.db`` or ``./scaling_runs`` would show up too.
+Each case runs the real CLI entry point (scaling.sweep.__main__.main) in its own empty directory, which
+is also the working directory, so a default ``./mlflow.db`` or ``./scaling_runs`` would show up too.
 """
 
 import copy
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import TINY_SWEEP
 
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)

@@ -18,7 +18,8 @@ from ray.cluster_utils import Cluster
 
 from scaling.checkpoints import CheckpointStore
 from scaling.plan import load_plan
-from scaling.sweep import main, run_sweep
+from scaling.sweep.__main__ import main
+from scaling.sweep.phases import run_sweep
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scaling.plan import load_plan
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 FIGURES = [f"fig{k}" for k in range(1, 9)]

@@ -1,4 +1,5 @@
-"""Tests of scaling/judge/fit.py: power-law fits on synthetic tidy tables with known parameters."""
+"""Tests of scaling/judge/fit.py and power_law.py: power-law fits on synthetic tidy tables with known
+parameters."""
 
 import math
 
@@ -10,17 +11,19 @@ from scipy.special import huber as scipy_huber
 from synthetic_tables import saturating_law, synthetic_table
 
 from scaling.judge.fit import (
-    Problem,
-    cluster_resample_indices,
     fit_all,
     fit_context_scaling,
     fit_joint_scaling,
-    fit_points,
     fit_task_scaling,
+    scaling_points,
+)
+from scaling.judge.power_law import (
+    Problem,
+    cluster_resample_indices,
+    fit_points,
     form_named,
     huber,
     predicted_err,
-    scaling_points,
 )
 
 INF = math.inf
@@ -273,6 +276,7 @@ import numpy as np
 sys.path.insert(0, {tests!r})
 from synthetic_tables import saturating_law, synthetic_table
 import scaling.judge.fit as fit
+import scaling.judge.power_law as power_law
 law = saturating_law(E=0.05, A=1.0, alpha=0.8)
 table = synthetic_table(law, ns=[5, 10, 20, 40, 80], Ts=[float("inf")], seeds=range(40),
                         rng=np.random.default_rng(3), noise=0.05, seed_noise=0.03)
@@ -280,7 +284,7 @@ if {thread}:
     threading.Thread(target=threading.Event().wait, daemon=True).start()  # another thread alive
 row = fit.fit_context_scaling(table, n_boot=600).iloc[0]
 numbers = {{k: float(row[k]) for k in ("alpha", "alpha_lo", "alpha_hi", "E_lo", "A_hi")}}
-print(json.dumps({{"pool": fit._pool is not None, "row": numbers}}))
+print(json.dumps({{"pool": power_law._pool is not None, "row": numbers}}))
 """
 
 

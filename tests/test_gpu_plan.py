@@ -7,8 +7,8 @@ import yaml
 from scaling.cost import StepShape, load_gpu_table, step_flops
 from scaling.gpu_plan import describe_gpu
 from scaling.plan import load_plan
-from scaling.sweep import run_sweep
-from scaling.sweep_run import RunOptions
+from scaling.sweep.phases import run_sweep
+from scaling.sweep.run import RunOptions
 
 TABLE = {
     "device": "NVIDIA H100 80GB HBM3",

@@ -11,7 +11,7 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from analysis.__main__ import main as analysis_main
 from analysis.paper import PAPERS
 from analysis.papers.statisticians import claims as claims_statisticians
 from analysis.papers.temperature import claims as claims_temperature
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"

@@ -26,7 +26,7 @@ from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main as analysis_main
 from scaling.plan import load_plan
-from scaling.sweep import main as sweep_main
+from scaling.sweep.__main__ import main as sweep_main
 
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 SMOKE, FIG1, ADAPTIVE = (str(SWEEPS / name) for name in ("smoke.yaml", "fig1.yaml", "adaptive_mlp.yaml"))

@@ -22,7 +22,7 @@ from scaling.papers.temperature.llm_icl import (
 from scaling.papers.temperature.patch import attention_temperature
 from scaling.papers.temperature.scan import PromptSet, generate_token_answers
 from scaling.papers.temperature.tiny_llm import save_tiny_llama
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

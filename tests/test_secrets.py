@@ -15,7 +15,7 @@ import yaml
 from drivers import start_driver
 
 from scaling.redact import install_log_redaction, redact, trial_tracking_uri
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 PASSWORD = "hunter2-s3cret"
 

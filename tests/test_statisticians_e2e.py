@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from analysis.pipeline import analyse
 from analysis.plugin import Request
 from scaling.plan import SweepError, load_plan
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 SWEEPS = Path(__file__).parent.parent / "sweeps"
 

@@ -14,7 +14,7 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.sweep import main
+from scaling.sweep.__main__ import main
 
 
 @contextlib.contextmanager

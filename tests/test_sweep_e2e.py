@@ -14,7 +14,8 @@ from mlflow.tracking import MlflowClient
 
 from analysis.pipeline import analyse
 from analysis.plugin import Request
-from scaling.sweep import main, run_sweep
+from scaling.sweep.__main__ import main
+from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 

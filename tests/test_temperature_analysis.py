@@ -14,7 +14,7 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from scaling.papers.temperature.tiny_llm import save_tiny_llama
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).parent.parent / "sweeps"

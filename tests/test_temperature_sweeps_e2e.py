@@ -9,7 +9,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from scaling.papers.temperature.tiny_llm import save_tiny_llama
-from scaling.sweep import run_sweep
+from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).parent.parent / "sweeps"

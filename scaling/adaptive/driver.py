@@ -20,7 +20,7 @@ import pandas as pd
 from ..judge.verdicts import value_text
 from ..plan import Plan
 from ..redact import redact
-from ..sweep_run import SweepRun
+from ..sweep.run import SweepRun
 from ..table import load_table
 from ..tracking.adaptive_waves import log_wave
 from .policy import Answer, Policy

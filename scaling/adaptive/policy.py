@@ -42,20 +42,19 @@ the lattice: reported open, no longer pursued.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
-from scipy.stats import t as student_t
 
 from ..adaptive_settings import AdaptiveQuestion, AdaptiveSettings
-from ..judge.fit import EXPONENT_BOUNDS, fit_scaling, is_trained
+from ..judge.fit import fit_scaling, is_trained
+from ..judge.power_law import EXPONENT_BOUNDS
 from ..judge.provenance import setting_columns
 from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 from ..plan import Plan
+from .small_samples import Spread, pooled_spread, seeds_needed, widen
 
 SETTLED_LABELS = {AT_CHANCE, *(q.yes for q in QUESTIONS.values()), *(q.no for q in QUESTIONS.values())}
 AXIS_OF = {"context": "N", "task": "T"}  # the lattice axis a verdict varies (n = N on a lattice of N)
@@ -171,69 +170,6 @@ class Answer:
             "why": self.why,
             "seeds_needed": self.seeds_needed,
         }
-
-
-def widen(S: int, level: float) -> float:
-    """The factor from a percentile-bootstrap half-width over S seeds to a Student t half-width of the mean at
-    the same level: the bootstrap's spread is the plug-in sd (sqrt((S-1)/S) of the sample sd) with a normal
-    quantile, narrower than t's with S-1 degrees of freedom (2.2x at 3 seeds, 1.3x at 6). The analysis reports
-    the bootstrap interval; the policy settles only on this wider one, so an answer on few seeds that the
-    bootstrap happens to resolve is not taken as final."""
-    if S < 2:
-        return math.inf
-    q = 0.5 + level / 2
-    return float(student_t.ppf(q, S - 1) / norm.ppf(q) * math.sqrt(S / (S - 1)))
-
-
-@dataclass(frozen=True)
-class Spread:
-    """The seed-to-seed spread of a model's drops for one question, pooled over its groups (the values of the
-    axis the question holds fixed): sd, and the degrees of freedom of that sd."""
-
-    sd: float
-    dof: float
-
-    def half_width(self, S: int, level: float, large_sample: bool = False) -> float:
-        """The Student t half-width of a mean over S seeds at ``level``, from the pooled sd (``large_sample``:
-        the normal one, which S_need extrapolates)."""
-        if not (self.dof > 0 and math.isfinite(self.sd)) or S < 1:
-            return math.inf
-        q = 0.5 + level / 2
-        return float((norm.ppf(q) if large_sample else student_t.ppf(q, self.dof)) * self.sd / math.sqrt(S))
-
-
-def pooled_spread(drops: dict[object, pd.Series]) -> Spread:
-    """The pooled sd of per-seed drops (one Series per group, indexed by seed) and its effective degrees of
-    freedom. Groups share seeds, and a seed's drops can move together across groups (the plain MLP's do
-    across T on adaptive_mlp: correlation 0.85), which makes their sample variances correlated (rho^2 for
-    normal data): k groups of S seeds then carry k (S - 1) / (1 + (k - 1) rho^2) degrees of freedom, not
-    k (S - 1) (Satterthwaite's match of the variance of the pooled variance). rho^2 is the mean squared
-    correlation of the groups' drops over common seeds (pairs with 3 or more; 1 when there is none), which
-    over few seeds is biased up (1 / (S - 1) for independent groups): the estimate errs on the narrow side
-    of the degrees of freedom, not the wide one. One group gives its own sd on S - 1."""
-    groups = [d for d in drops.values() if len(d) >= 2]
-    dof = sum(len(d) - 1 for d in groups)
-    if not dof:
-        return Spread(math.nan, 0.0)
-    squares = sum(float(((d - d.mean()) ** 2).sum()) for d in groups)
-    r2 = []
-    for a, b in itertools.combinations(groups, 2):
-        common = a.index.intersection(b.index)
-        if len(common) >= 3:
-            x, y = a[common].to_numpy(), b[common].to_numpy()
-            r = np.corrcoef(x, y)[0, 1] if x.std() > 0 and y.std() > 0 else 1.0
-            r2.append(float(r) ** 2)
-    rho2 = float(np.mean(r2)) if r2 else 1.0
-    return Spread(math.sqrt(squares / dof), dof / (1 + (len(groups) - 1) * rho2))
-
-
-def _seeds_needed(S: int, h: float, g: float, min_seeds: int) -> float:
-    """Seeds at which a half-width h at S seeds shrinks (as 1/sqrt(seeds)) to g."""
-    if not (math.isfinite(h) and h > 0):
-        return float(max(min_seeds, S + 1))
-    if g <= 1e-9:
-        return math.inf
-    return max(float(min_seeds), S * (h / g) ** 2)
 
 
 class Policy:
@@ -395,14 +331,14 @@ class Policy:
                 raw = max(raw, spread.half_width(a.n_seeds, self.rule.level, large_sample=True))
             ok &= side < abs(c - t) and a.label in SETTLED_LABELS
             if side >= abs(c - t):  # the seeds it needs, from the large-sample width (t shrinks with S)
-                need.append(max(_seeds_needed(a.n_seeds, raw, abs(c - t), s.min_seeds), a.n_seeds + 1.0))
+                need.append(max(seeds_needed(a.n_seeds, raw, abs(c - t), s.min_seeds), a.n_seeds + 1.0))
             if c > t and math.isfinite(row["end_hi"]):
                 h_end = (row["end_hi"] - row["end"]) * w
                 ok &= h_end < chance - row["end"]
                 if h_end >= chance - row["end"]:
                     raw = row["end_hi"] - row["end"]
                     need.append(
-                        max(_seeds_needed(a.n_seeds, raw, chance - row["end"], s.min_seeds), a.n_seeds + 1.0)
+                        max(seeds_needed(a.n_seeds, raw, chance - row["end"], s.min_seeds), a.n_seeds + 1.0)
                     )
         else:
             ok = False
@@ -477,7 +413,7 @@ class Policy:
                     a.why = "; ".join(t for t in (a.why, f"+-{h:.2g} (small-sample) > {q.within:g}") if t)
                 raw = h / widen(a.n_seeds, self.rule.level) if math.isfinite(h) else h
                 a.seeds_needed = max(
-                    _seeds_needed(a.n_seeds, raw, q.within, self.settings.min_seeds), a.n_seeds + 1.0
+                    seeds_needed(a.n_seeds, raw, q.within, self.settings.min_seeds), a.n_seeds + 1.0
                 )
             out.append(a)
         return out

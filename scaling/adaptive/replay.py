@@ -274,56 +274,63 @@ def evaluate(
     return pd.DataFrame(rows)
 
 
-def summarise(frame: pd.DataFrame) -> str:
-    """The markdown summary: medians and spreads (10th-90th percentile) over policy seeds."""
+def spread(x: pd.Series, fmt: str) -> str:
+    """The median [10th, 90th percentile] of ``x`` (infinities dropped), or n/a."""
+    x = x.replace([np.inf], np.nan).dropna()
+    if x.empty:
+        return "n/a"
+    q = np.percentile(x, [10, 50, 90])
+    return f"{format(q[1], fmt)} [{format(q[0], fmt)}, {format(q[2], fmt)}]"
 
-    def spread(x: pd.Series, fmt: str) -> str:
-        x = x.replace([np.inf], np.nan).dropna()
-        if x.empty:
-            return "n/a"
-        q = np.percentile(x, [10, 50, 90])
-        return f"{format(q[1], fmt)} [{format(q[0], fmt)}, {format(q[2], fmt)}]"
 
-    def one(x: float, fmt: str) -> str:
-        return format(x, fmt) if np.isfinite(x) else "n/a"
+def shown(x: float, fmt: str) -> str:
+    return format(x, fmt) if np.isfinite(x) else "n/a"
 
-    def counts(part: pd.DataFrame) -> str:
-        """The exponent answers of these rows by the consistency rule, summed over the rows."""
-        n = {o: int(part[f"exponents_{o}"].fillna(0).sum()) for o in (RIGHT, OPEN, WRONG)}
-        return f"{n[RIGHT]} / {n[OPEN]} / {n[WRONG]}"
 
+def exponent_counts(part: pd.DataFrame) -> str:
+    """The exponent answers of these rows by the consistency rule, summed over the rows."""
+    n = {o: int(part[f"exponents_{o}"].fillna(0).sum()) for o in (RIGHT, OPEN, WRONG)}
+    return f"{n[RIGHT]} / {n[OPEN]} / {n[WRONG]}"
+
+
+def fewer_seed_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The whole lattice's rows, on all its seeds and on fewer."""
+    return frame[frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")]
+
+
+def compared_methods(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(name, rows) of the methods replayed once per policy seed: the adaptive policy's final waves, the
+    random subsets of the same cost and, where there are any, the even designs at the budget."""
     final = frame[(frame["method"] == "adaptive") & (frame["final"] == True)]  # noqa: E712
     same = frame[frame["method"] == "random, same cost"]
+    even = frame[frame["method"] == "balanced, its seed order"]
+    ks = "/".join(str(int(k)) for k in sorted(even["k"].unique())) if not even.empty else ""
+    parts = [("adaptive (final wave)", final), ("random subset, same cost", same)]
+    return parts + (
+        [(f"every point on the first {ks} seeds of each seed order (at the budget)", even)] if ks else []
+    )
+
+
+def summary_table(frame: pd.DataFrame, parts: list[tuple[str, pd.DataFrame]]) -> list[str]:
+    """The summary's table: a row per compared method (spreads over policy seeds), per number of the
+    lattice's seeds and, where it was read, the oracle's."""
     lines = [
-        f"{len(final)} replays (policy seeds). Median [10th, 90th percentile] over them; the exponents"
-        " summed over them.",
-        "",
-        "Exponents by consistency with the whole lattice: right (a value claimed, the lattice's estimate"
-        " inside its interval), open (no value claimed: open or beyond the lattice's seeds; right too),"
-        " wrong (a value claimed whose interval excludes the lattice's estimate).",
-        "",
         "| method | compute (share of the lattice) | verdicts as the lattice's |"
         " exponents right / open / wrong | answers settled | drop interval width | exponent interval width |",
         "|---|---|---|---|---|---|---|",
     ]
-    even = frame[frame["method"] == "balanced, its seed order"]
-    ks = "/".join(str(int(k)) for k in sorted(even["k"].unique())) if not even.empty else ""
-    parts = [("adaptive (final wave)", final), ("random subset, same cost", same)]
-    parts += [(f"every point on the first {ks} seeds of each seed order (at the budget)", even)] if ks else []
     for name, part in parts:
         lines.append(
             f"| {name} | {spread(part['spent'], '.0%')} | {spread(part['verdicts_agree'], '.0%')} |"
-            f" {counts(part)} | {spread(part['settled'], '.0%')} |"
+            f" {exponent_counts(part)} | {spread(part['settled'], '.0%')} |"
             f" {spread(part['drop_width'], '.3f')} | {spread(part['exponent_width'], '.3f')} |"
         )
-    for name, part in frame[
-        frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
-    ].groupby("method", sort=False):
+    for name, part in fewer_seed_rows(frame).groupby("method", sort=False):
         r = part.iloc[0]
         lines.append(
-            f"| {name} | {r['spent']:.0%} | {one(r['verdicts_agree'], '.0%')} | {counts(part.iloc[:1])} |"
-            f" {one(r['settled'], '.0%')} | {one(r['drop_width'], '.3f')} |"
-            f" {one(r['exponent_width'], '.3f')} |"
+            f"| {name} | {r['spent']:.0%} | {shown(r['verdicts_agree'], '.0%')} |"
+            f" {exponent_counts(part.iloc[:1])} | {shown(r['settled'], '.0%')} |"
+            f" {shown(r['drop_width'], '.3f')} | {shown(r['exponent_width'], '.3f')} |"
         )
     bound = frame[frame["method"] == "oracle"]
     if not bound.empty:
@@ -331,14 +338,25 @@ def summarise(frame: pd.DataFrame) -> str:
             "| oracle for the verdicts (least compute on each seed order) |"
             f" {spread(bound['spent'], '.0%')} | | | | | |"
         )
-        pairs = final.set_index("seed")["spent"] - bound.set_index("seed")["spent"]
-        lines += [
-            "",
-            f"The adaptive policy spent {spread(pairs.dropna(), '+.0%')} of the lattice's compute more than"
-            " the oracle for its seed order (an oracle knows how many seeds each verdict takes; it counts no"
-            " exponent).",
-        ]
-    lines += [
+    return lines
+
+
+def oracle_lines(final: pd.DataFrame, bound: pd.DataFrame) -> list[str]:
+    """How much more the adaptive policy spent than the oracle of its seed order (none without one)."""
+    if bound.empty:
+        return []
+    pairs = final.set_index("seed")["spent"] - bound.set_index("seed")["spent"]
+    return [
+        "",
+        f"The adaptive policy spent {spread(pairs.dropna(), '+.0%')} of the lattice's compute more than"
+        " the oracle for its seed order (an oracle knows how many seeds each verdict takes; it counts no"
+        " exponent).",
+    ]
+
+
+def agreement_lines(parts: list[tuple[str, pd.DataFrame]]) -> list[str]:
+    """For each compared method, how many replays had every verdict the lattice's and no exponent wrong."""
+    lines = [
         "",
         "Replays whose every verdict is the lattice's (the same label) and whose no exponent is wrong (each"
         " right or open), of those run:",
@@ -350,9 +368,88 @@ def summarise(frame: pd.DataFrame) -> str:
             f"- {name}: every verdict in {int(verdicts.sum())} of {len(part)}, no exponent wrong in"
             f" {int(exponents.sum())}, both in {int((verdicts & exponents).sum())}"
         )
+    return lines
+
+
+def summarise(frame: pd.DataFrame) -> str:
+    """The markdown summary: medians and spreads (10th-90th percentile) over policy seeds."""
+    parts = compared_methods(frame)
+    final = parts[0][1]
+    lines = [
+        f"{len(final)} replays (policy seeds). Median [10th, 90th percentile] over them; the exponents"
+        " summed over them.",
+        "",
+        "Exponents by consistency with the whole lattice: right (a value claimed, the lattice's estimate"
+        " inside its interval), open (no value claimed: open or beyond the lattice's seeds; right too),"
+        " wrong (a value claimed whose interval excludes the lattice's estimate).",
+        "",
+        *summary_table(frame, parts),
+        *oracle_lines(final, frame[frame["method"] == "oracle"]),
+        *agreement_lines(parts),
+    ]
     stops = final["stop"].value_counts()
     lines += ["", "Why the replays stopped: " + "; ".join(f"{n} x {why}" for why, n in stops.items())]
     return "\n".join(lines) + "\n"
+
+
+def draw_adaptive(ax, frame: pd.DataFrame, col: str) -> None:
+    """Each policy seed's path (a faint line) and where it stopped (a dot)."""
+    ad = frame[frame["method"] == "adaptive"]
+    for i, (_, run) in enumerate(ad.groupby("seed")):
+        ax.plot(
+            run["spent"],
+            run[col],
+            color="tab:blue",
+            alpha=0.25,
+            lw=1,
+            label="adaptive (each policy seed)" if i == 0 else None,
+        )
+    final = ad[ad["final"] == True]  # noqa: E712
+    ax.scatter(
+        final["spent"], final[col], color="tab:blue", s=14, zorder=3, label="adaptive, where it stopped"
+    )
+
+
+def draw_random(ax, frame: pd.DataFrame, col: str) -> None:
+    """The random subsets' median and 10-90% band at each share of the compute."""
+    rnd = frame[frame["method"] == "random"].copy()
+    rnd["bin"] = rnd["spent"].round(2)
+    stats = rnd.groupby("bin")[col].quantile(0.5).rename("mid").to_frame()
+    stats["lo"] = rnd.groupby("bin")[col].quantile(0.1)
+    stats["hi"] = rnd.groupby("bin")[col].quantile(0.9)
+    ax.plot(stats.index, stats["mid"], color="tab:orange", lw=2, label="random subsets (median, 10-90%)")
+    ax.fill_between(stats.index, stats["lo"], stats["hi"], color="tab:orange", alpha=0.2)
+
+
+def draw_references(ax, frame: pd.DataFrame, col: str) -> None:
+    """The oracles (on the verdicts' panel), the even designs (but on the drop widths') and the whole lattice
+    on its seeds and fewer."""
+    bound = frame[frame["method"] == "oracle"]
+    if col == "verdicts_agree" and not bound.empty:
+        ax.scatter(
+            bound["spent"],
+            np.ones(len(bound)),
+            marker="|",
+            s=120,
+            color="black",
+            zorder=4,
+            label="oracle: least compute with the lattice's verdicts (each seed order)",
+        )
+    even = frame[frame["method"] == "balanced, its seed order"]
+    if col != "drop_width" and not even.empty:
+        jitter = np.random.default_rng(0).uniform(-0.012, 0.012, len(even))
+        ax.scatter(
+            even["spent"] + jitter,
+            even[col],
+            marker="x",
+            s=22,
+            color="tab:green",
+            zorder=4,
+            label="every point on the first k seeds of each seed order",
+        )
+    fewer = fewer_seed_rows(frame).sort_values("spent")
+    seeds = f"2..{len(fewer) + 1}" if len(fewer) > 1 else "all"
+    ax.plot(fewer["spent"], fewer[col], "s--", color="black", ms=5, label=f"whole lattice, {seeds} seeds")
 
 
 def draw(frame: pd.DataFrame, path: Path) -> None:
@@ -369,55 +466,9 @@ def draw(frame: pd.DataFrame, path: Path) -> None:
         ("exponents_consistent", "exponents right or open (not wrong)"),
     )
     for ax, (col, title) in zip(axes, panels):
-        ad = frame[frame["method"] == "adaptive"]
-        for i, (_, run) in enumerate(ad.groupby("seed")):
-            ax.plot(
-                run["spent"],
-                run[col],
-                color="tab:blue",
-                alpha=0.25,
-                lw=1,
-                label="adaptive (each policy seed)" if i == 0 else None,
-            )
-        final = ad[ad["final"] == True]  # noqa: E712
-        ax.scatter(
-            final["spent"], final[col], color="tab:blue", s=14, zorder=3, label="adaptive, where it stopped"
-        )
-        rnd = frame[frame["method"] == "random"].copy()
-        rnd["bin"] = rnd["spent"].round(2)
-        stats = rnd.groupby("bin")[col].quantile(0.5).rename("mid").to_frame()
-        stats["lo"] = rnd.groupby("bin")[col].quantile(0.1)
-        stats["hi"] = rnd.groupby("bin")[col].quantile(0.9)
-        ax.plot(stats.index, stats["mid"], color="tab:orange", lw=2, label="random subsets (median, 10-90%)")
-        ax.fill_between(stats.index, stats["lo"], stats["hi"], color="tab:orange", alpha=0.2)
-        bound = frame[frame["method"] == "oracle"]
-        if col == "verdicts_agree" and not bound.empty:
-            ax.scatter(
-                bound["spent"],
-                np.ones(len(bound)),
-                marker="|",
-                s=120,
-                color="black",
-                zorder=4,
-                label="oracle: least compute with the lattice's verdicts (each seed order)",
-            )
-        even = frame[frame["method"] == "balanced, its seed order"]
-        if col != "drop_width" and not even.empty:
-            jitter = np.random.default_rng(0).uniform(-0.012, 0.012, len(even))
-            ax.scatter(
-                even["spent"] + jitter,
-                even[col],
-                marker="x",
-                s=22,
-                color="tab:green",
-                zorder=4,
-                label="every point on the first k seeds of each seed order",
-            )
-        fewer = frame[
-            frame["method"].str.startswith("lattice") | (frame["method"] == "full lattice")
-        ].sort_values("spent")
-        seeds = f"2..{len(fewer) + 1}" if len(fewer) > 1 else "all"
-        ax.plot(fewer["spent"], fewer[col], "s--", color="black", ms=5, label=f"whole lattice, {seeds} seeds")
+        draw_adaptive(ax, frame, col)
+        draw_random(ax, frame, col)
+        draw_references(ax, frame, col)
         ax.set_xlabel("compute spent (share of the full lattice's estimate)")
         ax.set_title(title)
         ax.grid(alpha=0.3)

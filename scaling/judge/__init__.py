@@ -3,6 +3,7 @@ figures; analysis/ says the answers in words) and the adaptive driver (scaling.a
 wave's cells by the same rules).
 
 - verdicts.py: does a model context-scale, task-scale? The rule, its numbers and labels (seed 001's question);
-- fit.py: the scaling-law fits err = E + A n^-alpha + B T^-beta with intervals over seeds;
+- fit.py: the scaling-law fits err = E + A n^-alpha + B T^-beta of a sweep's table (which rows, which groups);
+- power_law.py: one such law fitted to one group's points, with intervals over seeds;
 - provenance.py: which cells may be pooled into one curve, and the settings that split it.
 """

@@ -52,7 +52,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import page_trend_test
 
-from .fit import FORMS, group_keys, seed_draws
+from .fit import group_keys
+from .power_law import FORMS, seed_draws
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..checkpoints import behind
 from ..config import format_T
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.models import model_facts
@@ -32,13 +33,20 @@ def resume(trainer: CellTrainer, store, log) -> None:
     """Load the cell's checkpoint into ``trainer``, if there is one, and log what the last run could not:
     the step it resumed from and the losses a blinking store missed (they ride in the checkpoint). A
     damaged checkpoint (scaling.checkpoints) is named in the run's ``checkpoint_damaged`` tag; the cell
-    continues from the last good one, or from scratch."""
+    continues from the last good one, or from scratch. A checkpoint written when the run held more of its
+    losses than it holds now (a tracking store restored from an older backup: scaling.checkpoints.behind)
+    is deleted and the cell trained again from step 0, said in the run's ``redone`` tag."""
     state = store.load(trainer.cell.key)
     problems = store.problems.get(trainer.cell.key)
     if problems:
         fallback = f"resumed from step {state['step']}" if state is not None else "trained from scratch"
         log.note("checkpoint_damaged", f"{'; '.join(problems)}; discarded, {fallback}")
     if state is None:
+        return
+    why = behind(state.get("logged_through"), log.last_loss_step)
+    if why:  # a history with a hole if it went on: trained again from step 0 (the same losses, once)
+        log.note("redone", f"trained again from step 0: {why}")
+        store.delete(trainer.cell.key)
         return
     trainer.load_state_dict(state)
     log.log_metrics("trial/resumed_from", [(trainer.step, trainer.step)])
@@ -48,7 +56,8 @@ def resume(trainer: CellTrainer, store, log) -> None:
 def checkpoint(trainer: CellTrainer, store, log, losses: list) -> None:
     """Log a segment's losses (buffered while the store blinks) and checkpoint the trainer with them."""
     log.log_losses(losses)
-    store.save(trainer.cell.key, {**trainer.state_dict(), "unlogged_losses": log.pending})
+    state = {**trainer.state_dict(), "unlogged_losses": log.pending, "logged_through": log.last_loss_step}
+    store.save(trainer.cell.key, state)
 
 
 def finish(trainer: CellTrainer, log):

@@ -201,6 +201,11 @@ class Tracker:
         """The keys of the cells with a complete run."""
         return {k for k, r in self.cell_records(experiment_id).items() if r.status == STATUS_COMPLETE}
 
+    def last_loss_step(self, run_id: str) -> int:
+        """The last training step whose loss the run holds (0: none)."""
+        history = retrying(lambda: self.client.get_metric_history(run_id, "train/loss"), "reading history")
+        return max((m.step for m in history), default=0)
+
     def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
         records: dict[str, CellRecord] = {}

@@ -1,6 +1,6 @@
-"""One run of a sweep from its plan to its summary: the state scaling.sweep's phases share.
+"""One run of a sweep from its plan to its summary: the state scaling.sweep.phases fills in, phase by phase.
 
-``run_sweep`` (scaling.sweep) goes through named phases: plan the run (the sweep file, the stores and the
+``run_sweep`` goes through named phases: plan the run (the sweep file, the stores and the
 Ray it uses, all checked), read the store (which cells are complete), describe it (``--dry-run``) or start
 it (Ray, the MLflow experiment and the sweep's parent run), train (Tune experiments, or the waves of
 scaling.adaptive.driver), report. Each phase reads and fills in one SweepRun instead of passing the plan,
@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .cluster import Head
-from .plan import Plan, PlannedCell
-from .progress import Summary
-from .redact import redact
-from .tracking.tracker import Tracker
+from ..cluster import Head
+from ..plan import Plan, PlannedCell
+from ..progress import Summary
+from ..redact import redact
+from ..tracking.tracker import Tracker
 
 
 @dataclass
@@ -52,7 +52,7 @@ class RunOptions:
 
 @dataclass
 class SweepRun:
-    """The state of one sweep run, filled in phase by phase (scaling.sweep.run_sweep)."""
+    """The state of one sweep run, filled in phase by phase (scaling.sweep.phases.run_sweep)."""
 
     path: str  # the sweep file
     profile: str

@@ -1,0 +1,66 @@
+"""The ``--dry-run`` table: every cell with its resources and state, the compute, an adaptive sweep's plan."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from ..checkpoints import CheckpointStore
+from ..cost import describe_compute
+from ..gpu_plan import describe_gpu
+from ..leases import Leases
+from ..plan import Plan
+
+
+def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
+    """The --dry-run table: one line per cell with its resources and state."""
+    out.write(
+        f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
+        f"{f' (profile {plan.profile})' if plan.profile else ''}\n"
+    )
+    out.write(f"{'key':16}  {'cell':40}  {'cpu':>4}  {'gpu':>5}  state\n")
+    for planned in plan.cells:
+        cell, res = planned.cell, planned.resources
+        out.write(f"{cell.key:16}  {cell.name:40}  {res.cpu:>4g}  {res.gpu:>5g}  {status[cell.key]}\n")
+    counts: dict[str, int] = {}
+    for state in status.values():
+        counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
+    out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
+    out.write(describe_compute(plan) + "\n")
+    out.write(describe_gpu(plan) + "\n")
+
+
+def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str]:
+    """The --dry-run state of every cell: complete, partial (step s/S) from its checkpoint, pending, or
+    checkpoint damaged (and what a run will do about it); cells another driver trains now say by whom."""
+    store, leases = CheckpointStore(store_uri), Leases(store_uri)
+    status = {}
+    for planned in plan.cells:
+        key, steps = planned.cell.key, planned.cell.train.steps
+        if key in complete:
+            status[key] = "complete"
+            continue
+        step, damaged = store.inspect(key)
+        if damaged:
+            status[key] = (
+                "checkpoint damaged ("
+                + (f"resumes from step {step}/{steps}" if step is not None else "trains from scratch")
+                + ")"
+            )
+        else:
+            status[key] = f"partial (step {step}/{steps})" if step is not None else "pending"
+        holder = leases.holder(key)
+        if holder is not None:
+            status[key] += f", training now in {holder.describe()}"
+    return status
+
+
+def describe_adaptive(policy, out: TextIO) -> None:
+    """The --dry-run --adaptive lines: budget, questions, the first wave."""
+    lattice, first = policy.lattice, policy.first_wave()
+    questions = "; ".join(q.name for q in policy.settings.questions)
+    out.write(
+        f"adaptive: budget {policy.settings.budget:.0%} of the lattice's estimated compute;"
+        f" questions: {questions};"
+        f" first wave {len(first)} cells ({lattice.cost(first) / lattice.total_cost:.0%} of the compute),"
+        f" then waves of {policy.settings.wave} cells\n"
+    )
