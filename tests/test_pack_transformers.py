@@ -11,7 +11,7 @@ from scaling.checkpoints import CheckpointStore
 from scaling.papers.context_scaling.stacked import PackTrainer, stack
 from scaling.papers.context_scaling.stacked_transformers import StackedTransformer
 from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 from scaling.trial import PackMemberError, TrialMember, TrialSpec, run_pack
 from tests.conftest import tiny_cell_dict
 from tests.test_checkpoint_integrity import zero_block
