@@ -4,8 +4,7 @@ Every model maps a prompt batch ``xs`` (B, N+1, d), ``ys`` (B, N+1) to a predict
 column n predicts ys[:, n] from the pairs 0..n-1 and the query xs[:, n] (the one predictor interface,
 shared with the baselines). ``MODELS`` is the registry (``arch``):
 
-- ``gpt2``: GPT-2 (scaling.papers.context_scaling.gpt2; transformers' GPT2Model for the stacked layout, other
-phis and eager
+- ``gpt2``: GPT-2 (scaling.papers.context_scaling.gpt2; transformers' GPT2Model for the other phis and eager
   attention) with a learnable linear read-in to the embedding width and a linear read-out (App. A "GPT-2").
   ``layout: interleaved`` (Garg et al. 2022): tokens x_1, y_1, x_2, y_2, ...
   with y zero-padded to d, causal attention, predictions read at the x tokens. ``layout: stacked`` (eq. 2):
@@ -120,10 +119,10 @@ def interleaved_tokens(xs: torch.Tensor, ys: torch.Tensor, width: int | None = N
 
 
 def own_backbone(config: ModelConfig) -> bool:
-    """Whether a GPT-2 of ``config`` runs scaling.papers.context_scaling.gpt2 (interleaved tokens, softmax
-    through SDPA) rather than transformers' GPT2Model; only such GPT-2 cells pack
+    """Whether a GPT-2 of ``config`` runs scaling.papers.context_scaling.gpt2 (softmax through SDPA, either
+    layout) rather than transformers' GPT2Model; only such GPT-2 cells pack
     (scaling.papers.context_scaling.stacked_transformers)."""
-    return config.layout == "interleaved" and config.phi == "softmax" and config.attn_implementation == "sdpa"
+    return config.phi == "softmax" and config.attn_implementation == "sdpa"
 
 
 class GPT2InContext(nn.Module):
@@ -135,13 +134,15 @@ class GPT2InContext(nn.Module):
         stacked = config.layout == "stacked"
         positions = points if stacked else 2 * points
         self.read_in = nn.Linear(d + 1 if stacked else d, config.n_embd)
-        # The default (interleaved tokens, softmax attention through SDPA) runs
-        # scaling.papers.context_scaling.gpt2, the same network
-        # and parameters without transformers' import (~4.5 s of CPU in every trial process); the stacked
-        # layout's prefix mask, the other phis and eager attention plug into transformers' GPT2Model.
+        # Softmax attention through SDPA (the default; either layout) runs scaling.papers.context_scaling
+        # .gpt2, the same network and parameters without transformers' import (~4.5 s of CPU in every trial
+        # process); the other phis and eager attention plug into transformers' GPT2Model. The stacked
+        # layout draws its initial parameters as GPT2Model drew them (it ran there until its cells packed),
+        # so its cells keep their numbers; the interleaved one keeps the draws it has had since it moved.
         self.own_backbone = own_backbone(config)
         if self.own_backbone:
-            self.backbone = GPT2Backbone(config.n_embd, config.n_layer, config.n_head, positions)
+            draws = "gpt2model" if stacked else "own"
+            self.backbone = GPT2Backbone(config.n_embd, config.n_layer, config.n_head, positions, draws=draws)
         else:
             self.backbone = hf_gpt2(config, positions)
         self.read_out = nn.Linear(config.n_embd, 1)
@@ -170,14 +171,22 @@ class GPT2InContext(nn.Module):
         return interleaved_tokens(xs, ys, self.d)
 
     def forward_stacked(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """Predictions at the P query tokens, appended after the P context tokens under the stacked-prefix
+        mask (eq. 2; scaling.papers.context_scaling.attention.stacked_prefix_mask), context token j and
+        query n at positions j and n."""
         P = xs.shape[1]
         tokens = torch.cat([stacked_rows(xs, ys), query_rows(xs)], dim=1)  # (B, 2P, d+1)
         embeds = self.read_in(tokens)  # (B, 2P, k)
-        positions = torch.arange(P, device=xs.device).repeat(2)[None]  # (1, 2P): j, then n
-        mask = additive_mask(stacked_prefix_mask(P, xs.device), embeds.dtype)
-        hidden = self.backbone(
-            inputs_embeds=embeds, attention_mask=mask, position_ids=positions
-        ).last_hidden_state  # (B, 2P, k)
+        positions = torch.arange(P, device=xs.device).repeat(2)  # (2P,): j, then n
+        allowed = stacked_prefix_mask(P, xs.device)  # (2P, 2P)
+        if self.own_backbone:
+            hidden = self.backbone(embeds, allowed=allowed, positions=positions)  # (B, 2P, k)
+        else:
+            hidden = self.backbone(
+                inputs_embeds=embeds,
+                attention_mask=additive_mask(allowed, embeds.dtype),
+                position_ids=positions[None],
+            ).last_hidden_state  # (B, 2P, k)
         return self.read_out(hidden[:, P:]).squeeze(-1)  # (B, P)
 
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
