@@ -21,16 +21,18 @@ The second is one machine (a workstation, a laptop) as the whole cluster, withou
   --project-dir DIR        where the checkout is synced on the machines (default /home/ray/icl-scaling
                            in Docker, ~/icl-scaling-cluster without)
   --ports BASE             Ray's GCS on BASE, the dashboard on BASE+1, the Ray client server on BASE+2
-                           (Docker only), the dashboard agent on BASE+3, MLflow on BASE+4 (default:
-                           Ray's 6379, 8265, 10001, 52365 and MLflow's 5000); for a machine where other
-                           Rays run
+                           (where Ray's client is installed), the dashboard agent on BASE+3, MLflow on
+                           BASE+4 (default: Ray's 6379, 8265, 10001, 52365 and MLflow's 5000); for a
+                           machine where other Rays run
   --temp-dir DIR           this cluster's Ray temp dir (default /tmp/ray); the start commands stop only
                            the Ray of this dir (cluster/stop_ray.py), never other Rays on the machine
   --cluster-name NAME      default icl-scaling-onprem
-  --mlflow-db DB           postgresql (default: a PostgreSQL of its own on the head, sized for a cluster's
-                           trials; installed in the head's container, or already on a head without Docker
-                           with psycopg2-binary in P's environment) or sqlite (one file: a few dozen trials
-                           at once at most); cluster/start_mlflow.sh says how and why
+  --mlflow-db DB           the head's MLflow database. postgresql (the default with workers): a PostgreSQL
+                           of its own on the head, sized for a cluster's trials; installed in the head's
+                           container, or already on a head without Docker with psycopg2-binary in P's
+                           environment. sqlite (the default on one machine, which then needs nothing
+                           installed): one file, a few dozen trials at once at most. cluster/start_mlflow.sh
+                           says how and why
 
 The template's own commands are this script's output for the template's own settings (a test checks
 it), so the file you get differs from cluster/cluster-local.yaml only where your settings do.
@@ -73,7 +75,7 @@ class Settings:
     ports: int | None = None
     temp_dir: str = "/tmp/ray"
     cluster_name: str = "icl-scaling-onprem"
-    mlflow_db: str = "postgresql"
+    mlflow_db: str | None = None  # None: sqlite on one machine, postgresql with workers (mlflow_database)
 
     @property
     def docker(self) -> bool:
@@ -82,6 +84,12 @@ class Settings:
     @property
     def project(self) -> str:
         return self.project_dir or (DOCKER_PROJECT_DIR if self.docker else HOST_PROJECT_DIR)
+
+    @property
+    def mlflow_database(self) -> str:
+        """The head's MLflow database: the one asked for, else SQLite on one machine (a workstation's few
+        trials; nothing to install) and PostgreSQL with workers (a cluster's trials)."""
+        return self.mlflow_db or ("postgresql" if self.worker_ips else "sqlite")
 
     def port(self, name: str) -> int:
         offsets = {"gcs": 0, "dashboard": 1, "client": 2, "agent": 3, "mlflow": 4}
@@ -123,23 +131,27 @@ POSTGRES_CHECK = (
 
 
 def head_setup_commands(s: Settings) -> list[str]:
-    if s.mlflow_db != "postgresql":
+    if s.mlflow_database != "postgresql":
         return []
     return list(POSTGRES_IN_DOCKER) if s.docker else [f"{env_prefix(s)}{POSTGRES_CHECK}"]
 
 
 def head_start_commands(s: Settings) -> list[str]:
     prefix, mlflow_home = env_prefix(s), ("~/mlflow" if s.docker else MLFLOW_HOST_DIR)
+    db = " MLFLOW_DB=sqlite" if s.mlflow_database == "sqlite" else ""
     trials = "" if not s.worker_ips else " --num-cpus=0 --num-gpus=0"
     gcs = f"{s.head_ip}:{s.port('gcs')}"
-    # Ray's client server runs only where ray[client] is installed (Ray's image has it), and `ray start`
-    # refuses --ray-client-server-port without it; a host environment may lack it, and the project does
-    # not use the client (drivers run on the head, jobs go through the dashboard).
-    client = f" --ray-client-server-port={s.port('client')}" if s.docker else ""
+    # Ray's client server: `ray start` starts it wherever Ray's client (grpcio) is importable, on port 10001
+    # unless told another, and refuses --ray-client-server-port where it is not. Ray's image has it; a host
+    # environment may or may not (the README's has it), so without Docker the flag is added when the
+    # head's Python imports grpc: the server then listens on this cluster's port, never on 10001 where
+    # another cluster's may be. The project does not use the client (drivers run on the head).
+    flag = f"--ray-client-server-port={s.port('client')}"
+    client = f" {flag}" if s.docker else f""" $(python -c 'import grpc' 2>/dev/null && echo {flag})"""
     return [
         f"{prefix}python {s.project}/cluster/stop_ray.py {s.temp_dir}",
         f"{prefix}MLFLOW_HOME={mlflow_home} MLFLOW_HOST={s.head_ip} MLFLOW_PORT={s.port('mlflow')}"
-        f"{' MLFLOW_DB=sqlite' if s.mlflow_db == 'sqlite' else ''} bash {s.project}/cluster/start_mlflow.sh",
+        f"{db} bash {s.project}/cluster/start_mlflow.sh",
         f"{prefix}ulimit -n 65536;"
         f' export RAY_AUTH_MODE=token MLFLOW_TRACKING_URI="$(cat {mlflow_home}/tracking_uri)";'
         f" ray start --head --node-ip-address={s.head_ip} --port={s.port('gcs')} --temp-dir={s.temp_dir}"
@@ -207,7 +219,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ports", type=int, default=None)
     parser.add_argument("--temp-dir", default=Settings.temp_dir)
     parser.add_argument("--cluster-name", default=Settings.cluster_name)
-    parser.add_argument("--mlflow-db", choices=("postgresql", "sqlite"), default=Settings.mlflow_db)
+    parser.add_argument("--mlflow-db", choices=("postgresql", "sqlite"), default=None)
     parser.add_argument("-o", "--output", required=True, help="the cluster file to write")
     args = parser.parse_args(argv)
     if args.no_docker != bool(args.python):

@@ -4,6 +4,12 @@
 #   bash cluster/start_mlflow.sh          start PostgreSQL (if it is the backend) and MLflow, or find them up
 #   bash cluster/start_mlflow.sh backup   write $MLFLOW_HOME/backup/mlflow.dump (pg_dump, consistent while
 #                                         trials log) or mlflow.db (SQLite's online backup)
+#   bash cluster/start_mlflow.sh restore DIR
+#                                         replace this head's store by a backup: DIR holds mlflow.dump (or
+#                                         mlflow.db) and artifacts/ as docs/cluster.md's backup leaves them.
+#                                         Stops the server and its database, moves their data aside to
+#                                         $MLFLOW_HOME/replaced-<time>/ (nothing is deleted), starts again
+#                                         from the backup, on the address and port the server had
 #
 # Run by `head_start_ray_commands` in cluster.yaml and cluster/cluster-local.yaml,
 # inside the head's container. The server:
@@ -63,14 +69,27 @@ export MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW="${MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLO
 PG_MAX_CONNECTIONS=$((2 * MLFLOW_WORKERS * (MLFLOW_SQLALCHEMYSTORE_POOL_SIZE + MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW) + 20))
 
 MLFLOW_HOME="${MLFLOW_HOME:-$HOME/mlflow}"
+fail() { echo "start_mlflow.sh: $*" >&2; exit 1; }
+if [ "${1:-}" = restore ]; then
+  RESTORE_DIR="${2:-}"
+  [ -n "$RESTORE_DIR" ] && [ -d "$RESTORE_DIR" ] || fail "restore: no backup folder '${RESTORE_DIR}'"
+  if [ -z "${MLFLOW_DB:-}" ]; then  # the backup's kind of store
+    if [ -f "$RESTORE_DIR/mlflow.dump" ]; then MLFLOW_DB=postgresql
+    elif [ -f "$RESTORE_DIR/mlflow.db" ]; then MLFLOW_DB=sqlite
+    else fail "restore: $RESTORE_DIR holds neither mlflow.dump nor mlflow.db"; fi
+  fi
+  if [ -f "$MLFLOW_HOME/tracking_uri" ]; then  # the address and port the server had (its start command's)
+    KNOWN="$(sed 's|^http://||' "$MLFLOW_HOME/tracking_uri")"
+    MLFLOW_HOST="${MLFLOW_HOST:-${KNOWN%:*}}"
+    MLFLOW_PORT="${MLFLOW_PORT:-${KNOWN##*:}}"
+  fi
+fi
 MLFLOW_ARTIFACTS_DESTINATION="${MLFLOW_ARTIFACTS_DESTINATION:-$MLFLOW_HOME/artifacts}"
 MLFLOW_HOST="${MLFLOW_HOST:-$(hostname -I | awk '{print $1}')}"
 MLFLOW_PORT="${MLFLOW_PORT:-5000}"
 PGDATA="$MLFLOW_HOME/postgres"
 PGSOCKET="$MLFLOW_HOME/pg"
 PG_USER=mlflow  # the database's owner and MLflow's login (trust over the socket, which only the owner reaches)
-
-fail() { echo "start_mlflow.sh: $*" >&2; exit 1; }
 
 case "$MLFLOW_HOST" in
   ""|0.0.0.0|::|"[::]"|\*)
@@ -166,14 +185,41 @@ EOF
   fi
 }
 
+restore() {
+  [ "$MLFLOW_BACKEND_URI" = "$LOCAL_URI" ] ||
+    fail "restore: the database is $MLFLOW_BACKEND_URI, not this head's; restore it there"
+  python "$(dirname "$0")/stop_ray.py" "$MLFLOW_HOME/no-ray" --mlflow --mlflow-home "$MLFLOW_HOME" >/dev/null ||
+    fail "restore: could not stop the running MLflow server and its database"
+  local aside name
+  aside="$MLFLOW_HOME/replaced-$(date +%Y%m%d-%H%M%S)"
+  mkdir -p "$aside"
+  for name in postgres mlflow.db artifacts server.pid; do
+    if [ -e "$MLFLOW_HOME/$name" ]; then mv "$MLFLOW_HOME/$name" "$aside/"; fi
+  done
+  echo "moved the store it replaces to $aside"
+  case "$MLFLOW_ARTIFACTS_DESTINATION" in
+    *://*) ;;  # an object store: its artifacts never lived on the head
+    *) if [ -d "$RESTORE_DIR/artifacts" ]; then cp -a "$RESTORE_DIR/artifacts" "$MLFLOW_ARTIFACTS_DESTINATION"; fi ;;
+  esac
+  if [ "$MLFLOW_DB" = sqlite ]; then
+    [ -f "$RESTORE_DIR/mlflow.db" ] || fail "restore: no $RESTORE_DIR/mlflow.db"
+    cp "$RESTORE_DIR/mlflow.db" "$MLFLOW_HOME/mlflow.db"
+  else
+    [ -f "$RESTORE_DIR/mlflow.dump" ] || fail "restore: no $RESTORE_DIR/mlflow.dump"
+    MLFLOW_RESTORE_FROM="$RESTORE_DIR/mlflow.dump"  # start_postgres restores it into the new store
+  fi
+}
+
 URI="http://$MLFLOW_HOST:$MLFLOW_PORT"
 mkdir -p "$MLFLOW_HOME"
 
-if [ "${1:-}" = backup ]; then
-  backup
-  exit 0
-fi
-[ $# -eq 0 ] || fail "unknown argument '$1' (none starts the server; 'backup' backs its database up)"
+case "${1:-}" in
+  backup) backup; exit 0 ;;
+  restore) restore ;;
+  "") ;;
+  *) fail "unknown argument '$1' (none starts the server; 'backup' backs its database up, 'restore DIR'"\
+       "replaces it by a backup)" ;;
+esac
 
 echo "$URI" > "$MLFLOW_HOME/tracking_uri"
 

@@ -8,9 +8,12 @@ by hand before ``ray down`` on clusters without Docker (docs/cluster.md, "On-pre
 
 A Ray node's processes name its temp dir on their command lines (the GCS and raylet through their
 session's log and socket paths, the dashboard, monitor and log monitor through --temp-dir or
---logs-dir); its workers rename themselves (``ray::IDLE``) but are the raylet's children. So: every
-process whose command line names ``TEMP_DIR/``, with its descendants, gets SIGTERM, then SIGKILL after
-a grace period. Processes of other Rays (other temp dirs) and of other users are never touched.
+--logs-dir); its workers rename themselves (``ray::IDLE``) but are the raylet's children; Ray's client
+server (``python -m ray.util.client.server --address=... --port=10001``, started where Ray's client is
+installed) names neither, is nobody's child once ``ray start`` returns, and writes its output into the
+session's logs. So: every process whose command line names ``TEMP_DIR/`` or that holds a file open under
+it, with its descendants, gets SIGTERM, then SIGKILL after a grace period. Processes of other Rays (other
+temp dirs) and of other users are never touched.
 """
 
 from __future__ import annotations
@@ -31,6 +34,19 @@ except ImportError:
     import psutil
 
 
+def names(cmdline, marker: str) -> bool:
+    """Whether a command line names the folder ``marker`` (``DIR/``): a path under it, or ``--x=DIR``."""
+    return any(marker in arg or arg.endswith("=" + marker.rstrip("/")) for arg in cmdline)
+
+
+def holds_open(proc: psutil.Process, marker: str) -> bool:
+    """Whether the process has a file under the folder ``marker`` open (its output redirected there)."""
+    try:
+        return any(f.path.startswith(marker) for f in proc.open_files())
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
 def ray_processes(temp_dir: str) -> list[psutil.Process]:
     """This user's processes of the Ray whose temp dir is ``temp_dir``, with their descendants."""
     marker = temp_dir.rstrip("/") + "/"
@@ -40,9 +56,7 @@ def ray_processes(temp_dir: str) -> list[psutil.Process]:
         try:
             if proc.pid in spared or proc.info["uids"] is None or proc.info["uids"].real != os.getuid():
                 continue
-            if any(
-                marker in arg or arg.endswith("=" + marker.rstrip("/")) for arg in proc.info["cmdline"] or ()
-            ):
+            if names(proc.info["cmdline"] or (), marker) or holds_open(proc, marker):
                 found[proc.pid] = proc
                 for child in proc.children(recursive=True):
                     found[child.pid] = child

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ConfigError, canonical, check, flatten, format_T, from_dict, not_in_key, to_dict, unread
-from .kinds import DEFAULT_KIND, KINDS, kind, kind_of_group
+from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
 from .papers.context_scaling.evaluate import EvalConfig
 from .papers.context_scaling.models import ModelConfig, model_facts
 from .papers.context_scaling.tasks import FAMILIES, TaskConfig

@@ -16,7 +16,8 @@ that goes on to train the cell (it was not complete yet) appends a line to ``<ce
 Leases need the storage to be a filesystem path (local, or a shared mount with POSIX locks, as Ray
 clusters use for their storage). On an object store (``s3://``, ``gs://``) there is no lock to hold, and a
 lease is only written and read back (best effort: two drivers racing within the same second could both
-win); run one driver per sweep there.
+win); run one driver per sweep there. Its reads and writes ride through the store's outages
+(scaling.storage: asked again for up to SCALING_STORAGE_RETRY_S, said once per outage).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .storage import retrying
 
 log = logging.getLogger(__name__)
 
@@ -186,21 +189,30 @@ class Leases:
         from pyarrow import fs as pafs
 
         path = f"{self.remote}/{key}.json"
-        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            return None
-        with self.fs.open_input_stream(path) as stream:
-            try:
-                return Holder(**json.loads(stream.read()))
-            except (ValueError, TypeError):
-                return Holder("?", "?", 0, "?", 0.0, 0.0)
+
+        def read() -> bytes | None:
+            if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+                return None
+            with self.fs.open_input_stream(path) as stream:
+                return stream.read()
+
+        blob = retrying(self.storage, read, f"reading the lease of cell {key}")
+        try:
+            return None if blob is None else Holder(**json.loads(blob))
+        except (ValueError, TypeError):
+            return Holder("?", "?", 0, "?", 0.0, 0.0)
 
     def _write_remote(self, key: str, holder: Holder) -> None:
-        self.fs.create_dir(self.remote, recursive=True)
         path = f"{self.remote}/{key}.json"
         temp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with self.fs.open_output_stream(temp) as out:
-            out.write(json.dumps(asdict(holder)).encode())
-        self.fs.move(temp, path)
+
+        def write() -> None:
+            self.fs.create_dir(self.remote, recursive=True)
+            with self.fs.open_output_stream(temp) as out:
+                out.write(json.dumps(asdict(holder)).encode())
+            self.fs.move(temp, path)
+
+        retrying(self.storage, write, f"writing the lease of cell {key}")
 
     # ------------------------------------------------------------ API
 
@@ -247,7 +259,8 @@ class Leases:
             if current is None or current.owner != owner:
                 return
             if self.root is None:
-                self.fs.delete_file(f"{self.remote}/{key}.json")
+                path = f"{self.remote}/{key}.json"
+                retrying(self.storage, lambda: self.fs.delete_file(path), f"releasing cell {key}")
             else:
                 (self.root / f"{key}.json").unlink()
 

@@ -47,7 +47,7 @@ from .adaptive_settings import AdaptiveSettings, check_against_lattice
 from .cells import Cell
 from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
-from .kinds import kind_of_group
+from .kinds.registry import kind_of_group
 from .papers.context_scaling.models import ModelConfig, model_facts
 from .papers.context_scaling.train import TrainConfig
 

@@ -21,12 +21,16 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from .storage import OUTAGE_NOTICE
 from .tracking import experiment_ui_link, ui_command
 from .trial import spec_in
 
 # Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice
 # at every start, Tune's hints. Errors still show.
 RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray._private")
+# A storage outage that trials rode through is said once; reports of it within this many seconds of the
+# last saying are the same outage, heard late by other trials.
+OUTAGE_QUIET_S = 600.0
 
 
 def quiet_ray(verbose: bool = False) -> None:
@@ -114,6 +118,7 @@ class Progress:
         self.writing = threading.Lock()  # the change lines and the heartbeat's come from two threads
         self._live = None
         self._beating: tuple[threading.Event, threading.Thread] | None = None
+        self.outage_said = -OUTAGE_QUIET_S  # when a storage outage was last said (once per outage)
 
     def __getstate__(self):
         # Tune pickles callbacks into its experiment state; stream, locks, live view, heartbeat stay behind.
@@ -176,6 +181,12 @@ class Progress:
             state = self.running.setdefault(trial_id, trial_state(config))
             state.step = int(result.get("step", state.step) or 0)
             state.fraction = float(result.get("progress", state.fraction) or 0.0)
+            outage = result.get(OUTAGE_NOTICE)
+            say = outage and time.monotonic() - self.outage_said > OUTAGE_QUIET_S
+            if say:
+                self.outage_said = time.monotonic()
+        if say:  # every trial that waited reports the same outage: it is said once
+            self.write(f"[{self.name}] {outage}: the trials waited for it and went on ({state.label})")
 
     def recovered(self, trial_id: str, config: dict) -> None:
         with self.lock:

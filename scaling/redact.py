@@ -21,7 +21,7 @@ MASK = "***"
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^\s:/@]*):(?P<password>[^\s/@]+)@")
 _SECRET_PARAMS = re.compile(
     r"(?i)(?P<name>[?&;](?:password|passwd|pwd|token|access_token|secret|"
-    r"api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential)=)[^&;#\s'\"]+"
+    r"api_key|apikey|key|secret_key|access_key|session_token|sig|signature|x-amz-signature|x-amz-credential)=)[^&;#\s'\"]+"
 )
 
 
@@ -37,11 +37,16 @@ def has_secret(uri: str) -> bool:
     return redact(uri) != uri
 
 
-def trial_tracking_uri(spec_uri: str) -> str:
-    """The tracking URI a trial uses: the environment's (set by the driver) when its redacted form is the
-    one in the trial's spec, else the spec's own (a URI without credentials travels as it is)."""
-    real = os.environ.get(TRACKING_URI_ENV, "")
+def from_environment(spec_uri: str, variable: str) -> str:
+    """The URI a trial uses: the one in its environment's ``variable`` (set by the driver) when its redacted
+    form is the one in the trial's spec, else the spec's own (a URI without credentials travels as it is)."""
+    real = os.environ.get(variable, "")
     return real if real and redact(real) == spec_uri else spec_uri
+
+
+def trial_tracking_uri(spec_uri: str) -> str:
+    """The tracking URI a trial uses (from_environment)."""
+    return from_environment(spec_uri, TRACKING_URI_ENV)
 
 
 def install_log_redaction() -> None:

@@ -1,5 +1,5 @@
 """A test-only experiment kind, ``decay`` (tests/test_analysis_plugin.py registers it with one line in
-scaling.kinds.KINDS): a cell's "curve" is err(n) = scale / n for n = 1..N, no training. Its analysis
+scaling.kinds.registry.KINDS): a cell's "curve" is err(n) = scale / n for n = 1..N, no training. Its analysis
 plug-in is tests/decay_analysis.py, named by ``analysis`` below (its one registry line)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.checkpoints import MAGIC, CheckpointStore
+from scaling.checkpoints import MAGIC, CheckpointStore, behind
 from scaling.plan import load_plan
 
 
@@ -87,6 +87,23 @@ def test_saves_use_unique_temp_files_and_leave_none_behind(tmp_path, store):
     store.save("k", state(1))
     store.save("k", state(2))
     assert sorted(p.name for p in cell_dir(tmp_path).iterdir()) == ["previous.pt", "state.pt"]
+
+
+def test_the_header_tells_step_and_logged_through_without_the_state(tmp_path, store):
+    store.save("k", {**state(40), "logged_through": 30})
+    assert store.peek("k") == {"step": 40, "logged": 30} and store.peek("absent") == {}
+    assert store.load("k")["logged_through"] == 30
+    # a file with the digest alone (before the facts were added) loads, and tells nothing
+    blob = (cell_dir(tmp_path) / "state.pt").read_bytes()
+    header, _, payload = blob.partition(b"\n")
+    (cell_dir(tmp_path) / "state.pt").write_bytes(header[: len(MAGIC) + 64] + b"\n" + payload)
+    assert store.load("k")["step"] == 40 and store.problems["k"] == [] and store.peek("k") == {}
+
+
+def test_a_run_behind_its_checkpoint_is_named():
+    assert behind(30, 20) and "to step 20" in behind(30, 20) and "to step 30" in behind(30, 20)
+    assert behind(30, 30) is None and behind(20, 30) is None  # the run holds as much, or more
+    assert behind(None, 0) is None  # a checkpoint that predates the number: as before
 
 
 TRAIN_TO = """

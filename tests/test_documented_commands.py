@@ -74,6 +74,11 @@ POSTGRES_BACKUP = (
 LOAD_TEST = (
     "a heavy run: 128-256 processes and a server for several minutes (docs/results.md has its numbers)"
 )
+HEAD_LOSS = (
+    "tests/test_head_loss.py",
+    "the head of a head-and-worker cluster from onprem.py's file killed mid-sweep (slow, root): brought up"
+    " again, with its disk and restored from start_mlflow.sh's backup, and the same sweep command rerun",
+)
 TRACKING_LOAD = (
     "tests/test_tracking_load.py",
     "the load test itself (slow): 256 trials against the shipped PostgreSQL server, judged",
@@ -155,6 +160,12 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
         *ON_LOOPBACK,
     ),
     "ray down -y cluster.yaml": (AWS, *ON_LOOPBACK),
+    "ray exec cluster.yaml 'cd ~/icl-scaling && python -m scaling.sweep sweeps/fig1.yaml'": (AWS, *HEAD_LOSS),
+    "ray rsync-up cluster.yaml ./mlflow-backup/ /home/ray/mlflow-backup/": (AWS, *HEAD_LOSS),
+    "ray exec cluster.yaml 'bash ~/icl-scaling/cluster/start_mlflow.sh restore ~/mlflow-backup'": (
+        AWS,
+        *HEAD_LOSS,
+    ),
     "ray exec cluster.yaml 'bash ~/icl-scaling/cluster/start_mlflow.sh backup'": (AWS, *POSTGRES_BACKUP),
     "ray rsync-down cluster.yaml /home/ray/mlflow/backup/ ./mlflow-backup/": (AWS, *POSTGRES_BACKUP),
     "ray rsync-down cluster.yaml /home/ray/mlflow/artifacts/ ./mlflow-backup/artifacts/": (

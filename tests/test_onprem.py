@@ -86,10 +86,29 @@ def test_one_machine_without_docker(tmp_path):
     )
     assert "--temp-dir=/tmp/ray-mine" in flags and "--node-ip-address=127.0.0.1" in flags
     assert "--num-cpus=0" not in flags, "a one-machine cluster runs its trials on the head"
-    assert not any(f.startswith("--ray-client-server-port") for f in flags), "needs ray[client] on the host"
+    # Ray's client server on this cluster's port where the head's Python has Ray's client (else none: `ray
+    # start` refuses the flag), never on Ray's default 10001
+    assert "$(python -c 'import grpc' 2>/dev/null && echo --ray-client-server-port=47002)" in head[2]
+    assert "MLFLOW_DB=sqlite" in head[1] and config["head_setup_commands"] == [], "one machine: SQLite"
     assert "MLFLOW_PORT=47004" in head[1] and "stop_ray.py /tmp/ray-mine" in head[0]
     assert "RAY_ADDRESS=%s" in head[3] and "127.0.0.1:47000" in head[3] and "/srv/runs/icl-scaling" in head[3]
     assert not any(c.strip().startswith("ray stop") for c in head + config["worker_start_ray_commands"])
+
+
+def test_the_mlflow_database_is_sqlite_on_one_machine_and_postgresql_with_workers(tmp_path):
+    base = ["--head-ip", "10.0.0.1", "--ssh-user", "me", "--ssh-key", "k", "--no-docker", "--python", "/p/py"]
+    for extra, db in (
+        ([], "sqlite"),
+        (["--worker-ip", "10.0.0.2"], "postgresql"),
+        (["--mlflow-db", "postgresql"], "postgresql"),
+        (["--worker-ip", "10.0.0.2", "--mlflow-db", "sqlite"], "sqlite"),
+    ):
+        done, config = write(tmp_path, *base, *extra)
+        assert done.returncode == 0, done.stderr
+        mlflow_line = config["head_start_ray_commands"][1]
+        assert ("MLFLOW_DB=sqlite" in mlflow_line) == (db == "sqlite"), (extra, mlflow_line)
+        # PostgreSQL's check (a head without Docker must have it installed) only where it is the database
+        assert bool(config["head_setup_commands"]) == (db == "postgresql"), extra
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ from typing import TextIO
 import pyarrow
 from pyarrow import fs as pafs
 
-from ..checkpoints import CheckpointStore
+from .. import storage as stores
+from ..checkpoints import CheckpointStore, behind
 from ..cluster import describe, ray_up_head, read_node_types
 from ..guards import check_address, check_flags, probe_storage
 from ..leases import Leases, driver_id
@@ -64,6 +65,7 @@ def run_sweep(
         return describe_run(run)
     if done_already(run):
         return run.outcome
+    say_behind(run)
     start(run)
     unfinished = train(run)
     if unfinished is not None:
@@ -106,10 +108,7 @@ def plan_run(
 def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> str:
     """Where Tune state and checkpoints go: the flag, the sweep file's run.storage, ``default`` (a `ray up`
     cluster's SCALING_STORAGE), or ./scaling_runs."""
-    uri = storage or plan.run.storage or default or "scaling_runs"
-    if "://" not in uri:
-        uri = str(Path(uri).resolve())
-    return f"{uri.rstrip('/')}/{plan.name}"
+    return stores.join(stores.resolved(storage or plan.run.storage or default or "scaling_runs"), plan.name)
 
 
 def check_storage(uri: str) -> None:
@@ -145,6 +144,38 @@ def read_store(run: SweepRun) -> None:
     run.complete = run.complete_now() if run.experiment_id is not None else set()
     run.pending = [p for p in run.plan.cells if p.cell.key not in run.complete]
     run.outcome = SweepOutcome(len(run.plan.cells), len(run.plan.cells) - len(run.pending))
+
+
+def behind_the_storage(run: SweepRun) -> dict[str, str]:
+    """The pending cells whose checkpoint is ahead of their MLflow run (scaling.checkpoints.behind: a
+    tracking store restored from a backup older than the storage) -> why. One listing of the storage; a
+    checkpoint's header and its run's history are read only for cells that have both a checkpoint and
+    losses logged before it."""
+    store = CheckpointStore(run.store_uri)
+    found = store.with_checkpoints() & {p.cell.key for p in run.pending}
+    logged = {key: store.peek(key).get("logged", -1) for key in sorted(found)}
+    candidates = {key: value for key, value in logged.items() if value > 0}
+    if not candidates:
+        return {}
+    records = run.tracker.cell_records(run.experiment_id) if run.experiment_id is not None else {}
+    whys = {
+        key: behind(value, run.tracker.last_loss_step(records[key].run_id) if key in records else 0)
+        for key, value in candidates.items()
+    }
+    return {key: why for key, why in whys.items() if why}
+
+
+def say_behind(run: SweepRun) -> None:
+    """Name the cells the sweep trains again from step 0 because the tracking store is behind the storage."""
+    found = behind_the_storage(run)
+    if not found:
+        return
+    names = ", ".join(p.cell.name for p in run.pending if p.cell.key in found)
+    run.say(
+        f"[{run.name}] the tracking store is behind the storage for {len(found)} cell"
+        f"{'s' if len(found) != 1 else ''} (their checkpoints hold training that their MLflow runs lost: a"
+        f" store restored from an older backup?); trained again from step 0: {names}"
+    )
 
 
 def open_tracking(uri: str) -> Tracker | None:
@@ -202,8 +233,9 @@ def start(run: SweepRun) -> None:
     from .ray_start import check_feasible, start_cluster  # defers Ray (~1 s): --dry-run never starts it
 
     options = run.options
-    secret = has_secret(run.uri)
-    env = {TRACKING_URI_ENV: run.uri} if secret else {}  # credentials travel outside Tune's state
+    # credentials travel in the trials' environment, outside Tune's state
+    env = {TRACKING_URI_ENV: run.uri} if has_secret(run.uri) else {}
+    env |= {stores.STORAGE_URI_ENV: run.store_uri} if has_secret(run.store_uri) else {}
     quiet_ray(options.verbose)
     new_store = run.tracker is None
     start_cluster(
@@ -228,7 +260,7 @@ def start(run: SweepRun) -> None:
         "experiment_id": run.experiment_id,
         "sweep": run.name,
         "parent_run_id": run.parent,
-        "storage": run.store_uri,
+        "storage": redact(run.store_uri),
         "driver": driver_id(),
     }
 

@@ -17,6 +17,7 @@ import ray
 from ray import tune
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
+from .. import storage as stores
 from ..cost import load_gpu_table
 from ..leases import Leases
 from ..packing import gpu_budget, pack_groups, pack_key
@@ -146,7 +147,7 @@ def make_tuner(run: SweepRun, specs: list[TrialSpec], progress: Progress, round_
         ),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{round_}",
-            storage_path=f"{run.store_uri}/tune",
+            **stores.tune_storage(stores.join(run.store_uri, "tune")),
             failure_config=tune.FailureConfig(max_failures=plan.run.max_failures),
             callbacks=[progress.callback()],
             verbose=0,

@@ -67,7 +67,8 @@ os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 STATUS_COMPLETE, STATUS_RUNNING, STATUS_FAILED = "complete", "running", "failed"
 # Trials flush training losses to the store at most this often (and at the end): a fast cell would
 # otherwise spend more time on round trips than on training. Unflushed points ride in every checkpoint.
-LOSS_FLUSH_SECONDS = 30.0
+# SCALING_LOSS_FLUSH_S sets another (0: at every checkpoint; the head-loss tests use it).
+LOSS_FLUSH_SECONDS = float(os.environ.get("SCALING_LOSS_FLUSH_S", "30"))
 # MLflow's log_batch limits (metrics + params + tags; tags; params)
 MAX_BATCH_ENTITIES, MAX_BATCH_TAGS, MAX_BATCH_PARAMS = 1000, 100, 100
 # MLflow 3's experiment kind: "custom_model_development" is a model-training experiment (runs, params,
@@ -438,6 +439,11 @@ class Tracker:
     def complete_keys(self, experiment_id: str) -> set[str]:
         """The keys of the cells with a complete run."""
         return {k for k, r in self.cell_records(experiment_id).items() if r.status == STATUS_COMPLETE}
+
+    def last_loss_step(self, run_id: str) -> int:
+        """The last training step whose loss the run holds (0: none)."""
+        history = retrying(lambda: self.client.get_metric_history(run_id, "train/loss"), "reading history")
+        return max((m.step for m in history), default=0)
 
     def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
