@@ -67,19 +67,20 @@ def gpt2_forward(model: GPT2InContext, p: dict[str, torch.Tensor], xs: torch.Ten
 
     Interleaved, as the model alone (GPT2InContext.forward_interleaved): the final y token is dropped and
     the last block keeps the x tokens after its attention. Stacked (GPT2InContext.forward_stacked): the P
-    context tokens then the P query tokens under the stacked-prefix mask, at positions j and n; the last
-    block keeps the query tokens after its attention (the cell alone runs it on every token, so that its
-    numbers stay GPT2Model's bit for bit; the rows no prediction reads differ only in rounding of its
-    weights' gradients).
+    context tokens then the P query tokens under the stacked-prefix mask, at positions j and n, every block
+    on every token as the cell alone runs it (GPT2Model's pass, bit for bit: skipping the last block's
+    unread context rows would save ~5% of the FLOPs but move its weights' gradients by rounding), the
+    predictions read at the query tokens.
     """
     K, B, P = ys.shape
     flat_x, flat_y = xs.flatten(0, 1), ys.flatten(0, 1)
-    if model.layout == "stacked":
+    stacked = model.layout == "stacked"
+    if stacked:
         tokens = torch.cat([stacked_rows(flat_x, flat_y), query_rows(flat_x)], dim=1)  # (K*B, 2P, d+1)
         positions, allowed, keep = (
             torch.arange(P, device=xs.device).repeat(2),
             stacked_prefix_mask(P, xs.device),
-            slice(P, None),
+            None,
         )
     else:
         tokens = model.interleaved_tokens(flat_x, flat_y)[:, :-1]  # (K*B, 2P-1, d)
@@ -87,17 +88,19 @@ def gpt2_forward(model: GPT2InContext, p: dict[str, torch.Tensor], xs: torch.Ten
     T = tokens.shape[1]
     embeds = linear(tokens.reshape(K, B * T, -1), p["read_in.weight"].transpose(1, 2), p["read_in.bias"])
     hidden = backbone_forward(model.backbone, p, embeds.view(K, B, T, -1), positions, allowed, keep)
+    if stacked:
+        hidden = hidden[:, :, P:]  # (K, B, P, k): the query tokens
     Tk = hidden.shape[2]
     out = linear(hidden.reshape(K, B * Tk, -1), p["read_out.weight"].transpose(1, 2), p["read_out.bias"])
     return out.view(K, B, Tk)
 
 
 def backbone_forward(
-    backbone, p: dict, embeds: torch.Tensor, positions, allowed, keep: slice
+    backbone, p: dict, embeds: torch.Tensor, positions, allowed, keep: slice | None
 ) -> torch.Tensor:
     """scaling.papers.context_scaling.gpt2.GPT2Backbone.forward on the members' embeddings (K, B, T, k):
     positions (T,) or None (0..T-1), the boolean mask ``allowed`` (T, T) or None (causal), the last block
-    keeping the tokens ``keep``; -> final-norm hidden states (K, B, T', k)."""
+    keeping the tokens ``keep`` (None: all); -> final-norm hidden states (K, B, T', k)."""
     T = embeds.shape[2]
     if positions is None and T > backbone.wpe.num_embeddings:
         raise ValueError(f"{T} tokens exceed the model's {backbone.wpe.num_embeddings} positions")
