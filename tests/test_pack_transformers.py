@@ -17,7 +17,7 @@ from tests.conftest import tiny_cell_dict
 from tests.test_checkpoint_integrity import zero_block
 
 GPT2 = {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16}
-GPT2_STACKED = {**GPT2, "layout": "stacked"}  # eq. 2's tokens under the stacked-prefix mask (Figs. 2, 3, 4, 8)
+GPT2_STACKED = {**GPT2, "layout": "stacked"}  # eq. 2, the stacked-prefix mask (Figs. 2, 3, 4, 8)
 SGPT = {"arch": "sgpt", "n_layer": 2, "n_embd": 16}
 MODELS = [GPT2, GPT2_STACKED, SGPT, {**SGPT, "attention": "softmax"}]
 # Evaluation errors agree to float rounding. Parameters after 20 Adam steps differ by up to ~2e-5: Adam

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from ...config import check, check_choice
+from . import flops
 from .attention import ATTENTIONS, additive_mask, hf_attention, stacked_prefix_mask
 from .feature_maps import FEATURE_MAPS, feature_rows, feature_scalar, query_rows, stacked_rows
 from .gpt2 import GPT2Backbone
@@ -316,8 +317,7 @@ def _gpt2_params(s) -> int:
 
 def _head_params(s) -> int:
     """The MLP-type models: the first layer's weights dominate (inputs x width + width)."""
-    inputs = (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
-    return inputs * s.width + s.width
+    return _head_inputs(s) * s.width + s.width
 
 
 def _mlp_params(s) -> int:
@@ -326,30 +326,30 @@ def _mlp_params(s) -> int:
     return _head_params(s) + s.width + 1
 
 
-def _attention_flops(block: int):
-    """Forward FLOPs per token of a transformer: ``block`` k^2 per layer, attention 4 L k, read-in/out."""
-    return lambda s: (
-        s.layers * (block * s.width**2 + 4 * _tokens(s) * s.width) + 2 * (s.d + 1) * s.width + 2 * s.width
-    )
-
-
 def _tokens(s) -> int:
     """Sequence length per prompt: 2(N+1) for GPT-2 and SGPT (interleaved, or context then queries),
     N+1 rows for the MLPs."""
     return 2 * (s.N + 1) if s.arch in ("gpt2", "sgpt") else s.N + 1
 
 
+def _head_inputs(s) -> int:
+    """Numbers per row entering the MLP-type models' first layer (the vectorised prompt for ``mlp``)."""
+    return (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """What the rest of the project knows of an architecture, asked of the model's own entry (the cost
-    model, the packer, the planner): how to build it, its parameter count and forward FLOPs per token for
+    model, the packer, the planner): how to build it, its parameter count and a training step's FLOPs for
     a step shape (``s``: arch, N, d, width, layers, batch, layout, e.g. scaling.cost.StepShape), its width
     and depth under a config, whether it packs (a parameter-free ``features`` then a Linear/ReLU
     ``head_layers``: scaling.papers.context_scaling.stacked) and its position limit."""
 
     build: Callable[[ModelConfig, int, int], nn.Module]
     params: Callable[[object], int]
-    forward_flops_per_token: Callable[[object], float]
+    step_flops: Callable[
+        [object], float
+    ]  # one training step of a batch (scaling.papers.context_scaling.flops)
     width: Callable[[ModelConfig], int] = lambda config: config.width
     layers: Callable[[ModelConfig], int] = lambda config: config.n_layer
     packable: Callable[[ModelConfig], bool] = lambda config: False
@@ -400,7 +400,7 @@ MODELS: dict[str, ModelFacts] = {
     "gpt2": ModelFacts(
         GPT2InContext,
         _gpt2_params,
-        _attention_flops(24),
+        flops.gpt2_step_flops,
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
         packable=own_backbone,
@@ -412,7 +412,7 @@ MODELS: dict[str, ModelFacts] = {
     "mlp": ModelFacts(
         PromptMLP,
         _mlp_params,
-        lambda s: 2 * _mlp_params(s),
+        flops.head_step_flops(_head_inputs),
         packable=lambda c: True,
         settings=("width", "inputs", "feature_map", "bias"),
         unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
@@ -420,7 +420,7 @@ MODELS: dict[str, ModelFacts] = {
     "sgpt": ModelFacts(
         simplified_gpt,
         lambda s: s.layers * 2 * s.width**2 + s.width,
-        _attention_flops(4),
+        flops.sgpt_step_flops,
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
         packable=lambda c: True,
@@ -430,14 +430,14 @@ MODELS: dict[str, ModelFacts] = {
     "onelayer": ModelFacts(
         one_layer,
         _head_params,
-        lambda s: 2 * _head_params(s),
+        flops.head_step_flops(_head_inputs),
         packable=lambda c: True,
         settings=("width", "feature_map"),
     ),
     "linear_on_scalar": ModelFacts(
         LinearOnScalar,
         _head_params,
-        lambda s: 2 * _head_params(s),
+        flops.linear_step_flops,
         packable=lambda c: True,
         settings=("feature_map",),
     ),

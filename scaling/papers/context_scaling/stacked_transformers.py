@@ -65,12 +65,12 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 def gpt2_forward(model: GPT2InContext, p: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor):
     """GPT2InContext.forward of K members at once, either layout: xs (K, B, P, d), ys (K, B, P) -> (K, B, P).
 
-    Interleaved, as the model alone (GPT2InContext.forward_interleaved): the final y token is dropped and
-    the last block keeps the x tokens after its attention. Stacked (GPT2InContext.forward_stacked): the P
-    context tokens then the P query tokens under the stacked-prefix mask, at positions j and n, every block
-    on every token as the cell alone runs it (GPT2Model's pass, bit for bit: skipping the last block's
-    unread context rows would save ~5% of the FLOPs but move its weights' gradients by rounding), the
-    predictions read at the query tokens.
+    Interleaved, as the model alone (GPT2InContext.forward_interleaved): the final y token is dropped after
+    the read-in and the last block keeps the x tokens after its attention. Stacked
+    (GPT2InContext.forward_stacked): the P context tokens then the P query tokens under the stacked-prefix
+    mask, at positions j and n, every block on every token as the cell alone runs it (GPT2Model's pass,
+    bit for bit: skipping the last block's unread context rows would save ~5% of the FLOPs but move its
+    weights' gradients by rounding), the predictions read at the query tokens.
     """
     K, B, P = ys.shape
     flat_x, flat_y = xs.flatten(0, 1), ys.flatten(0, 1)
@@ -83,11 +83,14 @@ def gpt2_forward(model: GPT2InContext, p: dict[str, torch.Tensor], xs: torch.Ten
             None,
         )
     else:
-        tokens = model.interleaved_tokens(flat_x, flat_y)[:, :-1]  # (K*B, 2P-1, d)
+        tokens = model.interleaved_tokens(flat_x, flat_y)  # (K*B, 2P, d)
         positions, allowed, keep = None, None, slice(0, None, 2)
     T = tokens.shape[1]
     embeds = linear(tokens.reshape(K, B * T, -1), p["read_in.weight"].transpose(1, 2), p["read_in.bias"])
-    hidden = backbone_forward(model.backbone, p, embeds.view(K, B, T, -1), positions, allowed, keep)
+    embeds = embeds.view(K, B, T, -1)
+    if not stacked:
+        embeds = embeds[:, :, :-1]  # (K, B, 2P-1, k): the final y token's, read in as the cell reads it
+    hidden = backbone_forward(model.backbone, p, embeds, positions, allowed, keep)
     if stacked:
         hidden = hidden[:, :, P:]  # (K, B, P, k): the query tokens
     Tk = hidden.shape[2]
