@@ -45,7 +45,7 @@ from .packing import device_pack_size, memory_guard
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
-from .tracking import CellLog
+from .tracking.cell_log import CellLog
 
 
 @dataclass(frozen=True)
