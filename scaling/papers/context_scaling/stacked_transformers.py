@@ -32,6 +32,7 @@ from torch import nn
 
 from .adam import StackedAdam
 from .attention import stacked_prefix_mask
+from .cuda_graphs import next_losses, pack_factors, pack_graph
 from .feature_maps import query_rows, stacked_rows
 from .gpt2 import attend
 from .models import GPT2InContext
@@ -185,8 +186,9 @@ class StackedTransformer:
                 for n in FROZEN.get(type(self.template), ())
             }
         self.inputs = {**self.params, **frozen}
-        self.optimizer = StackedAdam(self.params, members)
+        self.optimizer = StackedAdam(self.params, members, pack_factors(members))
         self.step = members[0].step
+        self.graph = pack_graph(self, members)  # where the members' trainers replay CUDA graphs
         cell = members[0].cell
         self.device = self.params[names[0]].device
         self.bf16 = cell.train.precision == "bfloat16"
@@ -229,7 +231,7 @@ class StackedTransformer:
 
     def train_step(self) -> torch.Tensor:
         """One training step of every member; their losses before it (K,), on the device."""
-        losses = self.step_on(*self.step_inputs())
+        losses = next_losses(self)
         self.step += 1
         return losses
 
@@ -240,5 +242,5 @@ class StackedTransformer:
             own = dict(member.model.named_parameters())
             for name, stacked in self.params.items():
                 own[name].copy_(stacked[k])
-            member.step = self.step
+            member.set_step(self.step)
         self.optimizer.write_back(self.members)
