@@ -24,7 +24,7 @@ from scaling.packing import (
 )
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 from scaling.trial import TrialMember, TrialSpec, pack_memory, run_pack
 from tests.conftest import tiny_cell_dict
 
