@@ -50,7 +50,7 @@ from ..papers.temperature.curves import (
 )
 from ..papers.temperature.garg import load_garg_gpt2
 from ..papers.temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
-from ..tracking import curve_metric_key, metric_name
+from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
 Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
