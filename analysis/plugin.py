@@ -30,7 +30,7 @@ import pandas as pd
 from scaling.judge.provenance import DEFAULT_AXES
 from scaling.judge.verdicts import Rule
 from scaling.redact import redact
-from scaling.tracking import ui_command
+from scaling.tracking.uri import ui_command
 
 from .report import answer_text, run_address, table_html, ui_address
 
