@@ -139,7 +139,25 @@ def test_fits_fall_back_on_each_cells_curve_over_n_and_every_row_says_what_it_is
         assert (r["converged"] and not math.isnan(r["alpha" if r["form"] != "task" else "beta"])) or r["note"]
     page = fits_html(fits)
     assert "np.float64" not in page and "within cell (N = 16" in page and "Not fitted" in page
-    assert f"{fit['alpha']:.4g} [{fit['alpha_lo']:.4g}, {fit['alpha_hi']:.4g}]" in page
+    assert (
+        f"{fit['alpha']:.4g} [{fit['alpha_lo']:.4g},\u00a0{fit['alpha_hi']:.4g}]" in page
+    )  # kept on one line
+
+
+@pytest.mark.parametrize(
+    "param, value, lo, hi, shown",
+    [
+        ("B", 0.23, 0.23, 1.1e7, "0.23 [0.23,\u00a0\u221e)"),  # an upper end 5e7 times the estimate
+        ("E", 0.7305, 7.5e-8, 0.7883, "0.7305 [0,\u00a00.7883]"),  # a floor the data let fall to 0
+        ("beta", 0.335, 0.0, 10.0, "0.335 [0,\u00a0\u221e)"),  # the exponent's bound: 10
+        ("B", 0.4347, 0.4347, 8.602, "0.4347 [0.4347,\u00a08.602]"),
+        ("alpha", 0.0, 0.0, 0.0, "0 [0,\u00a00]"),
+    ],
+)
+def test_a_fit_interval_the_data_leave_open_is_shown_open(param, value, lo, hi, shown):
+    from analysis.report import interval_text
+
+    assert interval_text(value, lo, hi, param) == shown
 
 
 def panel_lines_above(ax) -> list[float]:
@@ -304,7 +322,7 @@ def test_a_set_variant_is_analysed_into_its_own_folder_and_leaves_the_sweeps_rep
     assert by_name.out == variant.out  # the same variant, by its experiment and setting
 
 
-def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():
+def test_run_ids_link_to_the_mlflow_ui():
     from types import SimpleNamespace
 
     from analysis.report import run_link
@@ -312,7 +330,12 @@ def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():
     table = pd.DataFrame({"run_id": ["abc"]})
     table.attrs["experiment_id"] = "7"
     local = SimpleNamespace(table=table, tracking_uri="sqlite:///mlflow.db", ui_url="")
-    assert run_link(local, "abc") == "<code>abc</code>" and run_link(local, None) == "-"
+    # a local store's UI is where `mlflow ui` serves it (the report says so beside the links)
+    assert (
+        run_link(local, "abc")
+        == '<a href="http://127.0.0.1:5000/#/experiments/7/runs/abc"><code>abc</code></a>'
+    )
+    assert run_link(local, None) == "-"
     for ui, uri in (("http://ui:5000/", "sqlite:///mlflow.db"), ("", "http://ui:5000")):
         result = SimpleNamespace(table=table, tracking_uri=uri, ui_url=ui)
         assert (
