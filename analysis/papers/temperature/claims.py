@@ -20,7 +20,8 @@ import pandas as pd
 from analysis.claims import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Claim, Outcome
 from scaling.judge.verdicts import INCONCLUSIVE
 
-from .plugin import _rows, weight_variances
+from .theory import weight_variances
+from .verdict_rows import rows_of
 
 
 def _panel(value: str, spec: str | None) -> bool:
@@ -65,7 +66,7 @@ def flattens(kind: str):
     smallest scanned tau and smallest at the largest."""
 
     def check(result) -> Outcome:
-        variances = weight_variances(_rows(result.table, "attention_histograms"))
+        variances = weight_variances(rows_of(result.table, "attention_histograms"))
         if kind not in variances:
             return Outcome(NOT_RUN, f"no {kind} histograms")
         var = variances[kind].sort_index()
