@@ -1,4 +1,4 @@
-"""Bootstrap intervals of the temperature scans' verdicts (analysis/papers/temperature/plugin.py), over the
+"""Bootstrap intervals of the temperature scans' verdicts (analysis/papers/temperature/scans.py), over the
 units the scans log in ``units.parquet`` (scaling.papers.temperature.jobs.JobResult.units).
 
 - ``crossed``: the LLM scan. Every Monte Carlo run answers every test question, so the scores form a

@@ -1,6 +1,6 @@
 """The claims of seed 004 (Demir & Dogan, "Optimal Attention Temperature Enhances In-Context Learning under
 Distribution Shift"), each checked against the verdicts its sweep's analysis already makes
-(analysis/papers/temperature/plugin.py: per panel the metric at tau = 1 and at the best tau, the gain's 90%
+(analysis/papers/temperature/: per panel the metric at tau = 1 and at the best tau, the gain's 90%
 interval).
 
 A temperature claim ("a tau other than 1 helps", "linearized attention beats linear attention") is
@@ -137,7 +137,7 @@ CLAIMS: list[Claim] = [
 ]
 
 HOW = (
-    "Each claim reads its sweep's temperature verdict (analysis/papers/temperature/plugin.py): the metric "
+    "Each claim reads its sweep's temperature verdict (analysis/papers/temperature/): the metric "
     "at tau = 1 and "
     "at the best tau with 90% intervals (theory panels: Monte Carlo standard errors; the GPT-2 and LLM "
     "scans: bootstraps over prompts and seeds, questions and Monte Carlo runs). Reproduced when the gain is "
