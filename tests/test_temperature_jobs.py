@@ -19,7 +19,7 @@ from scaling.papers.temperature.jobs import best_tau
 from scaling.papers.temperature.tiny_llm import save_tiny_llama
 from scaling.plan import load_plan
 from scaling.sweep.__main__ import main
-from scaling.tracking import curve_metric_key
+from scaling.tracking.names import curve_metric_key
 from tests.conftest import tiny_cell_dict
 
 FIXTURES = Path(__file__).parent / "fixtures"

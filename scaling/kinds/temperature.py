@@ -30,7 +30,7 @@ from ..papers.temperature.jobs import (
     theory_noise,
 )
 from ..papers.temperature.theory import SHIFTS
-from ..tracking import curve_metric_key, metric_name
+from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
 LLM_PANELS = ("demos", "noisy_ratio")
