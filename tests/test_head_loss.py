@@ -80,9 +80,19 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port_block(size: int = 5) -> int:
-    for base in range(42000 + os.getpid() % 400 * 10, 47000, 10):
-        if not any(listening(base + i) for i in range(size)):
+    """A base port whose next ``size`` ports nothing uses (bound, listening, or a connection's own port)."""
+    for base in range(20000 + os.getpid() % 400 * 10, 32000, 10):
+        if all(bindable(base + i) for i in range(size)):
             return base
     raise RuntimeError("no free port block")
 
