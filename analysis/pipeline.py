@@ -14,7 +14,6 @@ report names that run). Nothing goes into the output folder when the request can
 
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
 from dataclasses import dataclass, replace
@@ -24,11 +23,13 @@ import pandas as pd
 import yaml
 
 from scaling.judge import provenance
-from scaling.kinds import kind
+from scaling.kinds.registry import kind
 from scaling.plan import SweepError, load_plan
+from scaling.plugins import load
 from scaling.table import RunNames, load_table, split_scans
-from scaling.tracking import Tracker, resolve_tracking_uri
 from scaling.tracking.analysis_runs import log_outputs_run
+from scaling.tracking.tracker import Tracker
+from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
 from .plugin import Analysis, AnalysisError, AnalysisResult, Request
@@ -97,8 +98,7 @@ def plugin_for(source: Source, uri: str) -> Analysis:
             f"the sweep mixes experiment kinds analysed apart ({', '.join(sorted(jobs))});"
             f" give each its own sweep file"
         )
-    module, attribute = plugins.pop().split(":")
-    return getattr(importlib.import_module(module), attribute)
+    return load(plugins.pop())
 
 
 def restrict_to_plan(

@@ -1,20 +1,20 @@
-"""The analysis side of an experiment kind: the request, the result, and the template a kind implements.
+"""The analysis side of an experiment kind: the request, the result, and the record a kind's plug-in fills.
 
-As Ray Tune's ``Trainable`` is a template (implement a few methods, the framework does the rest),
-``Analysis`` is one for a kind's analysis (docs/design.md, "Experiment kinds are plug-ins").
-``python -m analysis`` builds one ``Request``; analysis/pipeline.py resolves and reads the sweep's cells once
-into an ``AnalysisResult``, asks the kind's plug-in (scaling.kinds.Kind.analysis names it: "module:OBJECT")
-for its verdicts, figures and answer, then writes the table, verdicts, figures and report, logs them to
-MLflow and prints the summary, for every kind alike. A plug-in implements:
+As a kind is a record of functions (scaling.kinds.Kind), its analysis is one too (docs/design.md,
+"Experiment kinds are plug-ins"). ``python -m analysis`` builds one ``Request``; analysis/pipeline.py
+resolves and reads the sweep's cells once into an ``AnalysisResult``, asks the kind's plug-in (an
+``Analysis`` that scaling.kinds.Kind.analysis names: "module:OBJECT") for its verdicts, figures and
+answer, then writes the table, verdicts, figures and report, logs them to MLflow and prints the summary,
+for every kind alike. A plug-in gives, as functions of the result:
 
-- ``verdicts(result)``: the verdict table, with a ``verdict`` column in words (``verdicts.csv``);
-- ``figures(result)``: file stem -> matplotlib figure (saved as PNG and SVG; may add notes to
-  ``result.notes`` for the report);
-- ``answer(result)``: the one line at the head of the report and the summary;
+- ``verdicts``: the verdict table, with a ``verdict`` column in words (``verdicts.csv``);
+- ``figures``: file stem -> matplotlib figure (saved as PNG and SVG; may add notes to ``result.notes``
+  for the report);
+- ``answer``: the one line at the head of the report and the summary;
 
-and, where the kind needs them, ``setup`` (read what else it needs beside the cells), ``fits`` (a fit table,
-``fits.csv``), ``verdict_html`` / ``verdict_note`` (the report's verdict section), ``sections`` (further
-report sections) and ``summary`` (the verdict lines printed after an analysis).
+and, where the kind needs them, ``setup`` (read what else it needs beside the cells), ``fits`` (a fit
+table, ``fits.csv``), ``verdict_html`` / ``verdict_note`` (the report's verdict section), ``sections``
+(further report sections) and ``summary`` (the verdict lines printed after an analysis).
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from scaling.judge.provenance import DEFAULT_AXES
+from scaling.judge.verdicts import Rule
 
 from .report import table_html
 
@@ -39,8 +41,9 @@ class Request:
     """What to analyse and how: a sweep file (planned with ``profile`` and ``overrides``, as it ran) or an
     experiment name (``overrides`` then pick one variant of its cells); the MLflow store (None:
     $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here), the output folder (None:
-    analysis_out/<experiment>), bootstrap resamples of intervals, whether to log the analysis to MLflow, the
-    figure layout (None: by the sweep's name) and the MLflow UI's address for links to runs."""
+    analysis_out/<experiment>), bootstrap resamples of the fits' intervals, the verdicts' practical margin,
+    whether to log the analysis to MLflow, the figure layout (None: by the sweep's name) and the MLflow UI's
+    address for links to runs."""
 
     sweep: str | None = None
     experiment: str | None = None
@@ -52,6 +55,11 @@ class Request:
     log: bool = True
     layout: str | None = None
     ui_url: str = ""
+    margin: float = Rule.threshold  # the verdicts' practical margin (scaling.judge.verdicts.Rule.threshold)
+
+    def rule(self) -> Rule:
+        """The verdict rule this request judges by: its margin, its bootstrap resamples for the fits."""
+        return Rule(n_boot=self.bootstrap, threshold=self.margin)
 
 
 @dataclass
@@ -96,43 +104,37 @@ class AnalysisResult:
         return "\n".join(lines)
 
 
+def verdict_list_html(result: AnalysisResult) -> str:
+    """The default verdict section: each verdict in words, the table without them, the plug-in's
+    ``verdict_note``."""
+    verdicts, note = result.verdicts, result.plugin.verdict_note if result.plugin else ""
+    lines = "".join(f"<li>{html.escape(str(v))}</li>" for v in verdicts["verdict"])
+    note = f"\n<p>{note}</p>" if note else ""
+    return f"<ul>{lines}</ul>{table_html(verdicts.drop(columns=['verdict']), 'no verdicts')}{note}"
+
+
+def answer_and_verdicts(result: AnalysisResult) -> list[str]:
+    """The default summary lines, printed after the analysis's counts and notes: the answer, then each
+    verdict."""
+    return [result.plugin.answer(result), *(f"- {v}" for v in result.verdicts["verdict"])]
+
+
+@dataclass(frozen=True)
 class Analysis:
-    """The template of a kind's analysis (the module docstring lists what to implement). Subclass it and
-    implement ``verdicts``, ``figures`` and ``answer``; the other methods have defaults. Methods get the
-    result and may read anything on it (its ``table``, ``request``, the ``verdicts`` once made)."""
+    """A kind's analysis plug-in: a record of functions of the ``AnalysisResult``, as a kind
+    (scaling.kinds.Kind) is one of functions of its cell (the module docstring lists them). ``verdicts``,
+    ``figures`` and ``answer`` are every plug-in's own; the others have defaults. Each function gets the
+    result and may read anything on it (its ``table``, ``request``, the ``verdicts`` once made, the
+    ``plugin`` itself) and keeps what it reads for later on it (``result.units``, ``result.notes``)."""
 
+    verdicts: Callable[[AnalysisResult], pd.DataFrame]  # a row per verdict, its ``verdict`` column in words
+    figures: Callable[[AnalysisResult], dict]  # file stem -> matplotlib figure
+    answer: Callable[[AnalysisResult], str]  # one line: what the verdicts say
+    # read what the kind needs beside its cells; called first, before any other function
+    setup: Callable[[AnalysisResult], None] = lambda result: None
+    fits: Callable[[AnalysisResult], pd.DataFrame | None] = lambda result: None  # fits.csv; None: no fits
     verdict_note: str = ""  # how the verdicts are made, in words: a paragraph below the verdict table
-
-    def setup(self, result: AnalysisResult) -> None:
-        """Read what the kind needs beside its cells (default: nothing); first, before any other method."""
-
-    def fits(self, result: AnalysisResult) -> pd.DataFrame | None:
-        """The kind's fit table (``fits.csv``), or None: the kind fits nothing (the default)."""
-        return None
-
-    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
-        """The verdict table: a row per verdict, its ``verdict`` column in words."""
-        raise NotImplementedError
-
-    def figures(self, result: AnalysisResult) -> dict:
-        """File stem -> matplotlib figure."""
-        raise NotImplementedError
-
-    def answer(self, result: AnalysisResult) -> str:
-        """One line: what the verdicts say."""
-        raise NotImplementedError
-
-    def verdict_html(self, result: AnalysisResult) -> str:
-        """The report's verdict section: each verdict in words, the table without them, the note."""
-        verdicts = result.verdicts
-        lines = "".join(f"<li>{html.escape(str(v))}</li>" for v in verdicts["verdict"])
-        note = f"\n<p>{self.verdict_note}</p>" if self.verdict_note else ""
-        return f"<ul>{lines}</ul>{table_html(verdicts.drop(columns=['verdict']), 'no verdicts')}{note}"
-
-    def sections(self, result: AnalysisResult) -> list[tuple[str, str]]:
-        """Further report sections after the figures, as (heading, HTML); default none."""
-        return []
-
-    def summary(self, result: AnalysisResult) -> list[str]:
-        """The lines printed after the analysis's counts and notes: the answer, then each verdict."""
-        return [self.answer(result), *(f"- {v}" for v in result.verdicts["verdict"])]
+    verdict_html: Callable[[AnalysisResult], str] = verdict_list_html  # the report's verdict section
+    # further report sections after the figures, as (heading, HTML)
+    sections: Callable[[AnalysisResult], list[tuple[str, str]]] = lambda result: []
+    summary: Callable[[AnalysisResult], list[str]] = answer_and_verdicts  # printed after an analysis

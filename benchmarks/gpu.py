@@ -653,6 +653,7 @@ class Bench:
     device: torch.device
     log: RecordedLog = field(default_factory=RecordedLog)
     tracking_uri: str = ""
+    sweep_model: None = None  # no store here: a from_sweep scan is not benched
 
     def progress(self, values: dict) -> None:
         pass

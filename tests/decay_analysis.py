@@ -10,32 +10,24 @@ from analysis.plots import plt
 from analysis.plugin import Analysis, AnalysisResult
 
 
-class DecayAnalysis(Analysis):
-    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
-        falls = (
-            result.table.sort_values("n").groupby("cell_key")["err"].agg(lambda e: e.is_monotonic_decreasing)
-        )
-        verdict = f"the error falls with n in {int(falls.sum())} of {len(falls)} cells"
-        return pd.DataFrame(
-            [
-                {
-                    "question": "falls with n",
-                    "cells": len(falls),
-                    "falling": int(falls.sum()),
-                    "verdict": verdict,
-                }
-            ]
-        )
-
-    def figures(self, result: AnalysisResult) -> dict:
-        fig, ax = plt.subplots(figsize=(4, 3))
-        for name, cell in result.table.sort_values("n").groupby("cell_key"):
-            ax.plot(cell["n"], cell["err"], marker="o", label=name)
-        ax.set(xlabel="context length n", ylabel="error", yscale="log")
-        return {"decay": fig}
-
-    def answer(self, result: AnalysisResult) -> str:
-        return result.verdicts["verdict"].iloc[0]
+def verdict_table(result: AnalysisResult) -> pd.DataFrame:
+    falls = result.table.sort_values("n").groupby("cell_key")["err"].agg(lambda e: e.is_monotonic_decreasing)
+    verdict = f"the error falls with n in {int(falls.sum())} of {len(falls)} cells"
+    return pd.DataFrame(
+        [{"question": "falls with n", "cells": len(falls), "falling": int(falls.sum()), "verdict": verdict}]
+    )
 
 
-DECAY_ANALYSIS = DecayAnalysis()
+def decay_figures(result: AnalysisResult) -> dict:
+    fig, ax = plt.subplots(figsize=(4, 3))
+    for name, cell in result.table.sort_values("n").groupby("cell_key"):
+        ax.plot(cell["n"], cell["err"], marker="o", label=name)
+    ax.set(xlabel="context length n", ylabel="error", yscale="log")
+    return {"decay": fig}
+
+
+DECAY_ANALYSIS = Analysis(
+    verdicts=verdict_table,
+    figures=decay_figures,
+    answer=lambda result: result.verdicts["verdict"].iloc[0],
+)

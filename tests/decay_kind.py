@@ -1,5 +1,5 @@
 """A test-only experiment kind, ``decay`` (tests/test_analysis_plugin.py registers it with one line in
-scaling.kinds.KINDS): a cell's "curve" is err(n) = scale / n for n = 1..N, no training. Its analysis
+scaling.kinds.registry.KINDS): a cell's "curve" is err(n) = scale / n for n = 1..N, no training. Its analysis
 plug-in is tests/decay_analysis.py, named by ``analysis`` below (its one registry line)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def label(cell) -> str:
 
 
 def run(cell, trial) -> dict:
-    """The cell's curve, logged through the trial's MLflow log (scaling.tracking.CellLog)."""
+    """The cell's curve, logged through the trial's MLflow log (scaling.tracking.cell_log.CellLog)."""
     n = np.arange(1, cell.N + 1)
     err = cell.decay.scale / n
     curves = pd.DataFrame(

@@ -1,9 +1,9 @@
 """A fourth experiment kind's analysis plug-in runs through ``python -m analysis`` with nothing but its module
 and one registry line: tests/decay_kind.py (a test-only kind whose ``analysis`` names the plug-in) and
 tests/decay_analysis.py (the plug-in: one verdict, one figure), registered here by one line in
-scaling.kinds.KINDS. Its cells are run by the project's trial code (scaling.trial.run_cell, no Ray) into a
-real SQLite MLflow store, two variants of the sweep (``--set decay.scale=2`` and without); the analysis of
-the ``--set`` variant, with ``--ui-url``, reads only its cells and writes, reports and logs them as every
+scaling.kinds.registry.KINDS. Its cells are run by the project's trial code (scaling.trial.run_cell, no Ray)
+into a real SQLite MLflow store, two variants of the sweep (``--set decay.scale=2`` and without); the analysis
+of the ``--set`` variant, with ``--ui-url``, reads only its cells and writes, reports and logs them as every
 kind's."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-import scaling.kinds
 from analysis.__main__ import main
-from scaling.kinds import KINDS
+from scaling.kinds.registry import KINDS
 from scaling.plan import load_plan
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 from scaling.trial import TrialMember, TrialSpec, run_cell
 
 SWEEP = {
@@ -33,7 +32,6 @@ UI = "http://ui.example:5000"
 
 @pytest.fixture
 def decay_kind(monkeypatch):
-    monkeypatch.setattr(scaling.kinds, "_loaded", {})  # the registry's cache, as it was after the test
     monkeypatch.setitem(KINDS, "decay", "decay_kind:DECAY")  # the kind's one registry line
 
 

@@ -18,7 +18,7 @@ from analysis.pipeline import analyse
 from analysis.plugin import Request
 from analysis.report import answer_html
 from scaling.table import RunNames, cell_runs, load_table
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 
@@ -121,8 +121,10 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     verdicts = result.verdicts
     assert set(verdicts["verdict"]) <= {
         "context-scales",
+        "context-scales weakly",
         "does not context-scale",
         "task-scales",
+        "task-scales weakly",
         "does not task-scale",
         "inconclusive",
         "at chance",

@@ -2,13 +2,15 @@
 
 - No import cycle among the project's modules: the imports of scaling/, analysis/, benchmarks/ and
   cluster/ form a graph without cycles, imports inside functions included (a module that imports another
-  inside a function still needs it: a circle through such an import is a circle). The kinds' registry
-  resolves "module:ATTR" strings, which are no imports.
+  inside a function still needs it: a circle through such an import is a circle). A "module:ATTR" string
+  (the kinds of KINDS, a kind's analysis) is an import too, made on first use by the module that loads it
+  (scaling.plugins.load): LOADS says which module loads the strings naming which modules.
 - An import of project code inside a function in scaling/ only defers a heavy package, and a comment on
   it says so (the import block shows a file's real dependencies otherwise).
 - No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest).
 - MLflow is spoken by the scaling/tracking/ package alone; the science folders import neither Ray nor MLflow.
-- No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
+- No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules), and
+  no import of a kind's module there: a trial runs a cell or a pack through its kind's hooks.
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
 """
 
@@ -26,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
 FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
 MAX_FUNCTION_LINES = 80  # a function, its signature, docstring and decorators included
+# who loads a "module:ATTR" string, by the module it names: the kinds' modules (KINDS' entries) are loaded
+# by the kinds' registry, analysis plug-ins (Kind.analysis) by the analysis pipeline
+LOADS = {"scaling.kinds.": "scaling.kinds.registry", "analysis.": "analysis.pipeline"}
+REFERENCE = re.compile(r"([A-Za-z_][\w.]*):[A-Za-z_]\w*")
 
 
 def sources(*packages: str, root: Path = ROOT) -> dict[str, Path]:
@@ -65,20 +71,54 @@ def imports(name: str, path: Path, top_level_only: bool) -> set[str]:
     return found
 
 
+def references(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules that the "module:ATTR" strings in a file name (plug-ins loaded by name)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = REFERENCE.fullmatch(node.value)
+            if match and match[1] in modules:
+                found.add(match[1])
+    return found
+
+
+def loader_of(module: str, loads: dict[str, str]) -> str:
+    """The module that loads a "module:ATTR" string naming ``module``."""
+    for prefix, loader in loads.items():
+        if module.startswith(prefix):
+            return loader
+    raise AssertionError(f"{module} is named by a 'module:ATTR' string that no loader of LOADS loads")
+
+
+def registry_loads(modules: dict[str, Path], loads: dict[str, str]) -> dict[str, set[str]]:
+    """Loader -> the modules it loads by name, from every "module:ATTR" string of the project."""
+    found: dict[str, set[str]] = {}
+    for path in modules.values():
+        for target in references(path, modules):
+            found.setdefault(loader_of(target, loads), set()).add(target)
+    return found
+
+
+def with_parents(imported: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules importing ``imported`` runs: a.b.c runs a and a.b first (their __init__)."""
+    parts = imported.split(".")
+    return {m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in modules}
+
+
 def project_graph(
-    top_level_only: bool = False, packages: tuple[str, ...] = PACKAGES, root: Path = ROOT
+    top_level_only: bool = False,
+    packages: tuple[str, ...] = PACKAGES,
+    root: Path = ROOT,
+    loads: dict[str, str] = LOADS,
 ) -> dict[str, set[str]]:
     """Module -> the project modules it imports (at the top, and with ``top_level_only`` False also inside
-    functions and classes)."""
+    functions and classes, and by name: the plug-ins it loads, ``registry_loads``)."""
     modules = sources(*packages, root=root)
+    by_name = {} if top_level_only else registry_loads(modules, loads)
     graph = {}
     for name, path in modules.items():
-        targets = set()
-        for imported in imports(name, path, top_level_only):
-            # importing a.b.c imports a and a.b first: their __init__ modules are edges too
-            parts = imported.split(".")
-            targets.update(m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in modules)
-        graph[name] = targets - {name}
+        imported = imports(name, path, top_level_only) | by_name.get(name, set())
+        graph[name] = set().union(*(with_parents(m, modules) for m in imported)) - {name}
     return graph
 
 
@@ -139,6 +179,40 @@ def test_the_import_graph_sees_a_cycle_made_through_an_import_inside_a_function(
     cycle = find_cycle(graph)
     assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"pkg.llm", "pkg.scan"}
     assert find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path)) is None
+
+
+def test_the_import_graph_sees_a_cycle_closed_by_a_registry_load(tmp_path):
+    """The shape of the loop issue 44 found: a kind's module imports a module that imports the registry,
+    which loads that kind by its "module:ATTR" name; without the load as an arrow, no circle is seen."""
+    plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/registry.py": 'KINDS = {"scan": "pkg.kinds.scan:SCAN"}\n',
+            "pkg/cells.py": "from pkg.registry import KINDS\n",
+            "pkg/kinds/__init__.py": "",
+            "pkg/kinds/scan.py": "from pkg.cells import KINDS\n\nSCAN = 1\n",
+        },
+    )
+    loads = {"pkg.kinds.": "pkg.registry"}
+    graph = project_graph(packages=("pkg",), root=tmp_path, loads=loads)
+    assert "pkg.kinds.scan" in graph["pkg.registry"]
+    assert set(find_cycle(graph)) == {"pkg.registry", "pkg.kinds.scan", "pkg.cells"}
+    assert (
+        find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path, loads=loads)) is None
+    )
+    with pytest.raises(AssertionError, match="no loader"):
+        project_graph(packages=("pkg",), root=tmp_path, loads={})
+
+
+def test_registry_loads_are_arrows_from_their_loaders():
+    graph = project_graph()
+    assert {"scaling.kinds.context_scaling", "scaling.kinds.temperature"} <= graph["scaling.kinds.registry"]
+    assert "analysis.papers.temperature.plugin" in graph["analysis.pipeline"]
+    loaders = sorted(
+        name for name, path in sources(*PACKAGES).items() if "scaling.plugins" in imports(name, path, False)
+    )
+    assert loaders == sorted(LOADS.values()), "a module loads plug-ins by name that LOADS does not know"
 
 
 def test_no_import_cycle_among_the_projects_modules():
@@ -233,7 +307,8 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
         for name, path in sources(*PACKAGES).items()
         if any(m == "mlflow" or m.startswith("mlflow.") for m in imports(name, path, False))
     )
-    assert users == ["scaling.tracking", "scaling.tracking.adaptive_waves", "scaling.tracking.store_template"]
+    outside = [name for name in users if not name.startswith("scaling.tracking.")]
+    assert "scaling.tracking.tracker" in users and not outside, f"MLflow imported by {outside}"
 
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():
@@ -248,7 +323,7 @@ def test_the_science_folders_know_nothing_of_ray_or_mlflow():
 
 
 def test_no_branch_on_a_kinds_name_outside_the_kinds():
-    from scaling.kinds import KINDS
+    from scaling.kinds.registry import KINDS
 
     names = "|".join(map(re.escape, KINDS))
     literal = rf"""["']({names})["']"""
@@ -270,6 +345,18 @@ def test_no_branch_on_a_kinds_name_outside_the_kinds():
             if branch.search(line.split("#")[0]):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_module_outside_the_kinds_imports_a_kind():
+    """scaling/trial.py runs every kind through its Kind's hooks (run, run_pack); the rest asks the
+    registry."""
+    from scaling.kinds.registry import KINDS
+
+    kinds = {entry.split(":")[0] for entry in KINDS.values()}  # the kinds' own modules
+    checked = {n: p for n, p in sources("scaling", "analysis").items() if not n.startswith("scaling.kinds")}
+    offenders = [f"{n} imports {k}" for n, p in checked.items() for k in sorted(imports(n, p, False) & kinds)]
+    assert "scaling.kinds.context_scaling" in kinds and "scaling.trial" in checked
+    assert not offenders, offenders
 
 
 def test_a_checkpoint_written_before_the_layout_change_resumes_to_the_same_numbers(tmp_path):

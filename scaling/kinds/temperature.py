@@ -50,8 +50,7 @@ from ..papers.temperature.curves import (
 )
 from ..papers.temperature.garg import load_garg_gpt2
 from ..papers.temperature.theory import SHIFTS, isotropic_distribution, shifted_distribution
-from ..sweep_models import load_complete_model
-from ..tracking import curve_metric_key, metric_name
+from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
 Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
@@ -240,7 +239,7 @@ def _interval(frame: pd.DataFrame, prompts: int) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- theory jobs (Figs. 1, 2, 4, 5)
 
 
-def theory_context(cell, device, report=None, tracking_uri=None) -> JobResult:
+def theory_context(cell, device, report=None, sweep_model=None) -> JobResult:
     """Figs. 1 and 2a. Columns: predictor ("<source>/<curve>", e.g. "simulation/tau_opt"), n (= l - 1),
     step (= n), err, err_lo, err_hi, prompts, figure, panel (the shift), curve (tau=1 | tau_opt |
     bayes_ridge), source (theory | simulation), x (= l / d), tau, err_raw, err_se, l, d.
@@ -258,7 +257,7 @@ def theory_context(cell, device, report=None, tracking_uri=None) -> JobResult:
     return JobResult(frame, {"tau_opt": float(opt.loc[opt["x"].idxmax(), "tau"])})
 
 
-def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
+def theory_noise(cell, device, report=None, sweep_model=None) -> JobResult:
     """Figs. 2b and 2c at l / d = 1. Columns as theory_context, with x = sigma_test, step = index of x,
     panel b (error vs sigma_test) or c (curve tau_opt: its tau vs sigma_test, err = Thm 4.6 at that tau
     for theory, NaN for the Monte Carlo minimiser, whose standard error is tau_se)."""
@@ -282,7 +281,7 @@ def theory_noise(cell, device, report=None, tracking_uri=None) -> JobResult:
     return JobResult(frame)
 
 
-def theory_mean_shift(cell, device, report=None, tracking_uri=None) -> JobResult:
+def theory_mean_shift(cell, device, report=None, sweep_model=None) -> JobResult:
     """Fig. 4: error vs l under an input-mean shift (shift_kwargs norm, default 2). Columns as
     theory_context with curve linear | linearized | bayes_ridge, x = l, n = step = l - 1."""
     t = cell.temperature
@@ -295,7 +294,7 @@ def theory_mean_shift(cell, device, report=None, tracking_uri=None) -> JobResult
     return JobResult(frame)
 
 
-def attention_histograms(cell, device, report=None, tracking_uri=None) -> JobResult:
+def attention_histograms(cell, device, report=None, sweep_model=None) -> JobResult:
     """Fig. 5: histograms of softmax, linearized softmax and linear weights of one score vector at each
     tau of ``taus``. Columns: predictor ("<kind>/tau=<tau>" or "input"), n = step = bin index, x = bin
     centre, err = density (a histogram, not an error; err_lo = err_hi = err, prompts = 0), density,
@@ -321,7 +320,7 @@ def attention_histograms(cell, device, report=None, tracking_uri=None) -> JobRes
 # ----------------------------------------------------------------------------- GPT-2 scan (Fig. 6)
 
 
-def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, dict | None]:
+def _gpt2_model(cell, device, report, sweep_model) -> tuple[torch.nn.Module, dict | None]:
     """The model to scan and, when it was trained here, its weights to log."""
     t = cell.temperature
     d = cell.task.d
@@ -337,7 +336,9 @@ def _gpt2_model(cell, device, report, tracking_uri) -> tuple[torch.nn.Module, di
         )
         return model, None
     if t.from_sweep:
-        source, state = load_complete_model(t.from_sweep, t.from_params, tracking_uri)
+        if sweep_model is None:
+            raise ValueError("temperature.from_sweep: the model is read from a trial's store; none given")
+        source, state = sweep_model(t.from_sweep, t.from_params)
         if source["task"]["d"] != d or int(source["N"]) < cell.N:
             raise ValueError(
                 f"the model of {t.from_sweep} has d={source['task']['d']}, N={source['N']};"
@@ -364,7 +365,7 @@ def shift_label(shift) -> str:
     return ",".join(moved) or "none"
 
 
-def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
+def gpt2_scan(cell, device, report=None, sweep_model=None) -> JobResult:
     """Fig. 6: the GPT-2 at every tau of ``taus`` (all layers' softmax at scores / (tau sqrt(d_k))) on the
     cell's evaluation prompts: task ``cell.task`` under the test-time shift ``cell.eval.shift`` (Sigma_x
     test = 3 I is x_scale = sqrt(3); a Garg et al. checkpoint, trained on w ~ N(0, I), needs task_scale =
@@ -373,7 +374,7 @@ def gpt2_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
     prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
     Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
-    model, weights = _gpt2_model(cell, device, report, tracking_uri)
+    model, weights = _gpt2_model(cell, device, report, sweep_model)
     return scan_gpt2(cell, model, device, weights)
 
 
@@ -428,7 +429,7 @@ def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None)
 # ----------------------------------------------------------------------------- LLM scan (Fig. 3)
 
 
-def llm_scan(cell, device, report=None, tracking_uri=None) -> JobResult:
+def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
     """Fig. 3: exact match of a causal LM on SciQ with noisy demonstrations at each tau; panel "demos"
     scans x = n_demos at noisy_ratios[0], panel "noisy_ratio" scans x = noisy ratio at n_demos[0].
     Columns: predictor ("tau=<tau>"), n (demonstrations), step (n for panel demos, index of x for
@@ -516,7 +517,7 @@ def runner(job: Callable[..., JobResult]) -> Callable[..., dict[str, Any]]:
     """A kind's run: the job, then its curves, summary and weights (a model it trained) logged."""
 
     def run(cell, trial) -> dict[str, Any]:
-        result = job(cell, trial.device, trial.progress, trial.tracking_uri)
+        result = job(cell, trial.device, trial.progress, trial.sweep_model)
         with tempfile.TemporaryDirectory() as tmp:
             weights = None
             if result.weights is not None:
@@ -620,9 +621,10 @@ def gpt2_scan_unused(cell) -> tuple[str, ...]:
     return tuple(out)
 
 
-def run_job(cell, device: torch.device, report=None, tracking_uri: str | None = None) -> JobResult:
-    """The cell's job alone (no trial, no logging); ``tracking_uri``: where a from_sweep model comes from."""
-    return cell.kind.job(cell, device, report, tracking_uri)
+def run_job(cell, device: torch.device, report=None, sweep_model=None) -> JobResult:
+    """The cell's job alone (no trial, no logging); ``sweep_model``: where a from_sweep model comes from
+    (scaling.trial.TrialContext.sweep_model)."""
+    return cell.kind.job(cell, device, report, sweep_model)
 
 
 THEORY_CONTEXT = _kind("theory_context", theory_context, theory_label, THEORY_CONTEXT_READS, check_theory)

@@ -20,8 +20,8 @@ from analysis.verdicts import answer_line, format_verdicts
 from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
-from scaling.tracking import Tracker
 from scaling.tracking.adaptive_waves import read_waves
+from scaling.tracking.tracker import Tracker
 
 
 def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:
@@ -41,60 +41,77 @@ def adaptive_waves(uri: str, experiment: str) -> list[dict]:
     return read_waves(tracker, experiment_id, experiment) if experiment_id else []
 
 
-class TrainingAnalysis(Analysis):
-    """Fits, context/task verdicts of every model and baseline, the layout's figures, the answer."""
-
-    def rule(self, result: AnalysisResult) -> Rule:
-        """The verdict rule, with the request's bootstrap resamples (stated in the report and the summary)."""
-        return Rule(n_boot=result.request.bootstrap)
-
-    def view(self, result: AnalysisResult) -> pd.DataFrame:
-        return fit_view(result.table, result.axes)
-
-    def setup(self, result: AnalysisResult) -> None:
-        result.waves = adaptive_waves(result.tracking_uri, result.experiment)
-
-    def fits(self, result: AnalysisResult) -> pd.DataFrame:
-        """Scaling-law fits of the trained models (every form; scaling.judge.fit.fit_models)."""
-        rule = self.rule(result)
-        return fit_models(self.view(result), n_boot=rule.n_boot, level=rule.level)
-
-    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
-        """The context and task verdicts of every model and baseline, stacked (column ``question``)."""
-        view, rule = self.view(result), self.rule(result)
-        return pd.concat(
-            [
-                context_verdicts(view, rule=rule).assign(question="context"),
-                task_verdicts(view, rule=rule).assign(question="task"),
-            ],
-            ignore_index=True,
-        )
-
-    def figures(self, result: AnalysisResult) -> dict:
-        drawn = figures.draw(self.view(result), result.experiment, result.request.layout, result.scans)
-        result.notes += drawn.notes
-        return drawn.figures
-
-    def answer(self, result: AnalysisResult) -> str:
-        """The one-line answer for the trained models (not the baselines)."""
-        if result.verdicts is None or result.verdicts.empty:
-            return "no verdicts"
-        v = result.verdicts
-        v = v[v["predictor"].astype(str).str.partition("|")[0] == "model"]
-        return answer_line(v[v["question"] == "context"], v[v["question"] == "task"])
-
-    def verdict_html(self, result: AnalysisResult) -> str:
-        return verdict_html(result.verdicts, self.rule(result)) + "\n" + waves_html(result.waves)
-
-    def sections(self, result: AnalysisResult) -> list[tuple[str, str]]:
-        return [("Scaling-law fits", fits_html(result.fits))]
-
-    def summary(self, result: AnalysisResult) -> list[str]:
-        v = result.verdicts
-        if v is None or v.empty:
-            return []
-        context, task = v[v["question"] == "context"], v[v["question"] == "task"]
-        return [format_verdicts(context, task, rule=self.rule(result))]
+def rule(result: AnalysisResult) -> Rule:
+    """The verdict rule, with the request's margin and bootstrap resamples (stated in the report and the
+    summary)."""
+    return result.request.rule()
 
 
-TRAINING = TrainingAnalysis()
+def view(result: AnalysisResult) -> pd.DataFrame:
+    return fit_view(result.table, result.axes)
+
+
+def read_waves_into(result: AnalysisResult) -> None:
+    result.waves = adaptive_waves(result.tracking_uri, result.experiment)
+
+
+def fit_table(result: AnalysisResult) -> pd.DataFrame:
+    """Scaling-law fits of the trained models (every form; scaling.judge.fit.fit_models)."""
+    judging = rule(result)
+    return fit_models(view(result), n_boot=judging.n_boot, level=judging.level)
+
+
+def verdict_table(result: AnalysisResult) -> pd.DataFrame:
+    """The context and task verdicts of every model and baseline, stacked (column ``question``)."""
+    table, judging = view(result), rule(result)
+    return pd.concat(
+        [
+            context_verdicts(table, rule=judging).assign(question="context"),
+            task_verdicts(table, rule=judging).assign(question="task"),
+        ],
+        ignore_index=True,
+    )
+
+
+def layout_figures(result: AnalysisResult) -> dict:
+    drawn = figures.draw(view(result), result.experiment, result.request.layout, result.scans)
+    result.notes += drawn.notes
+    return drawn.figures
+
+
+def answer(result: AnalysisResult) -> str:
+    """The one-line answer for the trained models (not the baselines)."""
+    if result.verdicts is None or result.verdicts.empty:
+        return "no verdicts"
+    v = result.verdicts
+    v = v[v["predictor"].astype(str).str.partition("|")[0] == "model"]
+    return answer_line(v[v["question"] == "context"], v[v["question"] == "task"])
+
+
+def verdicts_and_waves_html(result: AnalysisResult) -> str:
+    return verdict_html(result.verdicts, rule(result)) + "\n" + waves_html(result.waves)
+
+
+def fit_sections(result: AnalysisResult) -> list[tuple[str, str]]:
+    return [("Scaling-law fits", fits_html(result.fits))]
+
+
+def summary_lines(result: AnalysisResult) -> list[str]:
+    v = result.verdicts
+    if v is None or v.empty:
+        return []
+    context, task = v[v["question"] == "context"], v[v["question"] == "task"]
+    return [format_verdicts(context, task, rule=rule(result))]
+
+
+# fits, context/task verdicts of every model and baseline, the layout's figures, the answer
+TRAINING = Analysis(
+    verdicts=verdict_table,
+    figures=layout_figures,
+    answer=answer,
+    setup=read_waves_into,
+    fits=fit_table,
+    verdict_html=verdicts_and_waves_html,
+    sections=fit_sections,
+    summary=summary_lines,
+)

@@ -226,32 +226,41 @@ def selection_verdicts(rows: pd.DataFrame) -> list[dict]:
 # ----------------------------------------------------------------------------- the plug-in
 
 
-class ConstructionAnalysis(Analysis):
-    """The constructions' figures and verdicts, by the curves present: ``gd_vs_L`` (cells with a
-    ``constructed`` curve) and ``selection`` (cells with a ``selection`` curve)."""
-
-    def setup(self, result: AnalysisResult) -> None:
-        if gd_frame(result.table).empty and split_rows(result.table).empty:
-            raise AnalysisError(
-                f"experiment {result.experiment!r} has no construction curves (constructed or selection)"
-            )
-
-    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
-        gd, selection = gd_frame(result.table), split_rows(result.table)
-        rows = gd_verdicts(gd) if len(gd) else []
-        rows += selection_verdicts(selection) if len(selection) else []
-        return pd.DataFrame(rows, columns=["figure", "subject", "value", "verdict"])
-
-    def figures(self, result: AnalysisResult) -> dict[str, plt.Figure]:
-        gd, selection = gd_frame(result.table), split_rows(result.table)
-        drawn = {"gd_vs_L": gd_figure(gd)} if len(gd) else {}
-        return drawn | ({"selection": selection_figure(selection)} if len(selection) else {})
-
-    def answer(self, result: AnalysisResult) -> str:
-        return " | ".join(result.verdicts["verdict"]) if len(result.verdicts) else "no verdicts"
-
-    def summary(self, result: AnalysisResult) -> list[str]:
-        return list(result.verdicts["verdict"])
+def check_curves(result: AnalysisResult) -> None:
+    """Refuse an experiment with no construction curves (``constructed`` or ``selection``)."""
+    if gd_frame(result.table).empty and split_rows(result.table).empty:
+        raise AnalysisError(
+            f"experiment {result.experiment!r} has no construction curves (constructed or selection)"
+        )
 
 
-CONSTRUCTIONS = ConstructionAnalysis()
+def verdict_table(result: AnalysisResult) -> pd.DataFrame:
+    gd, selection = gd_frame(result.table), split_rows(result.table)
+    rows = gd_verdicts(gd) if len(gd) else []
+    rows += selection_verdicts(selection) if len(selection) else []
+    return pd.DataFrame(rows, columns=["figure", "subject", "value", "verdict"])
+
+
+def construction_figures(result: AnalysisResult) -> dict[str, plt.Figure]:
+    gd, selection = gd_frame(result.table), split_rows(result.table)
+    drawn = {"gd_vs_L": gd_figure(gd)} if len(gd) else {}
+    return drawn | ({"selection": selection_figure(selection)} if len(selection) else {})
+
+
+def answer(result: AnalysisResult) -> str:
+    return " | ".join(result.verdicts["verdict"]) if len(result.verdicts) else "no verdicts"
+
+
+def verdict_lines(result: AnalysisResult) -> list[str]:
+    return list(result.verdicts["verdict"])
+
+
+# the constructions' figures and verdicts, by the curves present: ``gd_vs_L`` (cells with a ``constructed``
+# curve) and ``selection`` (cells with a ``selection`` curve)
+CONSTRUCTIONS = Analysis(
+    verdicts=verdict_table,
+    figures=construction_figures,
+    answer=answer,
+    setup=check_curves,
+    summary=verdict_lines,
+)

@@ -653,38 +653,33 @@ def answer_line(table: pd.DataFrame) -> str:
     )
 
 
-class TemperatureAnalysis(Analysis):
-    """The paper's figures of each temperature job in the table, the verdict rows, the answer line."""
-
-    verdict_note = (
-        "Intervals are 90%: theory Monte Carlo +-1.645 standard errors over prompts;"
-        " GPT-2 scan: bootstrap over seeds and prompts;\n"
-        "LLM scan: bootstrap over test questions and Monte Carlo runs (paired between taus)."
-        " A gain is resolved\n"
-        "when its interval excludes zero. theory_gap is the largest |Thm 4.6 - Monte Carlo|"
-        " over a panel's points:\n"
-        "the finite-l effect of a large-l theory."
-    )
-
-    def setup(self, result: AnalysisResult) -> None:
-        """The scan cells' units.parquet (None for a cell that logged none), and a note naming those."""
-        result.units = load_units(result.tracking_uri, scan_runs(result.table))
-        unlogged = [r for r, u in result.units.items() if u is None]
-        if unlogged:
-            result.notes.append(
-                f"{len(unlogged)} scan cells logged no units.parquet (per-question or per-prompt scores;"
-                " cells run before the scans recorded them): their gains get no interval and are not"
-                " judged resolved; rerun those cells"
-            )
-
-    def verdicts(self, result: AnalysisResult) -> pd.DataFrame:
-        return verdicts(result.table, result.units, result.request.bootstrap)
-
-    def figures(self, result: AnalysisResult) -> dict[str, plt.Figure]:
-        return draw(result.table, result.experiment)
-
-    def answer(self, result: AnalysisResult) -> str:
-        return answer_line(result.verdicts)
+def read_units(result: AnalysisResult) -> None:
+    """The scan cells' units.parquet (None for a cell that logged none), and a note naming those."""
+    result.units = load_units(result.tracking_uri, scan_runs(result.table))
+    unlogged = [r for r, u in result.units.items() if u is None]
+    if unlogged:
+        result.notes.append(
+            f"{len(unlogged)} scan cells logged no units.parquet (per-question or per-prompt scores;"
+            " cells run before the scans recorded them): their gains get no interval and are not"
+            " judged resolved; rerun those cells"
+        )
 
 
-TEMPERATURE = TemperatureAnalysis()
+VERDICT_NOTE = (
+    "Intervals are 90%: theory Monte Carlo +-1.645 standard errors over prompts;"
+    " GPT-2 scan: bootstrap over seeds and prompts;\n"
+    "LLM scan: bootstrap over test questions and Monte Carlo runs (paired between taus)."
+    " A gain is resolved\n"
+    "when its interval excludes zero. theory_gap is the largest |Thm 4.6 - Monte Carlo|"
+    " over a panel's points:\n"
+    "the finite-l effect of a large-l theory."
+)
+
+# the paper's figures of each temperature job in the table, the verdict rows, the answer line
+TEMPERATURE = Analysis(
+    verdicts=lambda result: verdicts(result.table, result.units, result.request.bootstrap),
+    figures=lambda result: draw(result.table, result.experiment),
+    answer=lambda result: answer_line(result.verdicts),
+    setup=read_units,
+    verdict_note=VERDICT_NOTE,
+)
