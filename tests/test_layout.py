@@ -219,7 +219,7 @@ def test_no_import_cycle_among_the_projects_modules():
     graph = project_graph()
     assert "scaling.trial" in graph
     assert "scaling.papers.context_scaling.train" in graph["scaling.kinds.context_scaling"]
-    assert "scaling.papers.temperature.patch" in graph["scaling.kinds.temperature"]  # inside gpt2_scan
+    assert "scaling.papers.temperature.patch" in graph["scaling.papers.temperature.jobs"]  # inside scan_gpt2
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
