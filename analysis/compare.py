@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from scaling.config import format_T
-from scaling.tracking import resolve_tracking_uri
+from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
 from .papers.context_scaling.plugin import TRAINING

@@ -27,8 +27,9 @@ from scaling.kinds.registry import kind
 from scaling.plan import SweepError, load_plan
 from scaling.plugins import load
 from scaling.table import RunNames, load_table, split_scans
-from scaling.tracking import Tracker, resolve_tracking_uri
 from scaling.tracking.analysis_runs import log_outputs_run
+from scaling.tracking.tracker import Tracker
+from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
 from .plugin import Analysis, AnalysisError, AnalysisResult, Request

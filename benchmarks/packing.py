@@ -77,7 +77,7 @@ def sweep_seconds(document: dict, pack: str | int, name: str, tmp: str, cells: i
 def trials_span(name: str, tmp: str) -> float:
     """Seconds from the first of sweep ``name``'s cell runs starting to the last one ending (MLflow's
     times): the cells' trials alone, without the sweep's start (Ray, Tune, worker processes)."""
-    from scaling.tracking import Tracker
+    from scaling.tracking.tracker import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp}/mlflow.db")
     runs = tracker.search(tracker.experiment_id(name), "tags.kind = 'cell'")
@@ -163,7 +163,7 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
     import torch
 
     from scaling.plan import plan_document
-    from scaling.tracking import Tracker
+    from scaling.tracking.tracker import Tracker
     from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
 
     torch.set_num_threads(1)

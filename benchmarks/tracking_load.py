@@ -5,7 +5,7 @@
 
 A real server on loopback, started by ``cluster/start_mlflow.sh`` as the cluster's head starts it (its own
 PostgreSQL in a temporary MLFLOW_HOME, or SQLite), then ``--trials`` processes that all begin at once.
-Each lives a cell's life through the project's own tracking code (scaling.tracking.CellLog), the calls a
+Each lives a cell's life through the project's own tracking code (scaling.tracking.cell_log), the calls a
 training trial makes (scaling.kinds.context_scaling): open the cell's run under the sweep's parent run (search
 by key, create with tags, params), log its training losses checkpoint by checkpoint (``--points`` points in
 ``--batches`` flushes: a long cell's flushes, one per checkpoint), then ``finish`` (cell.yaml,
@@ -138,7 +138,7 @@ class Wire:
 
 
 class RetryNote(logging.Handler):
-    """What the tracking layer says in the trial's log when it retries (scaling.tracking.retrying): the
+    """What the tracking layer says in the trial's log when it retries (scaling.tracking.retry.retrying): the
     lines, to check that it is said once, not per request."""
 
     def __init__(self):
@@ -157,7 +157,8 @@ def trial(uri, experiment_id, parent, cell, curves, weights, points, batches, ba
     wire, said = Wire(), RetryNote()
     logging.getLogger("scaling.tracking").addHandler(said)
     logging.getLogger("scaling.tracking").setLevel(logging.WARNING)
-    from scaling.tracking import CellLog, retry_count
+    from scaling.tracking.cell_log import CellLog
+    from scaling.tracking.retry import retry_count
 
     barrier.wait()
     start, error = time.perf_counter(), ""
@@ -200,7 +201,8 @@ def representative(cell, tmp: Path):
 
 def check_runs(uri: str, experiment_id: str, cells: list, curves, points: int) -> list[str]:
     """What is wrong with the cells' runs as stored (empty: every run complete, every point once)."""
-    from scaling.tracking import Tracker, curve_metric_key
+    from scaling.tracking.names import curve_metric_key
+    from scaling.tracking.tracker import Tracker
 
     tracker = Tracker(uri)
     client = tracker.client
@@ -275,7 +277,7 @@ def run(
     import gc
 
     from scaling.plan import plan_document
-    from scaling.tracking import Tracker
+    from scaling.tracking.tracker import Tracker
 
     # as root, start_mlflow.sh runs PostgreSQL as user postgres, who must reach MLFLOW_HOME
     tmp = Path(tempfile.mkdtemp(prefix="tracking-load-", dir=keep))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from .storage import OUTAGE_NOTICE
-from .tracking import experiment_ui_link, ui_command
+from .tracking.uri import experiment_ui_link, ui_command
 from .trial import spec_in
 
 # Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice

@@ -11,7 +11,9 @@ import yaml
 
 from .cells import ALWAYS, Cell
 from .redact import redact
-from .tracking import STATUS_COMPLETE, Tracker, TrackingError, resolve_tracking_uri
+from .tracking import STATUS_COMPLETE, TrackingError
+from .tracking.tracker import Tracker
+from .tracking.uri import resolve_tracking_uri
 
 
 def load_complete_model(experiment: str, params: dict[str, str], uri: str | None = None) -> tuple[dict, dict]:

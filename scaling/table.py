@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .tracking import Tracker
+from .tracking.tracker import Tracker
 
 UNITS = "units.parquet"
 TABLE_COLUMNS = [

@@ -24,7 +24,7 @@ def label(cell) -> str:
 
 
 def run(cell, trial) -> dict:
-    """The cell's curve, logged through the trial's MLflow log (scaling.tracking.CellLog)."""
+    """The cell's curve, logged through the trial's MLflow log (scaling.tracking.cell_log.CellLog)."""
     n = np.arange(1, cell.N + 1)
     err = cell.decay.scale / n
     curves = pd.DataFrame(

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from analysis.__main__ import main
 from scaling.kinds.registry import KINDS
 from scaling.plan import load_plan
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 from scaling.trial import TrialMember, TrialSpec, run_cell
 
 SWEEP = {

@@ -18,7 +18,7 @@ from analysis.pipeline import analyse
 from analysis.plugin import Request
 from analysis.report import answer_html
 from scaling.table import RunNames, cell_runs, load_table
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
 

@@ -12,7 +12,9 @@ from scaling.cells import Cell
 from scaling.papers.context_scaling.train import CellTrainer
 from scaling.plan import PlannedCell, Resources
 from scaling.sweep.ray_start import unmet_requests
-from scaling.tracking import STATUS_COMPLETE, CellLog, Tracker, log_batches
+from scaling.tracking import STATUS_COMPLETE
+from scaling.tracking.cell_log import CellLog, log_batches
+from scaling.tracking.tracker import Tracker
 
 
 @pytest.mark.parametrize("arch", ["mlp", "gpt2"])
@@ -182,7 +184,7 @@ def test_retries_of_an_overloaded_store_back_off_with_jitter_and_are_said_once(m
         TEMPORARILY_UNAVAILABLE,
     )
 
-    import scaling.tracking as tracking
+    import scaling.tracking.retry as tracking
 
     slept: list[float] = []
     monkeypatch.setattr(tracking.time, "sleep", slept.append)

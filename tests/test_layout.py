@@ -221,7 +221,7 @@ def test_no_import_cycle_among_the_projects_modules():
     graph = project_graph()
     assert "scaling.trial" in graph
     assert "scaling.papers.context_scaling.train" in graph["scaling.kinds.context_scaling"]
-    assert "scaling.papers.temperature.patch" in graph["scaling.kinds.temperature"]  # inside gpt2_scan
+    assert "scaling.papers.temperature.patch" in graph["scaling.papers.temperature.jobs"]  # inside scan_gpt2
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -322,7 +322,8 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
         for name, path in sources(*PACKAGES).items()
         if any(m == "mlflow" or m.startswith("mlflow.") for m in imports(name, path, False))
     )
-    assert users == ["scaling.tracking", "scaling.tracking.adaptive_waves", "scaling.tracking.store_template"]
+    outside = [name for name in users if not name.startswith("scaling.tracking.")]
+    assert "scaling.tracking.tracker" in users and not outside, f"MLflow imported by {outside}"
 
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():

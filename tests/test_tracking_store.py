@@ -5,8 +5,8 @@ import sqlite3
 
 import pytest
 
-from scaling.tracking import Tracker
 from scaling.tracking.store_template import empty_store_template, seed_sqlite_store
+from scaling.tracking.tracker import Tracker
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from conftest import tiny_cell_dict
 
 from scaling import trial
 from scaling.cells import Cell
-from scaling.tracking import Tracker
+from scaling.tracking.tracker import Tracker
 from scaling.trial import Throttled, TrialMember, TrialSpec, run_cell, run_pack
 
 

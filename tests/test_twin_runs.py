@@ -14,7 +14,9 @@ from conftest import tiny_cell_dict
 from test_outages import MlflowServer, free_port
 
 from scaling.cells import Cell
-from scaling.tracking import STATUS_COMPLETE, CellLog, Tracker
+from scaling.tracking import STATUS_COMPLETE
+from scaling.tracking.cell_log import CellLog
+from scaling.tracking.tracker import Tracker
 
 CREATE = "/api/2.0/mlflow/runs/create"
 TIMEOUT_S = 2  # the client's (MLFLOW_HTTP_REQUEST_TIMEOUT); the relay holds the first create longer

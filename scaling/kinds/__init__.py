@@ -50,7 +50,7 @@ class Kind:
     cost: Callable[[Any], CellCost | None] = lambda cell: None
     packable: Callable[[Any], bool] = lambda cell: False
     run_pack: Callable[..., list[Callable[[], Any]]] | None = None  # None: the kind never packs
-    metric_key: Callable[[str], str] | None = None  # None: scaling.tracking.curve_metric_key
+    metric_key: Callable[[str], str] | None = None  # None: scaling.tracking.names.curve_metric_key
     path_fields: tuple[str, ...] = ()
     reads: tuple[str, ...] = ("task", "model", "train", "eval")
     unused: Callable[[Any], tuple[str, ...]] = lambda cell: ()

@@ -41,7 +41,7 @@ from ..papers.context_scaling.train import CellTrainer
 from ..papers.statisticians.constructions import BOUND, gd_transformer, selection_transformer
 from ..papers.statisticians.predictors import transformer_predictor
 from ..papers.statisticians.reference import prefix_gd_weights, prefix_ridge_weights
-from ..tracking import curve_metric_key, metric_name
+from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
 CONSTRUCTED = ("constructed", "explicit_gd", "gd_limit", "selection", "gd_ridge")
@@ -213,7 +213,7 @@ def run_selection(cell, trial) -> dict[str, Any]:
 
 def metric_key(predictor: str) -> str:
     """The constructions' curves -> construction/<name> (split rows add /<meta>=<value>); the trained
-    model and the baselines as a training cell's (scaling.tracking.curve_metric_key)."""
+    model and the baselines as a training cell's (scaling.tracking.names.curve_metric_key)."""
     base, _, split = predictor.partition("|")
     if base.split("(")[0] in CONSTRUCTED:
         return metric_name(f"construction/{base}/{split}" if split else f"construction/{base}")

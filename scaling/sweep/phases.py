@@ -26,15 +26,10 @@ from ..leases import Leases, driver_id
 from ..plan import Plan, SweepError, load_plan
 from ..progress import next_commands, quiet_ray, summary_lines
 from ..redact import TRACKING_URI_ENV, has_secret, redact
-from ..tracking import (
-    Tracker,
-    TrackingError,
-    database_has_store,
-    is_database,
-    local_store_path,
-    resolve_tracking_uri,
-)
+from ..tracking import TrackingError
 from ..tracking.adaptive_waves import read_waves
+from ..tracking.tracker import Tracker
+from ..tracking.uri import database_has_store, is_database, local_store_path, resolve_tracking_uri
 from .dry_run import cell_states, describe_adaptive, describe_plan
 from .run import RunOptions, SweepOutcome, SweepRun
 
@@ -54,7 +49,7 @@ def run_sweep(
     """Plan, skip complete cells, run the rest as Tune trials; see scaling.sweep's docstring.
 
     ``tracking_uri`` and ``storage``: the MLflow store and the checkpoint storage (else their defaults:
-    scaling.tracking.resolve_tracking_uri, storage_uri);
+    scaling.tracking.uri.resolve_tracking_uri, storage_uri);
     ``out``: where the progress and the summary go (stdout); ``options``: the CLI's other flags.
     """
     run = plan_run(
@@ -206,7 +201,8 @@ def check_sweep_name(run: SweepRun) -> None:
 
 def describe_run(run: SweepRun) -> SweepOutcome:
     """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
-    describe_plan(run.plan, cell_states(run.plan, run.complete, run.store_uri), run.out)
+    behind = frozenset(behind_the_storage(run))
+    describe_plan(run.plan, cell_states(run.plan, run.complete, run.store_uri, behind), run.out)
     if run.policy is not None:
         describe_adaptive(run.policy, run.out)
     return SweepOutcome(len(run.plan.cells), len(run.complete))

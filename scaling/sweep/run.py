@@ -19,7 +19,7 @@ from ..cluster import Head
 from ..plan import Plan, PlannedCell
 from ..progress import Summary
 from ..redact import redact
-from ..tracking import Tracker
+from ..tracking.tracker import Tracker
 
 
 @dataclass

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Tracker, retrying
+from .retry import retrying
+from .tracker import Tracker
 
 
 def log_wave(tracker: Tracker, run_id: str, record: dict, answers: pd.DataFrame) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..redact import redact
-from . import Tracker, retrying
+from .retry import retrying
+from .tracker import Tracker
 
 
 def log_outputs_run(

@@ -20,8 +20,8 @@ from analysis.verdicts import answer_line, format_verdicts
 from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
-from scaling.tracking import Tracker
 from scaling.tracking.adaptive_waves import read_waves
+from scaling.tracking.tracker import Tracker
 
 
 def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:

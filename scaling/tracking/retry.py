@@ -1,0 +1,89 @@
+"""Retries of tracking calls: exponential backoff with jitter, and MLflow's own HTTP retries turned off
+where they would hide or repeat a request (scaling.tracking)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import time
+from typing import Callable, TypeVar
+
+from ..redact import redact
+from . import TrackingError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_JITTER = random.Random()  # spreads retries of many trials apart; never the science's generators
+_retries = {"count": 0, "said": False}  # this process's retries (a trial is one process)
+
+
+def retry_count() -> int:
+    """How many calls this process has retried so far (retrying)."""
+    return _retries["count"]
+
+
+def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: float = 0.5) -> T:
+    """Run ``call``, retrying transient failures with exponential backoff and jitter (about a minute in all).
+
+    Transient: the store cannot be reached, or answers that it is overloaded (an exhausted database pool's
+    400, 429, 503) or failed (5xx); a request it refuses as wrong (a bad value, a run that exists or does
+    not) is raised at once. Each wait is drawn from [wait/2, wait], so trials that an overloaded server
+    turned away together do not come back together. The first retry of the process is logged as a warning,
+    once (a trial's log says that the server was overloaded, not each request it repeated); later ones are
+    counted (retry_count) and logged at debug level.
+    """
+    from mlflow.exceptions import MlflowException
+
+    wait = first_wait
+    for attempt in range(attempts):
+        try:
+            return call()
+        except (MlflowException, OSError, ConnectionError) as err:
+            code = getattr(err, "error_code", "")
+            if code in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
+                raise
+            if attempt == attempts - 1:
+                raise TrackingError(f"{what} failed after {attempts} attempts: {redact(str(err))}") from None
+            _retries["count"] += 1
+            level = logging.DEBUG if _retries["said"] else logging.WARNING
+            log.log(
+                level,
+                "%s failed (%s); retrying with backoff%s",
+                what,
+                redact(str(err))[:500],
+                "" if _retries["said"] else " (said once: later retries of this process are not logged)",
+            )
+            _retries["said"] = True
+            time.sleep(wait * _JITTER.uniform(0.5, 1.0))
+            wait = min(wait * 2, 15.0)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def mlflow_http(**settings: str):
+    """MLflow's REST client under ``settings`` (MLflow's ``MLFLOW_HTTP_REQUEST_*`` environment variables, read
+    at each request) inside the block; the process's own values back after it."""
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def quick_http():
+    """MLflow's REST client without its own retries (urllib3 backoff of up to minutes) and a short timeout."""
+    return mlflow_http(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+
+
+def no_http_retries():
+    """MLflow's REST client without its own retries (its timeout unchanged): for a request that must not be
+    sent twice unseen (a create: ``retrying`` re-sends it and the caller knows)."""
+    return mlflow_http(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")

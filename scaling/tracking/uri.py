@@ -1,0 +1,137 @@
+"""Where a tracking store lives: the URI to use (argument, environment, the cluster's server, else
+./mlflow.db), its local file or folder, the checks that one exists, and the addresses of its UI."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+from ..cluster import ray_up_head
+from ..redact import redact
+from . import TrackingError
+
+
+def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
+    """The tracking URI to use: the argument, else MLFLOW_TRACKING_URI, else the MLflow server of the `ray up`
+    cluster this machine is the head of (scaling.cluster), else ./mlflow.db (SQLite).
+
+    Relative SQLite paths are made absolute: Tune runs each trial in its own working directory.
+    """
+    if not uri and not os.environ.get("MLFLOW_TRACKING_URI"):
+        head = ray_up_head()
+        uri = head.tracking_uri if head else None
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    cwd = Path(cwd or os.getcwd())
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return f"sqlite:///{(cwd / uri[len('sqlite:///') :]).resolve()}"
+    if "://" not in uri:  # a bare path: a SQLite file
+        return f"sqlite:///{(cwd / uri).resolve()}"
+    return uri
+
+
+def artifact_root(uri: str) -> str | None:
+    """Where a local store keeps artifacts (beside the SQLite file); None lets a server decide."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The file (``sqlite:///``) or folder (``file:``) a local store lives in; None for a server or a database
+    elsewhere."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :].split("?")[0])
+    if uri.startswith("file:"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
+    return None
+
+
+# what every "no store" message points to: the command that writes a store
+WRITES_A_STORE = "a sweep writes one: python -m scaling.sweep SWEEP.yaml --tracking-uri {uri}"
+OTHER_STORE = (
+    "nothing was read or written; point --tracking-uri at an MLflow store (or, for a sweep, a new file)"
+)
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
+def check_store_exists(uri: str) -> None:
+    """Refuse, with a TrackingError naming the path (or URI) and the command that writes a store, a store
+    that is not there: a missing SQLite file or ``file:`` folder, a file that is not an MLflow store (not
+    SQLite, or without MLflow's tables), a folder without MLflow's layout, a database server without MLflow's
+    tables or that does not answer. Only reads: MLflow itself would create the store, or its tables."""
+    path = local_store_path(uri)
+    if path is None:
+        if is_database(uri) and not database_has_store(uri):
+            raise TrackingError(f"{redact(uri)} holds no MLflow store: no MLflow tables; {OTHER_STORE}")
+        return
+    path, writes = path.resolve(), WRITES_A_STORE.format(uri=shlex.quote(uri))
+    what = "folder" if uri.startswith("file:") else "file"
+    if not path.exists():
+        raise TrackingError(
+            f"no MLflow store at {path}: no such {what} (nothing was read or written); {writes}"
+            f" (or give the --tracking-uri of an existing store, or set MLFLOW_TRACKING_URI)"
+        )
+    if what == "folder":
+        if not (path / ".trash").is_dir() and not any(path.glob("*/meta.yaml")):
+            raise TrackingError(
+                f"{path} is not an MLflow store: a folder without MLflow's layout; {OTHER_STORE}"
+            )
+        return
+    if not path.is_file():
+        raise TrackingError(f"{path} is not an MLflow store: not a file; {OTHER_STORE}")
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as err:  # not SQLite at all; else unreadable (permissions, locked past 5 s)
+        if "not a database" in str(err):
+            raise TrackingError(f"{path} is not an MLflow store: {err}; {OTHER_STORE}") from None
+        raise TrackingError(f"cannot read the MLflow store {path}: {err}") from None
+    if not MLFLOW_TABLES <= tables:
+        raise TrackingError(
+            f"{path} is not an MLflow store: a SQLite file without MLflow's tables; {OTHER_STORE}"
+        )
+
+
+def is_database(uri: str) -> bool:
+    """Whether ``uri`` names a database server MLflow opens itself (``postgresql://``, ``mysql+pymysql://``)."""
+    return uri.split("://")[0].split("+")[0] in DATABASE_SCHEMES
+
+
+def database_has_store(uri: str) -> bool:
+    """Whether a database server's database holds MLflow's tables (MLflow creates them in one that does not:
+    what a sweep does, never a reading command); TrackingError when it does not answer within seconds."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(
+            uri, connect_args={"connect_timeout": 10} if uri.startswith("postgresql") else {}
+        )
+        try:
+            tables = set(sqlalchemy.inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+    except Exception as err:  # noqa: BLE001 - any failure here means unusable
+        why = " ".join(str(err).split("(Background on this error")[0].split())  # SQLAlchemy's, on one line
+        raise TrackingError(f"cannot use the MLflow tracking store {redact(uri)}: {redact(why)}") from None
+    return MLFLOW_TABLES <= tables
+
+
+def experiment_ui_link(uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000") -> str:
+    """The address of an experiment's runs table in the MLflow UI: ``uri`` itself for a tracking server,
+    else ``ui`` (where ``mlflow ui`` listens by default). MLflow 3.17 opens an experiment on its GenAI
+    overview unless the URL's ``workflowType`` (or the sidebar switch the browser last chose) says model
+    training, whatever the experiment's EXPERIMENT_KIND tag."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else ui
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def ui_command(uri: str) -> str | None:
+    """The command that serves the MLflow UI for a store (None for a tracking server, which is one)."""
+    if uri.startswith(("http://", "https://")):
+        return None
+    return shlex.join(["mlflow", "ui", "--backend-store-uri", uri])
