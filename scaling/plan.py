@@ -38,7 +38,6 @@ planned cell, its key, params and cell.yaml hold the resolved precision.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds.registry import kind_of_group
 from .papers.context_scaling.models import ModelConfig, model_facts
 from .papers.context_scaling.train import TrainConfig
+from .variants import variant_of, with_variant
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
 CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
@@ -134,13 +134,11 @@ class PlannedCell:
     cell: Cell
     resources: Resources
     axes: dict[str, Any] = field(default_factory=dict, compare=False)  # the grid values that made it
-    # what of the plan's variant (its --set) the cell's own settings carry, e.g. 'train.steps=200'
-    variant: str = field(default="", compare=False)
+    variant: str = field(default="", compare=False)  # what the plan's variant changed in it (variants.py)
 
     @property
     def name(self) -> str:
-        """The cell's run name: its kind's label and, in a variant of the sweep, what the variant's ``--set``
-        changed in it ('gpt2 T=16 N=8 seed=0 train.steps=200'), so two variants' cells are told apart."""
+        """The cell's run name: its kind's label, and what a variant changed in it (scaling.variants)."""
         return f"{self.cell.name} {self.variant}" if self.variant else self.cell.name
 
 
@@ -262,67 +260,6 @@ def apply_override(document: dict, assignment: str) -> dict:
         node = node[key]
     node[keys[-1]] = value
     return document
-
-
-# ---------------------------------------------------------------- variants
-
-
-# top-level keys a --set may change that say how the sweep runs or what it is called, not what a cell is
-NOT_CELLS = ("name", "description", "resources", "run", "adaptive", "profiles")
-LABELLED_AXES = ("model", "T", "N", "seed")  # grid axes every training cell's label shows
-
-
-def variant_of(assignments) -> tuple[str, ...]:
-    """The ``--set`` overrides that change cells, as given (not a new name, resources or how the sweep
-    runs): a sweep run with them is a variant of the sweep, with cells of its own."""
-    out = []
-    for assignment in assignments:
-        keys = _parse_path(assignment.split("=", 1)[0].strip())
-        if not keys or keys[0] in NOT_CELLS or (keys[0] == "models" and keys[2:3] == ["resources"]):
-            continue
-        out.append(assignment.strip())
-    return tuple(out)
-
-
-def own_setting(keys: list[str], cell: Cell) -> str | None:
-    """The cell setting an override's key path sets in ``cell`` ('train.steps'), None when it sets none
-    there (another model's preset; a grid axis is handled by the caller)."""
-    if keys[0] == "defaults":
-        keys = keys[1:]
-    if keys and keys[0] == "models":
-        if len(keys) < 3 or keys[1] != cell.model.name:
-            return None
-        keys = keys[2:] if keys[2] == PRESET_TRAIN else ["model", *keys[2:]]
-    return ".".join(keys) or None
-
-
-def variant_label(planned: PlannedCell, variant: tuple[str, ...]) -> str:
-    """What of the variant a cell carries, for its run name: each override that sets one of the cell's
-    settings (``KEY=VALUE`` as given) that its label does not show already, and the value of a ``--set
-    grid.AXIS`` the label does not show."""
-    applies, shown = set(planned.cell.params()), set(planned.cell.name.split())
-    parts = []
-    for assignment in variant:
-        dotted, _, value = (part.strip() for part in assignment.partition("="))
-        keys = _parse_path(dotted)
-        if keys[0] == "grid":
-            axis = ".".join(keys[1:])
-            if axis not in LABELLED_AXES and axis in planned.axes:
-                parts.append(f"{axis}={planned.axes[axis]}")
-            continue
-        setting = own_setting(keys, planned.cell)
-        if not setting or f"{setting.rpartition('.')[2]}={value}" in shown:  # shown already: 'd=4'
-            continue
-        if any(name == setting or name.startswith(setting + ".") for name in applies):
-            parts.append(f"{setting}={value}")
-    return " ".join(parts)
-
-
-def with_variant(cells: list[PlannedCell], variant: tuple[str, ...]) -> list[PlannedCell]:
-    """The cells, each naming what the variant changed in it."""
-    if not variant:
-        return cells
-    return [dataclasses.replace(p, variant=variant_label(p, variant)) for p in cells]
 
 
 # ---------------------------------------------------------------- planning
