@@ -1,6 +1,6 @@
 """A sweep's variants: the ``--set`` overrides that change its cells, and what each cell's run name carries
 of them (scaling.plan.PlannedCell.name), so two variants' cells, logged into one experiment, are told
-apart by name as they are by key (docs/sweeps.md, "Variants").
+apart by name as they are by key (docs/sweeps.md).
 
 A variant is a sweep run with ``--set`` overrides that change cells (``train.steps=200``,
 ``grid.T=[16,64]``, ``models.gpt2.n_layer=3``); a new ``name``, ``resources`` or ``run`` settings change
