@@ -40,7 +40,8 @@ from .papers.context_scaling.train import CellTrainer
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
-from .tracking.cell_log import CellLog
+from .tracking import CellRunLog
+from .tracking.backends import open_cell_log
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class TrialContext:
 
     device: torch.device
     store: CheckpointStore
-    log: CellLog
+    log: CellRunLog
     tracking_uri: str
     report: Callable[[dict], None] | None = field(default=None, repr=False)
 
@@ -171,7 +172,7 @@ class Prepared:
     cap: str | None
     store: CheckpointStore
 
-    def note_cap(self, log: CellLog) -> None:
+    def note_cap(self, log: CellRunLog) -> None:
         """Say in the cell's run (a tag and the trial's log) that its GPU memory is capped."""
         if self.cap:
             log.note("gpu_memory_cap", self.cap)
@@ -190,8 +191,8 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     )
 
 
-def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
-    return CellLog.open(
+def open_log(spec: TrialSpec, cell: Cell) -> CellRunLog:
+    return open_cell_log(
         trial_tracking_uri(spec.tracking_uri), spec.experiment_id, cell, spec.sweep, spec.parent_run_id
     )
 
