@@ -14,6 +14,9 @@ beyond the grid axes are never pooled, see scaling/judge/provenance.py).
 ``--compare A B`` (sweep files or experiment names), or ``--experiment A --experiment B``: one report
 comparing two sweeps, in ``analysis_out/A-vs-B``, logged to A's experiment.
 
+``--margin 0.05``: the verdicts' practical margin (scaling.judge.verdicts.Rule.threshold): a drop whose
+interval lies above it scales, one above 0 and under it scales weakly; the report states it with the rule.
+
 ``--paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml [--profile quick]``: the reproduction report
 of the three papers (analysis/paper.py): every given sweep analysed, each of the papers' claims checked, one
 page in ``analysis_out/paper[-PROFILE]/report.html`` (``FILE:PROFILE`` gives one file its own profile).
@@ -25,6 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from scaling.judge.verdicts import Rule
 from scaling.plan import add_set_argument
 from scaling.redact import redact
 from scaling.tracking import TrackingError
@@ -110,6 +114,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"figure layout, one of {', '.join(sorted(LAYOUTS))} (default: by the sweep's name)",
     )
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for fit intervals")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=Rule.threshold,
+        help="the verdicts' practical margin: a drop scales when its interval lies above it, scales weakly "
+        f"when above 0 and under it (default {Rule.threshold:g}; stated in the report)",
+    )
     parser.add_argument("--no-log", action="store_true", help="do not log the analysis to MLflow")
     args = parser.parse_args(argv)
     if len(args.experiment) > 2:
@@ -118,6 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("give a sweep file, --experiment NAME, --compare A B or --paper SWEEP...")
     if args.paper and (args.sweep or args.experiment or args.compare):
         parser.error("--paper takes its own sweep files: give no other sweep, --experiment or --compare")
+    if not 0 <= args.margin < 1:
+        parser.error(f"--margin {args.margin:g}: the practical margin is a fraction in [0, 1) (default 0.05)")
     bad = [s for s in args.overrides if "=" not in s]
     if bad:
         parser.error(f"--set {bad[0]}: expected KEY=VALUE")
@@ -139,6 +152,7 @@ def request_of(args: argparse.Namespace) -> Request:
         tracking_uri=args.tracking_uri,
         out=Path(args.out) if args.out else None,
         bootstrap=args.bootstrap,
+        margin=args.margin,
         log=not args.no_log,
         layout=args.layout,
         ui_url=args.ui_url,

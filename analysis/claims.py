@@ -7,10 +7,16 @@ A claim names its figure, says what the paper states, and checks it on the figur
 reads the verdict table (scaling.judge.verdicts) at the paper's fixed value (context scaling at the sweep's
 largest T, task scaling at the n nearest the paper's N = 10): "reproduced" when the verdict is the paper's;
 "not reproduced" when it is the opposite, or "at chance" where the paper has the model scaling;
-"inconclusive" when the verdict is, or when the paper has the model not scaling and it is at chance (a model
-that learned nothing shows neither). A comparison claim reads the errors at the largest context length
-(COMPARABLE states its rule). A figure whose experiment is not in the store gives "not run" for each of
-its claims.
+"inconclusive" when the verdict is (too few seeds among the reasons), when it "scales weakly" (a drop
+resolved above zero but under the stated margin: the paper's yes or no holds only up to the margin), or
+when the paper has the model not scaling and it is at chance (a model that learned nothing shows neither).
+A comparison claim ("comparable", "better", a ratio) reads the two predictors' errors at the largest
+context length seed by seed (the same prompts), per task family and per noise level, never pooled: the
+geometric mean of the per-seed ratios with its interval (Student t over seeds on the log scale, the
+verdicts' method and level, 3 seeds or more): "reproduced" when the interval lies inside the claim's band
+(``COMPARABLE``: within 1/1.5-1.5x; better: below 1), "not reproduced" when wholly outside, "inconclusive"
+when it straddles a bound or the seeds are too few. A figure whose experiment is not in the store gives
+"not run" for each of its claims.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
-from scaling.judge.verdicts import AT_CHANCE, INCONCLUSIVE, QUESTIONS, value_text
+from scaling.judge.verdicts import AT_CHANCE, INCONCLUSIVE, QUESTIONS, TOO_FEW, ratio_side, value_text
 
 from .verdicts import numbers
 
@@ -43,7 +50,9 @@ class Claim:
 
 
 def within(ratio: float) -> bool:
-    """Two errors whose ratio is ``ratio`` are comparable: within a factor COMPARABLE either way."""
+    """Two errors whose ratio is ``ratio`` are comparable: within a factor COMPARABLE either way (seed 003's
+    claims, analysis/papers/statisticians/claims.py; seed 001's comparisons carry an interval:
+    ``ratio_claim``)."""
     return 1 / COMPARABLE <= ratio <= COMPARABLE
 
 
@@ -88,6 +97,12 @@ def scaling(
         )
         if verdict == INCONCLUSIVE:
             return Outcome(INCONCLUSIVE, said + (f" ({row['note']})" if row.get("note") else ""))
+        if verdict == q.weak:  # resolved, but under the margin: the paper's yes or no holds only up to it
+            return Outcome(
+                INCONCLUSIVE,
+                said + f": a drop resolved above 0 but under the {row['threshold']:.0%} margin, so the "
+                f"paper's '{'scales' if expect else 'does not scale'}' holds only up to the margin",
+            )
         if verdict == AT_CHANCE:  # learned nothing: no evidence for scaling, nor for its absence
             return Outcome(
                 NOT_REPRODUCED if expect else INCONCLUSIVE,
@@ -101,68 +116,84 @@ def scaling(
     return check
 
 
-def final_error(result, model: str, family: str | None = None) -> tuple[float, float] | None:
-    """(mean error over seeds at the largest evaluated n = N of the largest N, that n) of a model."""
+def final_rows(result, name: str, family: str | None, level: str | None, baseline: bool) -> pd.DataFrame:
+    """The rows a comparison reads of one predictor on one task family: a model's (its ``model`` rows, or
+    ``model|<level>`` at one noise level) at its largest N and T; a baseline's (``name`` or ``name|<level>``)
+    at the largest N."""
     t = result.table
-    rows = _task_rows(t[(t["model"] == model) & (t["predictor"] == "model")], family)
+    predictor = ("model" if not baseline else name) + (f"|{level}" if level else "")
+    rows = t[t["predictor"].astype(str) == predictor]
+    rows = _task_rows(rows if baseline else rows[rows["model"] == name], family, t)
     if rows.empty:
-        return None
+        return rows
     rows = rows[rows["N"] == rows["N"].max()]
-    rows = rows[rows["T"] == rows["T"].max()]
-    n = rows["n"].max()
-    return float(rows[rows["n"] == n]["err"].mean()), float(n)
+    return rows if baseline else rows[rows["T"] == rows["T"].max()]
 
 
-def final_baseline(result, name: str, family: str | None = None) -> float | None:
-    t = result.table
-    rows = _task_rows(t[t["predictor"] == name], family)
-    if rows.empty:
-        return None
-    rows = rows[rows["N"] == rows["N"].max()]
-    return float(rows[rows["n"] == rows["n"].max()]["err"].mean())
+def level_text(level: str | None) -> str:
+    """'noise_std=0.1' -> ' at noise_std = 0.1' (empty for no level)."""
+    return " at " + level.replace("=", " = ") if level else ""
+
+
+def seed_errors(result, a: str, b: str, family, level, baseline: bool) -> tuple[pd.DataFrame, float] | str:
+    """(one row per seed that scored both: columns a and b, their errors at the largest n both were scored
+    at; that n), or why not (no rows of one of them)."""
+    rows = {a: final_rows(result, a, family, level, False), b: final_rows(result, b, family, level, baseline)}
+    for name, part in rows.items():
+        if part.empty:
+            return f"no {name} rows" + (f" on {family}" if family else "") + level_text(level)
+    common = set(rows[a]["n"]) & set(rows[b]["n"])
+    if not common:
+        return f"{a} and {b} were scored at no common n"
+    n = max(common)
+    per_seed = {k: v[v["n"] == n].groupby("seed")["err"].mean() for k, v in rows.items()}
+    return pd.DataFrame(per_seed).dropna(), float(n)
+
+
+def ratio_claim(
+    a: str, b: str, band: tuple[float, float], what: str, family=None, level=None, baseline=False
+) -> Callable[[object], Outcome]:
+    """A check that a's error over b's (seed by seed, on the same prompts, at the largest n) lies in
+    ``band``: the geometric mean of the per-seed ratios with its interval (scaling.judge.verdicts.ratio_side,
+    the verdicts' rule and level): "reproduced" when the interval lies inside the band, "not reproduced" when
+    wholly outside, "inconclusive" when it straddles a bound or there are too few seeds (``what``: the band
+    in words)."""
+
+    def check(result) -> Outcome:
+        found = seed_errors(result, a, b, family, level, baseline)
+        if isinstance(found, str):
+            return Outcome(NOT_RUN, found)
+        errors, n = found
+        r = ratio_side((errors[a] / errors[b]).to_numpy(), *band, result.request.rule())
+        means = np.exp(np.log(errors).mean()) if len(errors) else errors.mean()
+        said = f"at n = {n:g}{level_text(level)}: {a} {means[a]:.3f}, {b} {means[b]:.3f} (geometric means), "
+        if r.side == TOO_FEW:
+            return Outcome(
+                INCONCLUSIVE,
+                said + f"ratio {r.ratio:.2f} on {r.n_seeds} seeds: too few seeds (a claim needs "
+                f"{result.request.rule().min_seeds}); {what}",
+            )
+        said += f"ratio {r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}] over {r.n_seeds} seeds; {what}"
+        status = {"inside": REPRODUCED, "outside": NOT_REPRODUCED}.get(r.side, INCONCLUSIVE)
+        return Outcome(status, said + ("" if r.side != "straddles" else ": the interval straddles a bound"))
+
+    return check
 
 
 def comparable(
-    a: str, b: str, family: str | None = None, baseline: bool = False
+    a: str, b: str, family: str | None = None, baseline: bool = False, level: str | None = None
 ) -> Callable[[object], Outcome]:
     """A check that `a` and `b` (models; `b` a baseline when ``baseline``) reach errors within a factor
-    COMPARABLE of each other at the largest n."""
-
-    def check(result) -> Outcome:
-        first = final_error(result, a, family)
-        second = final_baseline(result, b, family) if baseline else final_error(result, b, family)
-        if first is None or second is None:
-            return Outcome(
-                NOT_RUN, f"no {a if first is None else b} rows" + (f" on {family}" if family else "")
-            )
-        err_a, n = first
-        err_b = second if baseline else second[0]
-        ratio = err_a / err_b
-        ok = within(ratio)
-        return Outcome(
-            REPRODUCED if ok else NOT_REPRODUCED,
-            f"at n = {n:g}: {a} {err_a:.3f}, {b} {err_b:.3f} (ratio {ratio:.2f}; comparable means "
-            f"within {COMPARABLE:g}x)",
-        )
-
-    return check
+    COMPARABLE of each other at the largest n: the ratio's interval within [1/COMPARABLE, COMPARABLE]."""
+    what = f"comparable: the interval within {1 / COMPARABLE:.2f}-{COMPARABLE:g}x"
+    return ratio_claim(a, b, (1 / COMPARABLE, COMPARABLE), what, family, level, baseline)
 
 
-def better(a: str, b: str, family: str | None = None) -> Callable[[object], Outcome]:
-    """A check that model `a` ends below baseline `b` at the largest n."""
-
-    def check(result) -> Outcome:
-        first, second = final_error(result, a, family), final_baseline(result, b, family)
-        if first is None or second is None:
-            return Outcome(
-                NOT_RUN, f"no {a if first is None else b} rows" + (f" on {family}" if family else "")
-            )
-        return Outcome(
-            REPRODUCED if first[0] < second else NOT_REPRODUCED,
-            f"at n = {first[1]:g}: {a} {first[0]:.3f}, {b} {second:.3f}",
-        )
-
-    return check
+def better(
+    a: str, b: str, family: str | None = None, level: str | None = None
+) -> Callable[[object], Outcome]:
+    """A check that model `a` ends below baseline `b` at the largest n: the ratio's interval below 1."""
+    return ratio_claim(a, b, (0.0, 1.0), "better: the interval below 1", family, level, baseline=True)
 
 
 def _scales(fig, panel, model, question, expect, family=None, near=None, what=""):
@@ -191,13 +222,27 @@ CLAIMS: list[Claim] = [
         comparable("gpt2", "ridge_tuned", baseline=True),
     ),
     _scales("fig2", "2", "sgpt", "context", True, what="SGPT"),
-    Claim("fig3", "3", "SGPT is comparable to GPT-2 (two noise levels)", comparable("sgpt", "gpt2")),
     *[
-        Claim("fig4", "4", f"SGPT is comparable to GPT-2 ({f})", comparable("sgpt", "gpt2", f))
-        for f in ("decision_tree", "relu_net", "sparse_linear")
+        Claim(
+            "fig3",
+            "3",
+            f"SGPT is comparable to GPT-2 at noise level sigma = {sigma} (each level judged alone)",
+            comparable("sgpt", "gpt2", level=f"noise_std={sigma}"),
+        )
+        for sigma in ("0.1", "0.5")
     ],
-    Claim("fig4", "4", "SGPT beats XGBoost (decision tree)", better("sgpt", "xgboost", "decision_tree")),
-    Claim("fig4", "4", "SGPT beats OLS (sparse linear)", better("sgpt", "least_squares", "sparse_linear")),
+    *[
+        Claim("fig4", f"4{p}", f"SGPT is comparable to GPT-2 ({f})", comparable("sgpt", "gpt2", f))
+        for p, f in (("A", "decision_tree"), ("B", "relu_net"), ("C", "sparse_linear"))
+    ],
+    Claim("fig4", "4A", "SGPT beats XGBoost (decision tree)", better("sgpt", "xgboost", "decision_tree")),
+    Claim(
+        "fig4",
+        "4C",
+        "SGPT is close to Lasso (sparse linear)",
+        comparable("sgpt", "lasso", "sparse_linear", baseline=True),
+    ),
+    Claim("fig4", "4C", "SGPT beats OLS (sparse linear)", better("sgpt", "least_squares", "sparse_linear")),
     *[
         _scales("fig5", "5", m, "context", True, f, what=what)
         for m, what in (("sgpt1", "one-layer SGPT"), ("onelayer", "one-layer model of eq. 9"))

@@ -27,7 +27,6 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from scaling.judge.verdicts import Rule
 from scaling.redact import redact
 
 from . import claims as claiming
@@ -72,10 +71,15 @@ def _seed001_how(request: Request) -> str:
     return (
         "A scaling claim reads the verdict of the model at the paper's fixed value (context scaling at the "
         "sweep's largest T, task scaling at the n nearest the paper's N = 10). "
-        f"{rule_text(Rule(n_boot=request.bootstrap))} A paper claim that a model scales is 'not reproduced' "
+        f"{rule_text(request.rule())} A paper claim that a model scales is 'not reproduced' "
         "when the model is at chance; a claim that it does not scale is 'inconclusive' then (a model that "
-        "learned nothing shows neither). 'Comparable' means the two errors at the largest context length are "
-        f"within a factor of {claiming.COMPARABLE:g} of each other."
+        "learned nothing shows neither), and either claim is 'inconclusive' when the model scales weakly "
+        "(it holds only up to the margin). A comparison reads the two errors at the largest context length "
+        "seed by seed, per task and per noise level, never pooled: the geometric mean of the per-seed ratios "
+        "with its "
+        f"{request.rule().level:.0%} interval (the verdicts' method). 'Comparable' means the interval lies "
+        f"within a factor of {claiming.COMPARABLE:g} either way, 'better' that it lies below 1; an interval "
+        "that straddles the bound, or fewer than 3 seeds, is 'inconclusive'."
     )
 
 

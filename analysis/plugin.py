@@ -27,6 +27,7 @@ from typing import Callable
 import pandas as pd
 
 from scaling.judge.provenance import DEFAULT_AXES
+from scaling.judge.verdicts import Rule
 
 from .report import table_html
 
@@ -40,8 +41,9 @@ class Request:
     """What to analyse and how: a sweep file (planned with ``profile`` and ``overrides``, as it ran) or an
     experiment name (``overrides`` then pick one variant of its cells); the MLflow store (None:
     $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here), the output folder (None:
-    analysis_out/<experiment>), bootstrap resamples of intervals, whether to log the analysis to MLflow, the
-    figure layout (None: by the sweep's name) and the MLflow UI's address for links to runs."""
+    analysis_out/<experiment>), bootstrap resamples of the fits' intervals, the verdicts' practical margin,
+    whether to log the analysis to MLflow, the figure layout (None: by the sweep's name) and the MLflow UI's
+    address for links to runs."""
 
     sweep: str | None = None
     experiment: str | None = None
@@ -53,6 +55,11 @@ class Request:
     log: bool = True
     layout: str | None = None
     ui_url: str = ""
+    margin: float = Rule.threshold  # the verdicts' practical margin (scaling.judge.verdicts.Rule.threshold)
+
+    def rule(self) -> Rule:
+        """The verdict rule this request judges by: its margin, its bootstrap resamples for the fits."""
+        return Rule(n_boot=self.bootstrap, threshold=self.margin)
 
 
 @dataclass

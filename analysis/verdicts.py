@@ -25,20 +25,25 @@ from scaling.judge.verdicts import (
 
 
 def rule_text(rule: Rule) -> str:
-    """The rule in words, for the report (stated once, above the verdict table)."""
+    """The rule in words, for the report (stated once, above the verdict table), its margins named."""
     t, m, lv = f"{rule.threshold:.0%}", f"{rule.chance_margin:.0%}", f"{rule.level:.0%}"
+    chance = f"{1 - rule.chance_margin:g}"
     inf = "counts as the largest T" if rule.inf_T == "largest" else "is left out"
     return (
-        f"Measure: the model's error divided by the zero predictor's on the same prompts (err/zero; "
-        f"1 = predicting zero). drop = 1 - err(largest)/err(smallest) per seed, averaged over seeds; "
-        f"intervals are {lv} percentile bootstrap intervals over seeds ({rule.n_boot} resamples). "
-        f"A model scales when the drop's interval lies above {t} and its final err/zero is resolved "
-        f"below {1 - rule.chance_margin:g} (the interval's upper end). It is 'at chance' when its final "
-        f"err/zero is {1 - rule.chance_margin:g} or more (within {m} of the zero predictor, or worse), "
-        f"whatever its trend; 'does not scale' when the drop's interval lies below {t}; otherwise "
-        f"inconclusive. Task verdicts: T = inf (a fresh task for every prompt) {inf}; baselines that do "
-        f"not depend on T have none. Page's trend test p (decreasing error; >= 3 axis values and >= 2 "
-        f"seeds) is reported, not required."
+        f"Practical margin {t} (--margin), chance margin {m}, {lv} intervals, at least {rule.min_seeds} "
+        "seeds. Measure: the model's error divided by the zero predictor's on the same prompts (err/zero; "
+        "1 = predicting zero). drop = 1 - err(largest)/err(smallest), its ratio's geometric mean over "
+        f"seeds; intervals are {lv} Student t intervals over seeds on the log scale (their simulated "
+        "coverage holds the level at 3, 5 and 10 seeds: docs/analysis.md). With fewer than "
+        f"{rule.min_seeds} seeds there is no interval and no verdict: 'inconclusive: too few seeds'. A "
+        f"model scales when the drop's interval lies above the {t} margin and its final err/zero is "
+        f"resolved below {chance} (the interval's upper end); it 'scales weakly' when the drop's interval "
+        f"lies above 0 but under {t} (a real drop under the margin) with the end so resolved. It is 'at "
+        f"chance' when its final err/zero is {chance} or more (within {m} of the zero predictor, or worse), "
+        f"whatever its trend; 'does not scale' when the drop's interval lies below {t} and is not above 0; "
+        "otherwise inconclusive. Task verdicts: T = inf (a fresh task for every prompt) "
+        f"{inf}; baselines that do not depend on T have none. Page's trend test p (decreasing error; >= 3 "
+        "axis values and >= 2 seeds) is reported, not required."
     )
 
 
@@ -117,17 +122,20 @@ def numbers(row: pd.Series) -> str:
 
 
 def group_phrase(rows: pd.DataFrame, q: Question) -> str:
-    """The groups of one unit that share a verdict, in words with numbers: the verdict, the fixed
-    values it holds at, and the numbers (of the largest fixed value when there are several; for "at
-    chance" the range of err/zero over all of them)."""
+    """The groups of one unit that share a verdict, in words with numbers: the verdict (inconclusive says
+    "too few seeds" when that is why for all of them), the fixed values it holds at, and the numbers (of the
+    largest fixed value when there are several; for "at chance" the range of err/zero over all of them)."""
     verdict = rows["verdict"].iloc[0]
     at = f"{q.fixed} = {', '.join(value_text(v) for v in rows[q.fixed])}"
     word = {
         q.yes: q.yes,
+        q.weak: q.weak,
         q.no: "does not " + q.yes[:-1],
         AT_CHANCE: "at chance",
         INCONCLUSIVE: "inconclusive",
     }[verdict]
+    if verdict == INCONCLUSIVE and rows["note"].fillna("").str.startswith("too few seeds").all():
+        word = "inconclusive (too few seeds)"
     if verdict == AT_CHANCE:
         what = "err/zero" if rows["measure"].eq("err/zero").all() else "error"
         return (
@@ -144,9 +152,9 @@ def unit_sentence(name: str, group: pd.DataFrame, q: Question) -> str:
     """One unit's verdicts on one question in words with numbers, e.g. "gpt2 context-scales at T = inf
     (err/zero 0.42 -> 0.27 from n = 8 to 16, drop 30% [6%, 53%])"; a unit that never scales says so first."""
     group = group.sort_values(q.fixed, na_position="first")
-    order = [q.yes, INCONCLUSIVE, q.no, AT_CHANCE]
+    order = [q.yes, q.weak, INCONCLUSIVE, q.no, AT_CHANCE]
     phrases = [group_phrase(group[group["verdict"] == v], q) for v in order if (group["verdict"] == v).any()]
-    if group["verdict"].isin([q.yes, INCONCLUSIVE]).any() or not group["verdict"].eq(AT_CHANCE).any():
+    if group["verdict"].isin([q.yes, q.weak, INCONCLUSIVE]).any() or not group["verdict"].eq(AT_CHANCE).any():
         return f"{name} " + "; ".join(phrases)
     no = f"does not {q.yes[:-1]}"  # never scales, at chance somewhere: say so first
     return f"{name} {no}: " + "; ".join(p.removeprefix(no + " ") for p in phrases)

@@ -1,10 +1,11 @@
-"""One Ray Tune trial: a cell (run by its experiment kind) or a pack of training cells; resume, log, report.
+"""One Ray Tune trial: a cell or a pack of cells, each run by its experiment kind; resume, log, report.
 
 The driver (scaling.sweep) hands each trial a ``TrialSpec``: the cells it runs and where to log and
 checkpoint them. A single cell runs through its kind (scaling.kinds): ``kind.run(cell, TrialContext)``;
-a pack of training cells (scaling.packing decided it) trains its members stacked
-(scaling.papers.context_scaling.stacked) and resumes, checkpoints and finishes each member exactly as the
-training kind does one cell alone (scaling.kinds.context_scaling: ``resume``, ``checkpoint``, ``finish``).
+a pack (scaling.packing decided it) through the hook of the kind that packs,
+``kind.run_pack(members, PackContext)``, which trains the members together and hands back how to finish
+each; this module takes the leases, opens the members' runs and fails a member alone when its finish
+fails. It knows no kind by name.
 
 Checkpoints are keyed by the cell (scaling.checkpoints), not by the Tune trial, so they outlive any one
 driver: a rerun after a crash, or a sweep edited to add cells (a new Tune experiment, never
@@ -33,10 +34,7 @@ import torch
 from .cells import Cell
 from .checkpoints import CheckpointStore
 from .devices import cap_gpu_memory, trial_device
-from .kinds.context_scaling import checkpoint, finish, resume
 from .leases import Holder, Lease, Leases
-from .papers.context_scaling.stacked import PackTrainer
-from .papers.context_scaling.train import CellTrainer
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
@@ -140,14 +138,13 @@ class Throttled:
 
 
 @dataclass
-class TrialContext:
-    """What a kind's ``run`` gets besides its cell: the device, the cell's checkpoint store and MLflow
-    log, the tracking URI (for kinds that read other runs: ``sweep_model``) and ``progress`` (a dict to Tune:
-    sent at once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
+class PackContext:
+    """What a kind's ``run_pack`` gets besides its members: the device, the members' checkpoint store, the
+    tracking URI (for kinds that read other runs: ``sweep_model``) and ``progress`` (a dict to Tune: sent at
+    once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
 
     device: torch.device
     store: CheckpointStore
-    log: CellRunLog
     tracking_uri: str
     report: Callable[[dict], None] | None = field(default=None, repr=False)
 
@@ -162,6 +159,14 @@ class TrialContext:
         from this trial's store (scaling.sweep_models), for a kind that scans a trained model: the kinds
         reach the store through their trial, never by importing what imports the cells."""
         return load_complete_model(experiment, params, self.tracking_uri)
+
+
+@dataclass
+class TrialContext(PackContext):
+    """What a kind's ``run`` gets besides its cell: a PackContext's device, store, tracking URI and progress,
+    and the cell's MLflow ``log``."""
+
+    log: CellRunLog = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -241,7 +246,7 @@ def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
             leases[cell.key].record()
             prepared.note_cap(log)
             trial = TrialContext(
-                prepared.device, prepared.store, log, trial_tracking_uri(spec.tracking_uri), report
+                prepared.device, prepared.store, trial_tracking_uri(spec.tracking_uri), report, log=log
             )
             try:
                 final = cell.kind.run(cell, trial)
@@ -260,7 +265,7 @@ class PackMemberError(RuntimeError):
 
 
 def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
-    """Train, evaluate and log a pack's members as the training kind does each cell alone.
+    """Train, evaluate and log a pack's members by their kind's ``run_pack``, each as its own cell.
 
     Members whose run is complete already (a retried trial) are skipped, and so are members whose lease
     another trial holds (reported as ``held``); the others resume from their own checkpoints. A member
@@ -284,75 +289,52 @@ def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], re
     if not cells:
         return {"progress": 1.0, "finished": 1}
     prepared = prepare(spec, cells[0], leases)
-    store = prepared.store
     logs = [open_log(spec, cell) for cell in cells]
     todo = [(cell, log) for cell, log in zip(cells, logs) if not log.complete]
     for cell, log in todo:
         leases[cell.key].record()
         prepared.note_cap(log)
-    errors: dict[str, str] = {}
     if todo:
-        try:
-            trainers = train_members(todo, store, prepared.device, report)
-        except Exception:
-            for _, log in todo:
-                log.fail(traceback.format_exc())
-            raise
-        for trainer, (cell, log) in zip(trainers, todo):
-            try:
-                finish(trainer, log)
-            except Exception:
-                log.fail(traceback.format_exc())
-                errors[cell.key] = (
-                    f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
-                )
-    if errors:
-        raise PackMemberError("; ".join(errors.values()))
+        pack = PackContext(prepared.device, prepared.store, trial_tracking_uri(spec.tracking_uri), report)
+        errors = finish_members(todo, train_members(todo, pack))
+        if errors:
+            raise PackMemberError("; ".join(errors.values()))
     final = {"step": max(c.train.steps for c in cells), "progress": 1.0, "finished": 1}
     if report:
         report(final)
     return final
 
 
-def train_members(todo, store, device, report) -> list[CellTrainer]:
-    """The members' trainers, trained to their last step with checkpoints and losses as unpacked cells."""
-    trainers = [CellTrainer(cell, device) for cell, _ in todo]
-    for trainer, (_, log) in zip(trainers, todo):
-        resume(trainer, store, log)
-    pack = PackTrainer(trainers)
-    losses: list[list] = [[] for _ in trainers]
-    steps = sum(c.train.steps for c, _ in todo)
-    progress = Throttled(report)
-    while not pack.done_training:
-        active, stop = pack.next_segment()
-        behind = [t.step for t in trainers if t not in active]  # members that wait out this segment
-        behind_done, behind_min = sum(behind), min(behind, default=steps)  # no member behind: the step itself
+def train_members(todo: list[tuple[Cell, CellRunLog]], pack: PackContext) -> list[Callable[[], Any]]:
+    """The members trained together by their kind's ``run_pack``: each member's finish, in order. A failure
+    while they train fails every member's run and is raised again (Tune retries the pack)."""
+    kind = todo[0][0].kind
+    if kind.run_pack is None:
+        raise RuntimeError(f"the kind {kind.name!r} packs cells (its packable) but has no run_pack")
+    try:
+        return kind.run_pack(todo, pack)
+    except Exception:
+        for _, log in todo:
+            log.fail(traceback.format_exc())
+        raise
 
-        def on_loss(i: int, step: int, loss: float) -> None:
-            losses[i].append((step, loss))
-            done = behind_done + step * len(active)
-            progress({"step": min(step, behind_min), "progress": done / steps, "loss": float("nan")})
 
-        pack.train_until(active, stop, on_loss)
-        for trainer in active:
-            i = trainers.index(trainer)
-            cell, log = todo[i]
-            if trainer.step % cell.train.checkpoint_every == 0 or trainer.done_training:
-                checkpoint(trainer, store, log, losses[i])
-                losses[i] = []
-        progress(
-            {
-                "step": min(t.step for t in trainers),
-                "progress": sum(t.step for t in trainers) / steps,
-                "loss": float("nan"),
-            },
-            force=True,
-        )
-    return trainers
+def finish_members(todo: list[tuple[Cell, CellRunLog]], finishes: list[Callable[[], Any]]) -> dict[str, str]:
+    """Each member finished in turn (``finishes``: train_members'); key -> error of those that failed, each
+    marked failed in its own run without stopping the others."""
+    errors: dict[str, str] = {}
+    for finish, (cell, log) in zip(finishes, todo):
+        try:
+            finish()
+        except Exception:
+            log.fail(traceback.format_exc())
+            errors[cell.key] = f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
+    return errors
 
 
 def tune_trainable(config: dict[str, Any]) -> None:
     """The Ray Tune function trainable: one trial = one cell, or a pack of cells."""
+    # defers Ray Tune (~2 s): run_cell and run_pack also run without Ray (tests, benchmarks)
     from ray import tune
 
     spec = TrialSpec.from_dict(spec_in(config))

@@ -301,13 +301,15 @@ def test_pooled_spread_counts_the_degrees_of_freedom_that_correlated_groups_carr
     assert pooled_spread({"a": a.iloc[:1]}).dof == 0 and math.isinf(pooled_spread({}).half_width(3, 0.9))
 
 
-def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for_its_spread(
+def test_a_verdict_whose_few_seeds_happen_to_agree_settles_only_on_the_models_pooled_spread(
     tmp_path, tiny_sweep
 ):
-    """Two task verdicts (N = 2 and N = 8) on 3 seeds, each drop 12% with sd 5%: on its own t interval
-    (2 degrees of freedom) neither clears the 5% threshold; with the two groups' spread pooled (their drops
-    uncorrelated over the seeds: 4 degrees of freedom) both settle. The same drops made to move together
-    seed by seed pool to no more than one group's degrees of freedom, and stay open."""
+    """Two task verdicts (N = 2 and N = 8) on 3 seeds. At N = 2 the drops are 12% with sd 1%: the verdict's
+    own t interval resolves it ("task-scales"). The model's spread pooled with N = 8's (sd 7%) is 5%: with
+    the two groups' drops uncorrelated over the seeds (4 degrees of freedom) its t half-width, 6.2%, clears
+    the 7% to the margin and the verdict settles; the same drops made to move together seed by seed pool to
+    no more than one group's 2 degrees of freedom (8.4%), and it stays open, though the analysis' verdict is
+    the same."""
     from scaling.adaptive.policy import Policy
 
     doc = lattice_sweep(tiny_sweep)
@@ -315,7 +317,8 @@ def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for
     plan = load_plan(write(tmp_path, doc))
     policy = Policy(plan)
     first = policy.seed_order[:3]
-    shape = {2: [1.0, -1.0, 0.0], 8: [1.0 / math.sqrt(3), 1.0 / math.sqrt(3), -2.0 / math.sqrt(3)]}
+    apart = {2: [1.0, -1.0, 0.0], 8: [1.0 / math.sqrt(3), 1.0 / math.sqrt(3), -2.0 / math.sqrt(3)]}
+    sd = {2: 0.01, 8: 0.07}
 
     def table(together: bool) -> tuple[pd.DataFrame, set[str]]:
         rows, run = [], set()
@@ -323,19 +326,19 @@ def test_a_verdict_settles_on_fewer_seeds_when_the_models_other_groups_vouch_for
             if c.seed not in first:
                 continue
             run.add(c.cell_key)
-            deviation = shape[2 if together else c.N][first.index(c.seed)]
-            drop = 0.122 + 0.05 * deviation  # task drop at this N: from T = 2 to T = inf
+            deviation = apart[2 if together else c.N][first.index(c.seed)]
+            drop = 0.12 + sd[c.N] * deviation  # task drop at this N: from T = 2 to T = inf
             err = 0.8 * {2.0: 1.0, 16.0: 1 - drop / 2}.get(c.T, 1 - drop) * (1.0 if c.N == 2 else 0.6)
             rows += tidy_rows(plan, c, err)
         return pd.DataFrame(rows), run
 
     for together, settled in ((False, True), (True, False)):
         answers = {a.id: a for a in policy.assess(*table(together), exponents=False)}
-        for N in (2, 8):
-            a = answers[f"task verdict: mlp (N={N})"]
-            assert a.label == "task-scales" and a.n_seeds == 3, a.line()
-            assert a.centre == pytest.approx(0.122)
-            assert a.settled is settled, (together, a.line())
+        a = answers["task verdict: mlp (N=2)"]
+        assert a.label == "task-scales" and a.n_seeds == 3, a.line()
+        assert a.centre == pytest.approx(0.12, abs=1e-3)
+        assert a.settled is settled, (together, a.line())
+        assert not answers["task verdict: mlp (N=8)"].settled
 
 
 def test_a_resumed_policy_chooses_the_wave_an_uninterrupted_one_would(tmp_path, tiny_sweep):

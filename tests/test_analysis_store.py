@@ -121,8 +121,10 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     verdicts = result.verdicts
     assert set(verdicts["verdict"]) <= {
         "context-scales",
+        "context-scales weakly",
         "does not context-scale",
         "task-scales",
+        "task-scales weakly",
         "does not task-scale",
         "inconclusive",
         "at chance",

@@ -96,10 +96,13 @@ def test_baselines_are_judged_once_per_group_not_once_per_model():
     assert "ridge" not in set(task.predictor)  # its error does not depend on T: no task verdict
 
 
-def test_the_rule_is_stated_with_its_threshold_level_test_and_inf():
+def test_the_rule_is_stated_with_its_margins_level_method_seeds_and_inf():
     text = rule_text(Rule(threshold=0.05, chance_margin=0.05, level=0.9, n_boot=200))
-    for part in ("5%", "0.95", "90%", "bootstrap", "200 resamples", "at chance", "T = inf", "largest T"):
+    head = "Practical margin 5% (--margin), chance margin 5%, 90% intervals, at least 3 seeds"
+    assert text.startswith(head)
+    for part in ("0.95", "Student t", "too few seeds", "scales weakly", "at chance", "T = inf", "largest T"):
         assert part in text
+    assert rule_text(Rule(threshold=0.02)).startswith("Practical margin 2% (--margin)")
     with pytest.raises(ValueError, match="inf_T"):
         Rule(inf_T="sometimes")
 

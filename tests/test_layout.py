@@ -10,7 +10,8 @@
 - No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest).
 - MLflow is spoken by the scaling/tracking/ package alone (its imports, its filter strings, its Run objects'
   fields); the science folders import neither Ray nor MLflow.
-- No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules).
+- No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules), and
+  no import of a kind's module there: a trial runs a cell or a pack through its kind's hooks.
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
 """
 
@@ -388,6 +389,18 @@ def test_no_branch_on_a_kinds_name_outside_the_kinds():
             if branch.search(line.split("#")[0]):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_module_outside_the_kinds_imports_a_kind():
+    """scaling/trial.py runs every kind through its Kind's hooks (run, run_pack); the rest asks the
+    registry."""
+    from scaling.kinds.registry import KINDS
+
+    kinds = {entry.split(":")[0] for entry in KINDS.values()}  # the kinds' own modules
+    checked = {n: p for n, p in sources("scaling", "analysis").items() if not n.startswith("scaling.kinds")}
+    offenders = [f"{n} imports {k}" for n, p in checked.items() for k in sorted(imports(n, p, False) & kinds)]
+    assert "scaling.kinds.context_scaling" in kinds and "scaling.trial" in checked
+    assert not offenders, offenders
 
 
 def test_a_checkpoint_written_before_the_layout_change_resumes_to_the_same_numbers(tmp_path):

@@ -12,7 +12,7 @@ from scaling.papers.context_scaling.stacked import PackTrainer, stack
 from scaling.papers.context_scaling.stacked_transformers import StackedTransformer
 from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
 from scaling.tracking.tracker import Tracker
-from scaling.trial import TrialMember, TrialSpec, run_pack
+from scaling.trial import PackMemberError, TrialMember, TrialSpec, run_pack
 from tests.conftest import tiny_cell_dict
 from tests.test_checkpoint_integrity import zero_block
 
@@ -150,6 +150,27 @@ def test_a_member_that_diverges_leaves_the_others_as_alone():
     packed = train_packed([CellTrainer(bad), CellTrainer(good)])
     assert not torch.isfinite(next(packed[0].model.parameters())).all()
     assert_same_numbers(train_alone([good])[0], packed[1])
+
+
+def test_a_packs_trial_fails_a_diverged_member_alone(tmp_path):
+    """The kind's run_pack trains both; the trial finishes each in turn: the diverged member's run is marked
+    failed and named in the trial's error, the other's is complete."""
+    train = tiny_cell_dict()["train"]
+    bad, good = cell(GPT2, T=4, seed=0, train={**train, "lr": 1e30}), cell(GPT2, T=4, seed=1)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    experiment = Tracker(uri).experiment_id("diverged", create=True)
+    members = tuple(TrialMember(c.to_dict(), c.key, c.name) for c in (bad, good))
+    spec = TrialSpec(
+        members, "pack", "pack of 2", {"cpu": 1}, uri, experiment, "diverged", str(tmp_path / "s")
+    )
+    with pytest.raises(PackMemberError, match=bad.key) as raised:
+        run_pack(spec)
+    assert good.key not in str(raised.value)
+    runs = MlflowClient(uri).search_runs([experiment], "tags.kind = 'cell'")
+    assert {r.data.tags["cell_key"]: r.data.tags["status"] for r in runs} == {
+        bad.key: "failed",
+        good.key: "complete",
+    }
 
 
 def test_the_engine_follows_the_model():

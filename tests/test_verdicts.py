@@ -12,8 +12,8 @@ from analysis.verdicts import answer_line, format_verdicts
 from scaling.judge.verdicts import (
     Rule,
     context_verdicts,
-    drop_interval,
     judge_points,
+    log_t_interval,
     paired_drops,
     question_named,
     seed_drops,
@@ -42,14 +42,18 @@ def test_paired_drops_and_interval_against_direct_formula():
     wide = pd.DataFrame({5: [1.0, 0.8, 0.5], 10: [0.9, 0.7, 0.5], 40: [0.5, 0.6, np.nan]}, index=[0, 1, 2])
     drops = paired_drops(wide)
     np.testing.assert_allclose(drops, [1 - 0.5 / 1.0, 1 - 0.6 / 0.8])
-    lo, hi = drop_interval(drops, 500, 0.9, np.random.default_rng(0))
-    assert min(drops) <= lo < drops.mean() < hi <= max(drops)
-    assert all(math.isnan(v) for v in drop_interval(drops[:1], 500, 0.9, np.random.default_rng(0)))
+    ratios = np.array([0.5, 0.75, 0.6])
+    centre, lo, hi = log_t_interval(ratios, 0.9)
+    logs = np.log(ratios)
+    half = 2.919986 * logs.std(ddof=1) / math.sqrt(3)  # t(0.95, 2 degrees of freedom)
+    assert centre == pytest.approx(np.exp(logs.mean()))
+    assert (lo, hi) == pytest.approx((np.exp(logs.mean() - half), np.exp(logs.mean() + half)), rel=1e-6)
+    assert all(math.isnan(v) for v in log_t_interval(ratios[:2], 0.9)[1:])
 
 
 def test_seed_drops_are_the_per_seed_drops_each_verdict_averages():
-    """The per-seed drops behind every trained group's verdict: as many as its seeds, averaging to the
-    verdict's drop, between the ends the verdict reads."""
+    """The per-seed drops behind every trained group's verdict: as many as its seeds, their ratios' geometric
+    mean the verdict's drop, between the ends the verdict reads."""
     both = pd.concat(
         [
             table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "gpt2", seed=1),
@@ -63,7 +67,8 @@ def test_seed_drops_are_the_per_seed_drops_each_verdict_averages():
         assert len(drops) == sum({"gpt2": 4, "mlp": 3}[m] for m in verdicts["model"])
         for row in verdicts.itertuples():
             mine = drops[(drops["model"] == row.model) & (drops[held] == getattr(row, held))]
-            assert len(mine) == row.n_seeds and mine["drop"].mean() == pytest.approx(row.drop)
+            assert len(mine) == row.n_seeds and np.allclose(mine["log_ratio"], np.log1p(-mine["drop"]))
+            assert 1 - math.exp(mine["log_ratio"].mean()) == pytest.approx(row.drop)  # the geometric mean
             assert (mine["x_min"] == row.x_min).all() and (mine["x_max"] == row.x_max).all()
 
 
@@ -123,9 +128,7 @@ def test_single_seed_and_noisy_borderline_are_inconclusive():
 
 
 def test_a_resolved_drop_scales_and_the_trend_test_is_reported_not_required():
-    points = pd.DataFrame(
-        {"seed": [0, 0, 0, 1, 1, 1], "n": [5, 10, 40] * 2, "err": [1.0, 0.5, 0.8, 1.0, 0.5, 0.8]}
-    )
+    points = pd.DataFrame({"seed": np.repeat(range(3), 3), "n": [5, 10, 40] * 3, "err": [1.0, 0.5, 0.8] * 3})
     verdict = judge_points(points, "context", n_boot=200)
     assert verdict["drop_lo"] > 0.05 and verdict["trend_p"] > 0.01
     assert verdict["verdict"] == "context-scales"
@@ -231,3 +234,21 @@ def test_a_group_missing_a_zero_partner_keeps_the_plain_error():
     assert one(paired, predictor="model").measure == "err"
     assert one(paired, predictor="model").verdict == "context-scales"
     assert one(paired, predictor="model|noise_std=0.5").measure == "err/zero"
+
+
+@pytest.mark.parametrize(
+    "drops, verdict, note",
+    [
+        ([0.30, 0.32, 0.31], "context-scales", ""),
+        ([0.035, 0.04, 0.045], "context-scales weakly", "under the 5% margin"),  # resolved above 0, under 5%
+        ([-0.01, 0.02, 0.01], "does not context-scale", ""),  # under 5%, not resolved above 0
+        ([-0.05, -0.06, -0.04], "does not context-scale", ""),  # a resolved rise
+        ([0.03, 0.07, 0.05], "inconclusive", "not on either side of the 5% margin"),
+        ([-0.05, 0.2, 0.08], "inconclusive", "drop not resolved above 5%"),
+    ],
+)
+def test_the_margin_splits_scaling_weak_scaling_and_none(drops, verdict, note):
+    """Three seeds, err/zero 0.5 at n = 5 falling by each seed's drop at n = 40 (well below chance)."""
+    rows = [(s, n, 0.5 * (1 - d if n == 40 else 1)) for s, d in enumerate(drops) for n in (5, 40)]
+    v = judge_points(pd.DataFrame(rows, columns=["seed", "n", "err"]), "context")
+    assert (v["verdict"], note in v["note"]) == (verdict, True), v

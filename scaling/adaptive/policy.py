@@ -9,9 +9,11 @@ as the report's, intervals over seeds) and the fits of scaling.judge.fit, on the
 cells. The lattice defines which answers exist (a context verdict for every model and T of the grid, a task
 verdict for every model and N, an exponent per model), data or not. An answer is *settled* when
 
-- verdict: it is "scales", "does not scale" or "at chance" on at least ``min_seeds`` seeds, and a scaling
-  label still holds on a Student t interval of its drop (percentile bootstrap intervals over 3 seeds run
-  narrow, and settled wrong labels in replays). The t interval's sd is the seed-to-seed spread of the
+- verdict: it is "scales", "scales weakly", "does not scale" or "at chance" on at least ``min_seeds`` seeds
+  (the verdict's own interval: Student t over its group's seeds), and a scaling label still holds on a
+  Student t interval of its drop from the model's spread (a group whose few seeds happen to agree is not
+  taken as final; percentile bootstrap intervals over 3 seeds, the verdicts' rule before, settled wrong
+  labels in replays). That t interval's sd is the seed-to-seed spread of the
   model's drops pooled over the question's groups (every T of a context verdict, every N of a task
   verdict), with the degrees of freedom that groups sharing seeds really carry (``pooled_spread``): a task
   verdict's groups barely co-vary over seeds and lend each other degrees of freedom; a context verdict's
@@ -54,9 +56,9 @@ from ..judge.power_law import EXPONENT_BOUNDS
 from ..judge.provenance import setting_columns
 from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
 from ..plan import Plan
-from .small_samples import Spread, pooled_spread, seeds_needed, widen
+from .small_samples import Spread, large_sample, pooled_spread, seeds_needed, widen
 
-SETTLED_LABELS = {AT_CHANCE, *(q.yes for q in QUESTIONS.values()), *(q.no for q in QUESTIONS.values())}
+SETTLED_LABELS = {AT_CHANCE, *(label for q in QUESTIONS.values() for label in (q.yes, q.weak, q.no))}
 AXIS_OF = {"context": "N", "task": "T"}  # the lattice axis a verdict varies (n = N on a lattice of N)
 HELD_OF = {"context": "T", "task": "N"}  # the lattice axis a verdict holds fixed
 # an open answer on min_seeds or more that needs more than REACH x the lattice's seeds is left open
@@ -263,7 +265,7 @@ class Policy:
     def _verdict_rows(self, q: AdaptiveQuestion, view: pd.DataFrame) -> dict:
         if view.empty:
             return {}
-        v = scaling_verdicts(view, q.verdict, rule=self.rule, rng=self.settings.seed)
+        v = scaling_verdicts(view, q.verdict, rule=self.rule)
         if v.empty:
             return {}
         v = v[is_trained(v["predictor"])]
@@ -311,34 +313,39 @@ class Policy:
         """Fill a verdict answer from its row. Settled: a decided label on min_seeds seeds that also holds
         on the small-sample interval, else open with the seeds it needs. The small-sample interval of the
         drop is the Student t interval from the model's spread pooled over its groups (``pooled_spread``),
-        never narrower than the bootstrap's own side; without a spread, the bootstrap side ``widen``-ed."""
+        never narrower than the verdict's own (Student t) side; without a spread, the verdict's own."""
         s = self.settings
         a.label, a.n_seeds = row["verdict"], int(row["n_seeds"])
         a.centre, a.lo, a.hi = row["drop"], row["drop_lo"], row["drop_hi"]
         a.why = row.get("note") or ""
         t, chance = self.rule.threshold, 1.0 - self.rule.chance_margin
-        w = widen(a.n_seeds, self.rule.level)
+        shrink = large_sample(a.n_seeds, self.rule.level)
         need = [float(s.min_seeds), float(a.n_seeds + 1)]
         ok = a.n_seeds >= s.min_seeds
         if a.label == AT_CHANCE:
             pass  # a point rule: the end at or above chance
-        elif math.isfinite(a.lo) and math.isfinite(w):
+        elif math.isfinite(a.lo):
             c = a.centre
-            raw = (c - a.lo) if c > t else (a.hi - c)  # the bootstrap's half-width towards the threshold
-            side = raw * w
+            side = (c - a.lo) if c > t else (a.hi - c)  # the verdict's (t) half-width towards the margin
+            raw = side * shrink
             if spread is not None and spread.dof > 0:
-                side = max(raw, spread.half_width(a.n_seeds, self.rule.level))
+                side = max(side, spread.half_width(a.n_seeds, self.rule.level))
                 raw = max(raw, spread.half_width(a.n_seeds, self.rule.level, large_sample=True))
             ok &= side < abs(c - t) and a.label in SETTLED_LABELS
             if side >= abs(c - t):  # the seeds it needs, from the large-sample width (t shrinks with S)
                 need.append(max(seeds_needed(a.n_seeds, raw, abs(c - t), s.min_seeds), a.n_seeds + 1.0))
-            if c > t and math.isfinite(row["end_hi"]):
-                h_end = (row["end_hi"] - row["end"]) * w
+            weak = a.label == QUESTIONS[a.question.verdict].weak
+            if weak:  # resolved above 0 too, on the wider of the two intervals
+                ok &= max(c - a.lo, side) < c
+            if (c > t or weak) and math.isfinite(row["end_hi"]):
+                h_end = row["end_hi"] - row["end"]
                 ok &= h_end < chance - row["end"]
                 if h_end >= chance - row["end"]:
-                    raw = row["end_hi"] - row["end"]
                     need.append(
-                        max(seeds_needed(a.n_seeds, raw, chance - row["end"], s.min_seeds), a.n_seeds + 1.0)
+                        max(
+                            seeds_needed(a.n_seeds, h_end * shrink, chance - row["end"], s.min_seeds),
+                            a.n_seeds + 1.0,
+                        )
                     )
         else:
             ok = False

@@ -26,8 +26,11 @@ class Kind:
     (scaling.trial.TrialContext). ``settings`` / ``group``: the dataclass of the kind's own settings and the
     cell key under which a sweep file gives them (None: the kind has none). ``check(cell)`` raises
     ConfigErrors naming the setting; ``label(cell)`` is the run name; ``cost(cell)`` a CellCost or None
-    (not estimated); ``packable(cell)`` whether cells of this kind may share a trial (scaling.packing);
-    ``path_fields``: settings of the group that are local paths, made absolute at planning.
+    (not estimated); ``packable(cell)`` whether cells of this kind may share a trial (scaling.packing), and
+    ``run_pack(members, pack) -> finishes`` how such a trial runs them: it trains the (cell, log) members
+    together (``pack``: device, their checkpoint store, progress; scaling.trial.PackContext) and returns one
+    function per member that finishes it, which the trial calls in turn so that one failure fails that
+    member alone; ``path_fields``: settings of the group that are local paths, made absolute at planning.
 
     ``reads``: the cell's settings the kind reads, which its cells log as MLflow params
     (scaling.cells.Cell.params; cell.yaml keeps every setting): ``task`` (the family's settings,
@@ -46,6 +49,7 @@ class Kind:
     check: Callable[[Any], None] = lambda cell: None
     cost: Callable[[Any], CellCost | None] = lambda cell: None
     packable: Callable[[Any], bool] = lambda cell: False
+    run_pack: Callable[..., list[Callable[[], Any]]] | None = None  # None: the kind never packs
     metric_key: Callable[[str], str] | None = None  # None: scaling.tracking.names.curve_metric_key
     path_fields: tuple[str, ...] = ()
     reads: tuple[str, ...] = ("task", "model", "train", "eval")

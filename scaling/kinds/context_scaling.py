@@ -5,14 +5,17 @@ Seed 001's experiment: the cell's model is trained on its task (a pool of T task
 context length n against the baselines (scaling.papers.context_scaling.train,
 scaling.papers.context_scaling.evaluate). A resumed cell (after a crash, or a retried trial) continues from
 its checkpoint and ends with the same numbers as one that never stopped; the losses a blinking store missed
-ride in the checkpoint until they are logged.
+ride in the checkpoint until they are logged. Small cells of one shape train as a pack (``run_pack``: one
+stacked model, scaling.papers.context_scaling.stacked), each resumed, checkpointed and finished as ``run``
+does one cell alone.
 """
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -20,6 +23,7 @@ from ..checkpoints import behind
 from ..config import format_T
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.models import model_facts
+from ..papers.context_scaling.stacked import PackTrainer
 from ..papers.context_scaling.train import CellTrainer
 from . import Kind
 
@@ -102,6 +106,51 @@ def run(cell, trial) -> dict[str, Any]:
     }
 
 
+def run_pack(members: list, pack) -> list[Callable[[], Any]]:
+    """Train a pack's (cell, log) members as one stacked model from their checkpoints to their last step;
+    each member's finish (evaluate, log), which the trial calls one by one. ``pack``: the device, the
+    members' checkpoint store and the progress report (scaling.trial.PackContext)."""
+    trainers = [CellTrainer(cell, pack.device) for cell, _ in members]
+    for trainer, (_, log) in zip(trainers, members):
+        resume(trainer, pack.store, log)
+    train_stacked(trainers, [log for _, log in members], pack)
+    return [functools.partial(finish, trainer, log) for trainer, (_, log) in zip(trainers, members)]
+
+
+def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
+    """Train the trainers stacked (scaling.papers.context_scaling.stacked.PackTrainer) to their last steps,
+    checkpointing and logging each one's losses as ``run`` does one cell alone; progress over all their
+    steps."""
+    stacked = PackTrainer(trainers)
+    losses: list[list] = [[] for _ in trainers]
+    steps = sum(t.cell.train.steps for t in trainers)
+    while not stacked.done_training:
+        active, stop = stacked.next_segment()
+        behind = [t.step for t in trainers if t not in active]  # members that wait out this segment
+        behind_done, behind_min = sum(behind), min(behind, default=steps)  # no member behind: the step itself
+
+        def on_loss(i: int, step: int, loss: float) -> None:
+            losses[i].append((step, loss))
+            done = behind_done + step * len(active)
+            pack.progress(
+                {"step": min(step, behind_min), "progress": done / steps, "loss": float("nan")}, force=False
+            )
+
+        stacked.train_until(active, stop, on_loss)
+        for trainer in active:
+            i = trainers.index(trainer)
+            if trainer.step % trainer.cell.train.checkpoint_every == 0 or trainer.done_training:
+                checkpoint(trainer, pack.store, logs[i], losses[i])
+                losses[i] = []
+        pack.progress(
+            {
+                "step": min(t.step for t in trainers),
+                "progress": sum(t.step for t in trainers) / steps,
+                "loss": float("nan"),
+            }
+        )
+
+
 def cost(cell) -> CellCost:
     """Training FLOPs, seconds and peak memory of the cell from its model's facts and the cost table."""
     return training_cost(cell)
@@ -119,4 +168,5 @@ TRAIN = Kind(
     analysis="analysis.papers.context_scaling.plugin:TRAINING",
     cost=cost,
     packable=packable,
+    run_pack=run_pack,
 )

@@ -41,8 +41,9 @@ def adaptive_waves(uri: str, experiment: str) -> list[dict]:
 
 
 def rule(result: AnalysisResult) -> Rule:
-    """The verdict rule, with the request's bootstrap resamples (stated in the report and the summary)."""
-    return Rule(n_boot=result.request.bootstrap)
+    """The verdict rule, with the request's margin and bootstrap resamples (stated in the report and the
+    summary)."""
+    return result.request.rule()
 
 
 def view(result: AnalysisResult) -> pd.DataFrame:
