@@ -158,6 +158,25 @@ class Cell:
         return from_dict(cls, {**core, "settings": settings}, where)
 
 
+def reads_setting(cell: Cell, name: str) -> bool:
+    """Whether the cell's kind reads the dotted setting ``name`` (Kind.reads less Kind.unused)."""
+    own = cell.kind
+    return under(name, set(own.reads)) and not under(name, set(own.unused(cell)))
+
+
+def resolve_precision(cell: Cell, gpu: float) -> Cell:
+    """The cell with ``train.precision: auto`` resolved from the GPUs its trial asks for (``gpu``, a fraction
+    or whole GPUs): bfloat16 autocast where the trial trains on a GPU (it asks for one and its
+    ``train.device`` is not the CPU) and the cell's kind reads the setting, float32 otherwise. A resolved
+    float32 is keyed as the default (scaling.config.canonical), so a CPU cell's key is the one it had before
+    ``auto``; a GPU cell's key names bfloat16, and fp32 and bf16 results never share a run."""
+    if cell.train.precision != "auto":
+        return cell
+    on_gpu = gpu > 0 and cell.train.device != "cpu" and reads_setting(cell, "train.precision")
+    train = dataclasses.replace(cell.train, precision="bfloat16" if on_gpu else "float32")
+    return dataclasses.replace(cell, train=train)
+
+
 def kinds_of(group: str) -> list[str]:
     """The kinds whose settings are given under ``group``."""
     return [name for name in KINDS if kind(name).group == group]

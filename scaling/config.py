@@ -157,6 +157,9 @@ def canonical(obj: Any) -> Any:
     changed what a model computes (ModelConfig.bias) so that no cell keyed before the change is taken for
     one after it. A field declared ``metadata={"inline": True}`` is a
     mapping of named groups written at this level, as if each were a field (scaling.cells.Cell.settings).
+    A field declared ``metadata={"keyed_as_default": values}`` is left out at those values too: a setting
+    whose default (``auto``) resolves at planning to one of them, so the key of a resolved cell is that of the
+    cells keyed before the setting could be ``auto`` (TrainConfig.precision: ``float32``).
     """
     if dataclasses.is_dataclass(obj):
         out = {}
@@ -174,6 +177,8 @@ def canonical(obj: Any) -> Any:
                 out[f.name] = canonical(value)
                 continue
             if f.default is not dataclasses.MISSING and value == f.default:
+                continue
+            if value in f.metadata.get("keyed_as_default", ()):
                 continue
             if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
                 continue

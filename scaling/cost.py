@@ -1,9 +1,10 @@
 """Cost model of one training step: time and peak memory against (arch, N, d, width, layers, batch).
 
 So a user can budget a sweep before running it. FLOPs of a step are counted from the architecture
-(``step_flops``: three times the forward matmul FLOPs, Kaplan et al. 2020's 6 x params x tokens rule plus
-attention), and a small table measured by the benchmark suite (``python -m benchmarks --only cost
---update-cost-table``, stored in ``cost_table.json`` next to this file) fixes, per architecture and device,
+(``step_flops``: every matrix product of the forward and backward pass as the model runs them, about
+Kaplan et al. 2020's 6 x params x tokens plus attention), and a small table measured by the benchmark
+suite (``python -m benchmarks --only cost --update-cost-table``, stored in ``cost_table.json`` next to
+this file) fixes, per architecture and device,
 
     seconds = t0 + flops / rate,        peak bytes = 16 params + a * batch * tokens * width * layers + m0
 
@@ -60,8 +61,10 @@ def model_params(s: StepShape) -> int:
 
 
 def step_flops(s: StepShape) -> float:
-    """FLOPs of one training step (forward + backward = 3 x forward matmuls) for the batch."""
-    return 3.0 * model_facts(s.arch).forward_flops_per_token(s) * s.tokens * s.batch
+    """FLOPs of one training step for the batch: every matrix product of the forward and the backward pass
+    as the model runs them (scaling.papers.context_scaling.flops; tests/test_speed.py checks them against
+    torch's FlopCounterMode on the real model)."""
+    return model_facts(s.arch).step_flops(s)
 
 
 def activation_elements(s: StepShape) -> float:

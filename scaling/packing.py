@@ -6,14 +6,16 @@ shapes and step in lockstep train in one trial as one stacked model (scaling.pap
 scaling.papers.context_scaling.stacked_transformers; the pack's trial is scaling.trial.run_pack), each still a
 cell of its own: its own data, initialisation, checkpoint and run.
 
-``pack_groups`` decides. ``auto`` on a GPU (a cell that asks for one, with a measured CUDA cost table):
-as many cells as fit the trial's share of the GPU's memory (``gpu_pack_size``: the model's parameters and
-activations under the table's measured memory fit, a pure function of the model's facts and the memory),
-at most ``MAX_GPU_PACK``. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing
-pays on a CPU (``ModelFacts.cpu_packing_pays``; measured: not for GPT-2 and SGPT) whose estimated cost per
-training step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the
-cluster's slots when each part has enough work to pay for its own trial. An integer K packs up to K cells
-of a packable model of any size; ``off`` or 1 never packs.
+``pack_groups`` decides. ``auto`` on a GPU (a cell that asks for one, with a measured CUDA cost table): as
+many cells as fit the trial's share of the GPU's memory (``gpu_pack_size``: the model's parameters and
+activations under the table's measured memory fit, a pure function of the model's facts and the memory), at
+most ``MAX_GPU_PACK``; the trial that runs a pack sizes it again to the device it holds (``device_pack_size``,
+from scaling.devices.trial_memory: its share of the real card, not the table's) and stacks at most that many
+of its members at once. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing pays on
+a CPU (``ModelFacts.cpu_packing_pays``; measured: not for GPT-2 and SGPT) whose estimated cost per training
+step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the cluster's
+slots when each part has enough work to pay for its own trial. An integer K packs up to K cells of a packable
+model of any size; ``off`` or 1 never packs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+import torch
 
 from .cells import Cell
 from .config import canonical, to_dict
@@ -78,6 +82,35 @@ def gpu_pack_size(cell: Cell, budget: GpuBudget) -> int:
     fixed = coefficients(budget.table, cell.model.arch)["m0"]
     fits = int((GPU_MEMORY_USABLE * budget.memory_bytes - fixed) // member_bytes(cell, budget.table))
     return max(1, min(MAX_GPU_PACK, fits))
+
+
+def device_pack_size(cell: Cell, memory_bytes: float, table: dict) -> int:
+    """How many cells like ``cell`` a trial stacks at once on its device, of which it may fill
+    ``memory_bytes`` (its share of the real card: scaling.devices.trial_memory), under the CUDA cost table's
+    memory fit: gpu_pack_size with the device's memory instead of the table's card."""
+    return gpu_pack_size(cell, GpuBudget(memory_bytes, table))
+
+
+def pack_bytes(cell: Cell, members: int, table: dict) -> float:
+    """Estimated peak bytes of ``members`` cells like ``cell`` stacked: the fit's fixed part, and each
+    member's parameters, Adam state and activations (member_bytes)."""
+    return coefficients(table, cell.model.arch)["m0"] + members * member_bytes(cell, table)
+
+
+def memory_guard(cell: Cell, limit: float, table: dict) -> Callable[[object], None]:
+    """The check a pack's step makes first on a device of stated memory (scaling.devices.TrialMemory.limit):
+    torch.OutOfMemoryError, as the card's allocator raises it, when the stacked engine's members (cells
+    like ``cell``) need more than ``limit`` bytes (pack_bytes)."""
+
+    def guard(engine) -> None:
+        need = pack_bytes(cell, len(engine.members), table)
+        if need > limit:
+            raise torch.OutOfMemoryError(
+                f"{len(engine.members)} stacked members need about {need / 2**20:.1f} MiB; the device has"
+                f" {limit / 2**20:.1f} MiB (stated)"
+            )
+
+    return guard
 
 
 def pack_signature(cell: Cell) -> str | None:

@@ -30,6 +30,9 @@ wrong and what is allowed, and is raised before anything runs. The file itself i
 grid of more than ``scaling.guards.MAX_CELLS`` cells is refused from its axes' lengths, before any cell is
 built, unless ``max_cells`` allows it. A ``grid:`` key with no axes is an error; a file without ``grid:``
 is one cell of the defaults. A cell with ``train.device: cuda`` must ask for a GPU in its resources.
+``train.precision: auto`` (the default) resolves here from the cell's resources
+(scaling.cells.resolve_precision): bfloat16 for a cell whose trial is given a GPU, float32 otherwise; the
+planned cell, its key, params and cell.yaml hold the resolved precision.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from typing import Any
 import yaml
 
 from .adaptive_settings import AdaptiveSettings, check_against_lattice
-from .cells import Cell
+from .cells import Cell, resolve_precision
 from .config import ConfigError, check, from_dict
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds.registry import kind_of_group
@@ -496,7 +499,7 @@ def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: _
         combo = dict(zip(axes, combo_values))
         tree, own = lattice.tree(combo)
         try:
-            cell = check_limits(Cell.from_dict(tree))
+            cell = check_limits(resolve_precision(Cell.from_dict(tree), (own or resources).gpu))
         except ConfigError as err:
             described = ", ".join(f"{k}={v}" for k, v in combo.items())
             raise SweepError(f"{at('grid')}: the cell ({described}) is invalid: {err}") from None

@@ -17,6 +17,11 @@ is opened or its checkpoint read and given back when it ends: a cell another dri
 skipped (the trial reports it as ``held``; the driver waits for it), so no cell is trained twice at once.
 The trial reads the tracking URI from its process environment when the spec carries it redacted
 (scaling.redact): credentials never travel through Tune's experiment state.
+
+On a GPU the trial sets the matmul precision its cells ask for (scaling.devices.use_precision) and sizes a
+pack to the device it holds (``pack_memory``: its share of the real card, scaling.packing.device_pack_size):
+a pack larger than that trains in smaller packs one after another, and one that still runs out of memory
+splits and carries on (scaling.papers.context_scaling.stacked.PackTrainer), each said in the members' runs.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ import torch
 
 from .cells import Cell
 from .checkpoints import CheckpointStore
-from .devices import cap_gpu_memory, trial_device
+from .cost import load_gpu_table
+from .devices import cap_gpu_memory, trial_device, trial_memory, use_precision
 from .leases import Holder, Lease, Leases
+from .packing import device_pack_size, memory_guard
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
@@ -141,12 +148,16 @@ class Throttled:
 class PackContext:
     """What a kind's ``run_pack`` gets besides its members: the device, the members' checkpoint store, the
     tracking URI (for kinds that read other runs: ``sweep_model``) and ``progress`` (a dict to Tune: sent at
-    once with ``force``, else at most every PROGRESS_EVERY_S seconds)."""
+    once with ``force``, else at most every PROGRESS_EVERY_S seconds). For a pack, ``limit``: how many
+    members the device's memory fits stacked at once (None: all), and ``guard``: the check each stacked step
+    makes first on a device of stated memory (scaling.packing.memory_guard; None on a card)."""
 
     device: torch.device
     store: CheckpointStore
     tracking_uri: str
     report: Callable[[dict], None] | None = field(default=None, repr=False)
+    limit: int | None = field(default=None, kw_only=True)
+    guard: Callable[[Any], None] | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         self.throttled = Throttled(self.report)
@@ -189,6 +200,7 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))
     gpu = float(spec.resources.get("gpu", 0))
     device = trial_device(cell.train.device, gpu)
+    use_precision(device, cell.train.precision)
     return Prepared(
         device,
         cap_gpu_memory(device, gpu),
@@ -295,7 +307,20 @@ def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], re
         leases[cell.key].record()
         prepared.note_cap(log)
     if todo:
-        pack = PackContext(prepared.device, prepared.store, trial_tracking_uri(spec.tracking_uri), report)
+        limit, guard, note = pack_memory(
+            [c for c, _ in todo], prepared.device, float(spec.resources.get("gpu", 0))
+        )
+        if note:
+            for _, log in todo:
+                log.note("pack_memory", note)
+        pack = PackContext(
+            prepared.device,
+            prepared.store,
+            trial_tracking_uri(spec.tracking_uri),
+            report,
+            limit=limit,
+            guard=guard,
+        )
         errors = finish_members(todo, train_members(todo, pack))
         if errors:
             raise PackMemberError("; ".join(errors.values()))
@@ -303,6 +328,26 @@ def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], re
     if report:
         report(final)
     return final
+
+
+def pack_memory(cells: list[Cell], device: torch.device, gpu: float):
+    """(limit, guard, note) of a pack's members on the trial's device: how many it stacks at once (its
+    memory, scaling.devices.trial_memory, under the CUDA cost table's fit: scaling.packing.device_pack_size),
+    the check a device of stated memory makes before each step, and the line the members' runs carry when
+    the pack is larger than the device fits (None otherwise). (None, None, None) where nothing sizes it: a
+    CPU, or no CUDA cost table."""
+    memory, table = trial_memory(device, gpu), load_gpu_table()
+    if memory is None or table is None:
+        return None, None, None
+    limit = device_pack_size(cells[0], memory.plan, table)
+    guard = None if memory.limit is None else memory_guard(cells[0], memory.limit, table)
+    note = None
+    if limit < len(cells):
+        note = (
+            f"the trial's device ({memory.source}) fits {limit} of this pack's {len(cells)} members stacked"
+            f" at once: they train in packs of at most {limit}, one after another"
+        )
+    return limit, guard, note
 
 
 def train_members(todo: list[tuple[Cell, CellRunLog]], pack: PackContext) -> list[Callable[[], Any]]:

@@ -15,8 +15,9 @@ import textwrap
 import pytest
 import torch
 
+from scaling.papers.context_scaling.attention import additive_mask, stacked_prefix_mask
 from scaling.papers.context_scaling.gpt2 import GPT2Backbone, explicit_attention
-from scaling.papers.context_scaling.models import ModelConfig, build_model
+from scaling.papers.context_scaling.models import ModelConfig, build_model, hf_gpt2
 
 
 def pair(layers: int = 2, heads: int = 2, width: int = 16, d: int = 3, points: int = 7, seed: int = 0):
@@ -141,6 +142,51 @@ def test_attention_temperature_and_score_moments_equal_gpt2models():
     assert a.heuristic_tau == pytest.approx(b.heuristic_tau, rel=1e-5)
     for ours_layer, hf_layer in zip(a.per_layer, b.per_layer):
         assert ours_layer == pytest.approx(hf_layer, rel=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_the_stacked_layout_keeps_gpt2models_draws_and_numbers_bit_for_bit(precision):
+    """The stacked layout (eq. 2) ran on transformers' GPT2Model with an additive float mask until its cells
+    packed; on this backbone with the boolean stacked-prefix mask it starts from the same parameters under a
+    seed (GPT2Model's draws, call for call, and the stream left where GPT2Model left it) and computes the
+    same hidden states and gradients, bit for bit (float32 and CPU bf16 autocast): its cells' numbers do
+    not change."""
+    config = ModelConfig(arch="gpt2", layout="stacked", n_layer=3, n_head=2, n_embd=16)
+    d, P, B = 3, 7, 5
+    torch.manual_seed(4)
+    ours = build_model(config, d, P)
+    torch.manual_seed(4)
+    torch.nn.Linear(d + 1, 16)  # the read-in, built before the backbone
+    hf = hf_gpt2(config, P)
+    assert torch.equal(ours.read_out.weight, torch.nn.Linear(16, 1).weight)  # built after it
+    assert ours.own_backbone and list(ours.backbone.state_dict()) == list(hf.state_dict())
+    for name, value in hf.state_dict().items():
+        assert torch.equal(ours.backbone.state_dict()[name], value), name
+    allowed, positions = stacked_prefix_mask(P), torch.arange(P).repeat(2)
+    embeds, grad = torch.randn(B, 2 * P, 16), torch.randn(B, 2 * P, 16)
+    results = []
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16", cache_enabled=False):
+        for model, run in (
+            (ours.backbone, lambda: ours.backbone(embeds, allowed=allowed, positions=positions)),
+            (
+                hf,
+                lambda: (
+                    hf(
+                        inputs_embeds=embeds,
+                        attention_mask=additive_mask(allowed, embeds.dtype),
+                        position_ids=positions[None],
+                    ).last_hidden_state
+                ),
+            ),
+        ):
+            out = run()
+            used = [q for n, q in model.named_parameters() if n != "wte.weight"]
+            results.append([out, *torch.autograd.grad(out, used, grad.to(out.dtype))])
+    with torch.no_grad():
+        full = ours.backbone(embeds, allowed=allowed, positions=positions)
+    assert torch.equal(results[0][0], full) == (precision == "float32")  # bf16 really ran
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
 
 
 def test_initialisation_follows_gpt2s_scheme():

@@ -162,8 +162,17 @@ def test_members_train_on_their_own_losses_not_the_sum():
             [[0, 1]],
         ),
         (
-            "gpt2 on the stacked layout never packs",
+            "K packs gpt2 on the stacked layout",
             [cell(model={"arch": "gpt2", "n_embd": 8, "layout": "stacked"}, T=t) for t in (2, 4)],
+            2,
+            [[0, 1]],
+        ),
+        (
+            "gpt2 on transformers' GPT2Model (relu attention) never packs",
+            [
+                cell(model={"arch": "gpt2", "n_embd": 8, "layout": "stacked", "attention": "relu"}, T=t)
+                for t in (2, 4)
+            ],
             2,
             [[0], [1]],
         ),

@@ -17,8 +17,9 @@ from tests.conftest import tiny_cell_dict
 from tests.test_checkpoint_integrity import zero_block
 
 GPT2 = {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16}
+GPT2_STACKED = {**GPT2, "layout": "stacked"}  # eq. 2, the stacked-prefix mask (Figs. 2, 3, 4, 8)
 SGPT = {"arch": "sgpt", "n_layer": 2, "n_embd": 16}
-MODELS = [GPT2, SGPT, {**SGPT, "attention": "softmax"}]
+MODELS = [GPT2, GPT2_STACKED, SGPT, {**SGPT, "attention": "softmax"}]
 # Evaluation errors agree to float rounding. Parameters after 20 Adam steps differ by up to ~2e-5: Adam
 # divides by sqrt(v), so a rounding difference in a near-zero gradient moves a weight by up to lr; the
 # same cells trained alone in float64 differ from float32 by as much (measured: 2.2e-5 against 1.5e-5).
@@ -73,7 +74,7 @@ def assert_same_numbers(alone: CellTrainer, packed: CellTrainer, param_tol=PARAM
     torch.testing.assert_close(torch.tensor(p["err"].values), torch.tensor(a["err"].values), **err_tol)
 
 
-@pytest.mark.parametrize("model", MODELS, ids=["gpt2", "sgpt", "sgpt-softmax"])
+@pytest.mark.parametrize("model", MODELS, ids=["gpt2", "gpt2-stacked", "sgpt", "sgpt-softmax"])
 def test_packed_transformer_members_end_with_their_numbers_alone(model):
     cells = members(model)
     for alone, packed in zip(train_alone(cells), train_packed([CellTrainer(c) for c in cells])):
@@ -81,7 +82,7 @@ def test_packed_transformer_members_end_with_their_numbers_alone(model):
         assert packed.optimizer.state_dict()["state"].keys() == alone.optimizer.state_dict()["state"].keys()
 
 
-@pytest.mark.parametrize("model", [GPT2, SGPT], ids=["gpt2", "sgpt"])
+@pytest.mark.parametrize("model", [GPT2, GPT2_STACKED, SGPT], ids=["gpt2", "gpt2-stacked", "sgpt"])
 def test_one_stacked_step_gives_each_member_its_own_loss_and_gradient(model):
     cells = members(model)
     stacked = StackedTransformer([CellTrainer(c) for c in cells])
@@ -97,13 +98,15 @@ def test_one_stacked_step_gives_each_member_its_own_loss_and_gradient(model):
             torch.testing.assert_close(grad[k], own[name].grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
-def test_bfloat16_packs_match_bfloat16_cells_to_bfloat16_precision():
-    cells = members(GPT2, "bfloat16")
+@pytest.mark.parametrize("model", [GPT2, GPT2_STACKED], ids=["gpt2", "gpt2-stacked"])
+def test_bfloat16_packs_match_bfloat16_cells_to_bfloat16_precision(model):
+    cells = members(model, "bfloat16")
     for alone, packed in zip(train_alone(cells), train_packed([CellTrainer(c) for c in cells])):
         assert_same_numbers(alone, packed, dict(rtol=2e-2, atol=2e-2), dict(rtol=2e-2, atol=2e-3))
 
 
-def test_a_curriculum_pack_matches_its_cells():
+@pytest.mark.parametrize("model", [GPT2, GPT2_STACKED], ids=["gpt2", "gpt2-stacked"])
+def test_a_curriculum_pack_matches_its_cells(model):
     train = {
         **tiny_cell_dict()["train"],
         "curriculum": {
@@ -114,7 +117,7 @@ def test_a_curriculum_pack_matches_its_cells():
             "points_every": 7,
         },
     }
-    cells = [cell(GPT2, T=4, seed=s, train=train) for s in range(2)]
+    cells = [cell(model, T=4, seed=s, train=train) for s in range(2)]
     for alone, packed in zip(train_alone(cells), train_packed([CellTrainer(c) for c in cells])):
         assert_same_numbers(alone, packed)
 
@@ -175,9 +178,11 @@ def test_a_packs_trial_fails_a_diverged_member_alone(tmp_path):
 
 def test_the_engine_follows_the_model():
     assert isinstance(stack([CellTrainer(c) for c in members(GPT2)]), StackedTransformer)
-    stacked_layout = {**GPT2, "layout": "stacked"}
-    assert not cell(stacked_layout).kind.packable(cell(stacked_layout))
-    assert cell(GPT2).kind.packable(cell(GPT2)) and cell(SGPT).kind.packable(cell(SGPT))
+    assert isinstance(stack([CellTrainer(c) for c in members(GPT2_STACKED)]), StackedTransformer)
+    for model in (GPT2, GPT2_STACKED, SGPT):
+        assert cell(model).kind.packable(cell(model))
+    for hf in ({**GPT2_STACKED, "attention": "relu"}, {**GPT2, "attn_implementation": "eager"}):
+        assert not cell(hf).kind.packable(cell(hf))  # transformers' GPT2Model: no stacked forward
 
 
 def test_a_damaged_members_checkpoint_affects_that_member_only(tmp_path):

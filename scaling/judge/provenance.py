@@ -30,14 +30,15 @@ import yaml
 from ..cells import settings_not_in_key, under
 
 DEFAULT_AXES = ("model", "T", "N", "seed", "task")
-# settings that say how a cell ran, not what it computes: never a reason to split or refuse
+# settings that say how a cell ran, not what it computes: never a reason to split or refuse (the precision
+# is not one of them: fp32 and bf16 cells are never pooled)
 BOOKKEEPING = (
     "train.device",
     "train.checkpoint_every",
     "train.log_every",
+    "train.cuda_graphs",
     "eval.bootstrap",
     "eval.batch_size",
-    "train.precision",
 )
 OWN_COLUMNS = ("T", "N", "seed")  # the table's own columns; their params never split anything
 

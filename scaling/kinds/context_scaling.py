@@ -120,8 +120,14 @@ def run_pack(members: list, pack) -> list[Callable[[], Any]]:
 def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
     """Train the trainers stacked (scaling.papers.context_scaling.stacked.PackTrainer) to their last steps,
     checkpointing and logging each one's losses as ``run`` does one cell alone; progress over all their
-    steps."""
-    stacked = PackTrainer(trainers)
+    steps. At most ``pack.limit`` members are stacked at once (the device's memory); a pack that runs out of
+    memory splits, and the runs of the members it held say so (``pack_split``)."""
+
+    def on_split(indices: list[int], text: str) -> None:
+        for i in indices:
+            logs[i].note("pack_split", text)
+
+    stacked = PackTrainer(trainers, pack.limit, pack.guard, on_split)
     losses: list[list] = [[] for _ in trainers]
     steps = sum(t.cell.train.steps for t in trainers)
     while not stacked.done_training:

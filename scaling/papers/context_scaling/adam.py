@@ -12,6 +12,11 @@ No weight decay, amsgrad or maximize: the training recipe is plain Adam with a c
 
 ``StackedAdam`` is the same update on parameters stacked over the K members of a pack
 (scaling.papers.context_scaling.stacked), each member with its own learning rate and moments.
+
+``DeviceRates`` holds the learning rates of a schedule on the device, for steps captured as a CUDA graph
+(scaling.papers.context_scaling.cuda_graphs): the fused kernel takes its rate as a tensor
+(``_fused_adam_.tensor_lr``) read at a step counter that lives on the device, so a replayed step follows the
+schedule. The rate is the product the host computes, bit for bit (tests/test_adam.py).
 """
 
 from __future__ import annotations
@@ -70,8 +75,9 @@ class FusedAdam:
                 p.grad.detach_().zero_()
 
     @torch.no_grad()
-    def step(self) -> None:
-        """One Adam step of every parameter with a gradient (torch.optim.adam._fused_adam)."""
+    def step(self, lr: torch.Tensor | None = None) -> None:
+        """One Adam step of every parameter with a gradient (torch.optim.adam._fused_adam), at the group's
+        learning rate or at ``lr``, a rate on the parameters' device (DeviceRates.rates)."""
         group = self.param_groups[0]
         beta1, beta2 = group["betas"]
         by_device: dict[tuple, list[list[torch.Tensor]]] = {}
@@ -96,7 +102,7 @@ class FusedAdam:
                 [],
                 steps,
                 amsgrad=False,
-                lr=group["lr"],
+                lr=group["lr"] if lr is None else lr,
                 beta1=beta1,
                 beta2=beta2,
                 weight_decay=0.0,
@@ -137,6 +143,37 @@ class FusedAdam:
             }
 
 
+class DeviceRates:
+    """The learning rates ``lrs`` under a schedule, held on the device: the update made at step s (0-based)
+    reads ``lr * factors[s]`` for each lr, ``factors`` being the schedule's factor of every step computed on
+    the host (TrainConfig.lr_factor, a float64 tensor on the device), at ``index``, a step counter on the
+    device that each update advances (``advance``): a step replayed from a CUDA graph follows the schedule.
+
+    The product is taken on the device in float64, as Python's float takes it for a host-side rate (the same
+    IEEE product, bit for bit), and handed to the fused kernel as float64 on the CPU (whose kernel reads a
+    double: the host-side update exactly) and float32 on CUDA (whose kernel reads a float).
+    """
+
+    def __init__(self, lrs: Sequence[float], factors: torch.Tensor, step: int):
+        device = factors.device
+        self.lrs = torch.tensor([float(lr) for lr in lrs], dtype=torch.float64, device=device)  # (G,)
+        self.factors = factors  # (steps,) float64
+        self.index = torch.tensor([step], dtype=torch.long, device=device)  # (1,)
+        self.dtype = torch.float32 if device.type == "cuda" else torch.float64
+
+    def seek(self, step: int) -> None:
+        """Read the rates of ``step`` next (a resumed trainer, a new segment)."""
+        self.index.fill_(step)
+
+    def rates(self) -> list[torch.Tensor]:
+        """Each lr's rate of the current step: 0-d tensors on the device (no synchronisation)."""
+        rates = (self.lrs * self.factors.index_select(0, self.index)).to(self.dtype)  # (G,)
+        return [rates[g] for g in range(rates.shape[0])]
+
+    def advance(self) -> None:
+        self.index.add_(1)
+
+
 class StackedAdam:
     """FusedAdam's update of parameters stacked over K members: member k's slice moves exactly as its own
     FusedAdam would move it (the same kernel, ``torch._fused_adam_``, on the slices of the (K, ...) tensors,
@@ -145,12 +182,16 @@ class StackedAdam:
 
     Moments and the step count are read from the members' torch Adam states and written back to them
     (``write_back``): a member's checkpoint stays that of an unpacked cell, and a segment may start from
-    members resumed from checkpoints. The step count lives on the device and the update launches no
-    Python-dependent arithmetic, so a step can be captured in a CUDA graph
-    (scaling.papers.context_scaling.cuda_graphs).
+    members resumed from checkpoints. The step count lives on the device, and with ``factors`` (the
+    schedule's factor of every step, float64 on the device) so do the learning rates (DeviceRates): the update
+    then launches no Python-dependent arithmetic, and a step can be captured in a CUDA graph
+    (scaling.papers.context_scaling.cuda_graphs). An update allocates what it needs before it changes any
+    state, so an out-of-memory error leaves the members' state as the last whole step left it.
     """
 
-    def __init__(self, params: dict[str, torch.Tensor], members: Sequence):
+    def __init__(
+        self, params: dict[str, torch.Tensor], members: Sequence, factors: torch.Tensor | None = None
+    ):
         group = members[0].optimizer.param_groups[0]
         self.beta1, self.beta2 = group["betas"]
         self.eps = group["eps"]
@@ -166,11 +207,12 @@ class StackedAdam:
             raise ValueError(
                 f"members' optimisers are at different steps {sorted(steps)}; they cannot step as one"
             )
-        self.step = steps.pop()
+        step = steps.pop()
         device = next(iter(params.values())).device
-        self.step_count = torch.tensor(float(self.step), dtype=torch.float32, device=device)
+        self.step_count = torch.tensor(float(step), dtype=torch.float32, device=device)
         lrs = [float(m.cell.train.lr) for m in members]  # the optimisers hold the last scheduled rate
         self.by_lr = {lr: [k for k, own in enumerate(lrs) if own == lr] for lr in dict.fromkeys(lrs)}
+        self.rates = None if factors is None else DeviceRates(list(self.by_lr), factors, step)
 
     @staticmethod
     def _stack(states: list[dict], key: str, like: torch.Tensor) -> torch.Tensor:
@@ -179,26 +221,29 @@ class StackedAdam:
     @torch.no_grad()
     def update(self, grads: dict[str, torch.Tensor], factor: float = 1.0) -> None:
         """One Adam step of every member from the stacked gradients (name -> (K, ...)), at ``factor`` times
-        each member's learning rate (TrainConfig.lr_factor of the step)."""
-        self.step += 1
-        self.step_count += 1
+        each member's learning rate (TrainConfig.lr_factor of the step), or at the device-held rates."""
         names = list(self.params)
         grads = {n: grads[n].contiguous() for n in names}  # the layout of the (contiguous) stacked params
-        for lr, members in self.by_lr.items():
+        rates = self.rates.rates() if self.rates is not None else [lr * factor for lr in self.by_lr]
 
-            def slices(tensors: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-                return [tensors[n][k] for k in members for n in names]
+        def slices(tensors: dict[str, torch.Tensor], members: list[int]) -> list[torch.Tensor]:
+            return [tensors[n][k] for k in members for n in names]
 
-            params = slices(self.params)
+        calls = [
+            (rate, [slices(t, members) for t in (self.params, grads, self.exp_avg, self.exp_avg_sq)])
+            for rate, members in zip(rates, self.by_lr.values())
+        ]
+        self.step_count += 1  # all allocated: from here on the state changes
+        for rate, (params, grad, exp_avg, exp_avg_sq) in calls:
             torch._fused_adam_(
                 params,
-                slices(grads),
-                slices(self.exp_avg),
-                slices(self.exp_avg_sq),
+                grad,
+                exp_avg,
+                exp_avg_sq,
                 [],
                 [self.step_count] * len(params),
                 amsgrad=False,
-                lr=lr * factor,
+                lr=rate,
                 beta1=self.beta1,
                 beta2=self.beta2,
                 weight_decay=0.0,
@@ -207,6 +252,8 @@ class StackedAdam:
                 grad_scale=None,
                 found_inf=None,
             )
+        if self.rates is not None:
+            self.rates.advance()
 
     def write_back(self, members: Sequence) -> None:
         """Each member's torch Adam state becomes its slice of the stacked moments and the step count."""

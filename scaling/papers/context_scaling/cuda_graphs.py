@@ -2,16 +2,21 @@
 ``torch.cuda.graph``): the few hundred small kernels of a tiny transformer's step launched as one graph,
 so the step costs its arithmetic instead of ~5 us of Python and launch per kernel.
 
-``GraphedSteps(trainer, batch)`` takes anything with ``step_on(xs, ys)`` (one whole training step that
-launches kernels and reads nothing back: scaling.papers.context_scaling.train.CellTrainer, one cell, and
-scaling.papers.context_scaling.stacked_transformers.StackedTransformer, a pack), its ``step`` counter and
-``batch()``, the current step's inputs. It trains ``warmup`` steps eagerly on a side stream (lazy state:
-Adam's moments, cuBLAS handles), then captures one step on static input buffers; each ``step()`` copies the
-step's batch into them and replays. The steps are the eager steps' kernels on the same data, so the numbers
-are those of eager training to rounding. Shapes must stay fixed (no curriculum), and so must the learning rate
-(a captured step replays the rate it was captured with: the constant schedule only).
+``StepGraph(trainer, capture)`` runs the steps of anything with ``step_on(xs, ys)`` (one whole training
+step that launches kernels and reads nothing back: scaling.papers.context_scaling.train.CellTrainer, one
+cell; scaling.papers.context_scaling.stacked's engines, a pack), as the trial's trainers do
+(``train.cuda_graphs``). Its first ``warmup`` steps of the steady shape run eagerly (on a side stream on
+CUDA: lazy state such as Adam's moments and cuBLAS handles), the next is captured on static input buffers
+and every later one copies its batch into them and replays. A batch of another shape (a curriculum's
+shorter prompts) runs eagerly. The trainer must hold its learning rate on the device
+(scaling.papers.context_scaling.adam.DeviceRates): a captured step then reads the schedule's rate of the
+device's step counter and advances it, so replayed steps are the eager steps' kernels on the same data and
+their numbers are the eager ones bit for bit. Without ``capture`` (a CPU) the same path runs the step on
+the static buffers eagerly: the logic CI can test.
 
-CUDA only: CI never runs it; benchmarks/gpu.py compares its numbers and speed with the eager steps'.
+``GraphedSteps(trainer, batch)`` is the benchmark's form: a captured step per call of ``step()``.
+CUDA graphs themselves run on a GPU only: benchmarks/gpu.py and benchmarks/trial_gpu_checks.py compare their
+numbers and speed with the eager steps'.
 """
 
 from __future__ import annotations
@@ -20,38 +25,107 @@ from typing import Callable
 
 import torch
 
+WARMUP = 3  # eager steps of the steady shape before the capture
 
-class GraphedSteps:
-    """Training steps of ``trainer`` replayed from one captured CUDA graph (see the module docstring)."""
 
-    def __init__(self, trainer, batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], warmup: int = 3):
-        cell = trainer.cell if hasattr(trainer, "cell") else trainer.members[0].cell
-        if cell.train.schedule != "constant":
-            raise ValueError(
-                f"a captured step replays one learning rate: schedule {cell.train.schedule!r} cannot be"
-                " captured"
-            )
-        self.trainer, self.batch = trainer, batch
+class StepGraph:
+    """The steps of ``trainer`` replayed from one CUDA graph of its steady shape (see the module
+    docstring); ``capture=False`` runs the same path eagerly."""
+
+    def __init__(self, trainer, capture: bool, warmup: int = WARMUP):
+        self.trainer, self.capture, self.warmup = trainer, capture, warmup
+        self.eager_steps = 0  # steady steps run eagerly before the capture
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.xs: torch.Tensor | None = None  # static inputs and output, once captured
+        self.ys: torch.Tensor | None = None
+        self.out: torch.Tensor | None = None
+
+    @property
+    def captured(self) -> bool:
+        return self.xs is not None
+
+    def run(self, xs: torch.Tensor, ys: torch.Tensor, steady: bool = True) -> torch.Tensor:
+        """One training step on (xs, ys), the trainer's step counter left alone; its loss(es) on the device,
+        valid until the next step (a replayed graph's output is overwritten)."""
+        if not steady or (self.captured and (xs.shape != self.xs.shape or ys.shape != self.ys.shape)):
+            return self.trainer.step_on(xs, ys)
+        if not self.captured:
+            if self.eager_steps < self.warmup:
+                self.eager_steps += 1
+                return self._eager(xs, ys)
+            self._record(xs, ys)
+        self.xs.copy_(xs)
+        self.ys.copy_(ys)
+        return self._replay()
+
+    def _eager(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        if not self.capture:
+            return self.trainer.step_on(xs, ys)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(warmup):
-                trainer.step_on(*batch())
-                trainer.step += 1
+            out = self.trainer.step_on(xs, ys)
         torch.cuda.current_stream().wait_stream(side)
-        xs, ys = batch()
-        self.xs, self.ys = xs.clone(), ys.clone()  # static inputs: each step's batch is copied in
+        return out
+
+    def _record(self, xs: torch.Tensor, ys: torch.Tensor) -> None:
+        """Static inputs of the batch's shape and, on CUDA, the captured step on them (not run: replayed)."""
+        self.xs, self.ys = xs.clone(), ys.clone()
+        if not self.capture:
+            return
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.loss = trainer.step_on(self.xs, self.ys)  # static output
+            self.out = self.trainer.step_on(self.xs, self.ys)
+
+    def _replay(self) -> torch.Tensor:
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        out = self.trainer.step_on(self.xs, self.ys)
+        if self.out is None:
+            self.out = torch.empty_like(out)
+        return self.out.copy_(out)
+
+
+def pack_factors(members) -> torch.Tensor | None:
+    """The schedule on the device (the members' CellTrainer.lr_factors) for a pack engine whose members'
+    trainers replay CUDA graphs (CellTrainer.graphs); None: the rate stays on the host."""
+    return members[0].lr_factors() if members[0].graphs else None
+
+
+def pack_graph(engine, members) -> StepGraph | None:
+    """A pack engine's step replayed from a CUDA graph where its members' trainers replay theirs."""
+    return StepGraph(engine, capture=members[0].device.type == "cuda") if members[0].graphs else None
+
+
+def next_losses(engine) -> torch.Tensor:
+    """A pack engine's current step on its inputs (``step_inputs``), replayed from its graph at the steady
+    shape; the members' losses (K,), read before the next step. The engine's step counter is left alone."""
+    inputs = engine.step_inputs()
+    if engine.graph is None:
+        return engine.step_on(*inputs)
+    return engine.graph.run(*inputs, steady=engine.members[0].steady(engine.step))
+
+
+class GraphedSteps:
+    """Training steps of ``trainer`` replayed from one captured CUDA graph, one per ``step()``, each on
+    ``batch()`` (the current step's inputs); ``warmup`` eager steps and the capture happen here."""
+
+    def __init__(self, trainer, batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], warmup: int = WARMUP):
+        cell = trainer.cell if hasattr(trainer, "cell") else trainer.members[0].cell
+        rates = trainer.rates if hasattr(trainer, "rates") else trainer.optimizer.rates
+        if rates is None and cell.train.schedule != "constant":
+            raise ValueError(
+                f"a captured step with its learning rate on the host replays one rate: schedule"
+                f" {cell.train.schedule!r} needs the rate on the device (train.cuda_graphs)"
+            )
+        self.trainer, self.batch = trainer, batch
+        self.steps = StepGraph(trainer, capture=True, warmup=warmup)
+        for _ in range(warmup + 1):  # the eager steps, then the captured one
+            self.step()
 
     def step(self) -> torch.Tensor:
         """Train the trainer's current step; its loss(es) on the device (overwritten by the next step)."""
-        xs, ys = self.batch()
-        if xs.shape != self.xs.shape or ys.shape != self.ys.shape:
-            raise ValueError(f"a captured step takes batches {tuple(self.xs.shape)}, not {tuple(xs.shape)}")
-        self.xs.copy_(xs)
-        self.ys.copy_(ys)
-        self.graph.replay()
+        out = self.steps.run(*self.batch())
         self.trainer.step += 1
-        return self.loss
+        return out

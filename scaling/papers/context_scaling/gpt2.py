@@ -54,8 +54,14 @@ def explicit_attention(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scal
     return torch.matmul(weights.to(v.dtype), v)
 
 
-def attend(q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal softmax attention of (..., H, T, d_head) heads: SDPA (explicit_attention for bf16 on a CPU)."""
+def attend(
+    q: torch.Tensor, key: torch.Tensor, v: torch.Tensor, scale: float, allowed: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Softmax attention of (..., H, T, d_head) heads through SDPA: causal, or over the (T, T) boolean mask
+    ``allowed`` of (query, key) pairs. Causal bf16 on a CPU runs explicit_attention (its speed); a masked
+    pass always runs SDPA, as transformers' GPT2Model ran it, so a stacked-layout cell keeps its numbers."""
+    if allowed is not None:
+        return nn.functional.scaled_dot_product_attention(q, key, v, attn_mask=allowed, scale=scale)
     if q.dtype == torch.bfloat16 and q.device.type == "cpu":
         return explicit_attention(q, key, v, scale)
     return nn.functional.scaled_dot_product_attention(q, key, v, is_causal=True, scale=scale)
@@ -74,8 +80,9 @@ class CausalSelfAttention(nn.Module):
         self.heads, self.head_dim, self.layer_idx = heads, width // heads, layer_idx
         self.scaling = float(self.head_dim) ** -0.5
 
-    def mix(self, x: torch.Tensor) -> torch.Tensor:
-        """The heads' attention outputs before the output projection: (B, T, k) -> (B, T, k)."""
+    def mix(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """The heads' attention outputs before the output projection: (B, T, k) -> (B, T, k); causal, or
+        over the (T, T) boolean mask ``allowed``."""
         B, T, k = x.shape
         q, key, v = (
             t.view(B, T, self.heads, self.head_dim).transpose(1, 2) for t in self.c_attn(x).split(k, dim=2)
@@ -83,10 +90,10 @@ class CausalSelfAttention(nn.Module):
         recorder = getattr(self, SCORE_RECORDER, None)
         if recorder is not None:
             scores = torch.matmul(q.float(), key.float().transpose(-1, -2)) * self.scaling  # (B, H, T, T)
-            allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            mask = torch.zeros(T, T, device=x.device).masked_fill(~allowed, float("-inf"))
+            seen = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if allowed is None else allowed
+            mask = torch.zeros(T, T, device=x.device).masked_fill(~seen, float("-inf"))
             recorder.add(self.layer_idx, scores, mask[None, None])
-        return attend(q, key, v, self.scaling).transpose(1, 2).reshape(B, T, k)
+        return attend(q, key, v, self.scaling, allowed).transpose(1, 2).reshape(B, T, k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(self.mix(x))
@@ -110,10 +117,12 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(width, eps=eps)
         self.mlp = MLP(width)
 
-    def forward(self, x: torch.Tensor, keep: slice | None = None) -> torch.Tensor:
-        """The block on tokens x (B, T, k); ``keep`` (a slice of the tokens) drops the others after
-        attention."""
-        mixed = self.attn.mix(self.ln_1(x))
+    def forward(
+        self, x: torch.Tensor, keep: slice | None = None, allowed: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The block on tokens x (B, T, k), causal or under the (T, T) boolean mask ``allowed``; ``keep`` (a
+        slice of the tokens) drops the others after attention."""
+        mixed = self.attn.mix(self.ln_1(x), allowed)
         if keep is not None:
             mixed, x = mixed[:, keep].contiguous(), x[:, keep]
         x = x + self.attn.c_proj(mixed)
@@ -121,10 +130,23 @@ class Block(nn.Module):
 
 
 class GPT2Backbone(nn.Module):
-    """GPT-2's transformer on input embeddings: (B, T, k) -> final-norm hidden states."""
+    """GPT-2's transformer on input embeddings: (B, T, k) -> final-norm hidden states.
+
+    ``draws="gpt2model"`` initialises with transformers' GPT2Model's random draws, call for call (its
+    constructor's, then its ``post_init``'s), so a model built on this backbone under a seed starts with
+    the parameters GPT2Model started with under it: the stacked layout moved here from GPT2Model with
+    its numbers unchanged. ``draws="own"`` (the interleaved layout's, since it moved) draws each parameter
+    once."""
 
     def __init__(
-        self, width: int, layers: int, heads: int, positions: int, eps: float = 1e-5, init_std: float = 0.02
+        self,
+        width: int,
+        layers: int,
+        heads: int,
+        positions: int,
+        eps: float = 1e-5,
+        init_std: float = 0.02,
+        draws: str = "own",
     ):
         super().__init__()
         self.wte = nn.Embedding(
@@ -133,7 +155,12 @@ class GPT2Backbone(nn.Module):
         self.wpe = nn.Embedding(positions, width)
         self.h = nn.ModuleList(Block(width, heads, i, eps) for i in range(layers))
         self.ln_f = nn.LayerNorm(width, eps=eps)
-        self.reset_parameters(init_std)
+        if draws == "gpt2model":
+            self.reset_as_gpt2model(init_std)
+        elif draws == "own":
+            self.reset_parameters(init_std)
+        else:
+            raise ValueError(f"unknown draws {draws!r}; known: own, gpt2model")
 
     @torch.no_grad()
     def reset_parameters(self, std: float) -> None:
@@ -148,16 +175,46 @@ class GPT2Backbone(nn.Module):
                 module.weight.fill_(1.0)
                 module.bias.zero_()
 
-    def forward(self, embeds: torch.Tensor, keep_last: slice | None = None) -> torch.Tensor:
-        """Hidden states after the final norm; ``keep_last`` keeps only those tokens from the last block's
-        attention on (work no caller reads at the other tokens is skipped)."""
+    @torch.no_grad()
+    def reset_as_gpt2model(self, std: float) -> None:
+        """The same scheme in GPT2Model's draws (transformers 4.x-5.x, tests/test_gpt2.py checks it): its
+        Conv1D layers draw N(0, std) as they are built (the embeddings' N(0, 1) were drawn in __init__ here
+        too), then ``post_init`` visits the modules children first: the embeddings and each block's
+        projections N(0, std) again, and each attention and MLP module draws its c_proj once more with the
+        residual std."""
+        residual_std = std / math.sqrt(2 * len(self.h))
+        for block in self.h:
+            for linear in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                linear.weight.normal_(0.0, std)
+        self.wte.weight.normal_(0.0, std)
+        self.wpe.weight.normal_(0.0, std)
+        for block in self.h:
+            for first, projection in (
+                (block.attn.c_attn, block.attn.c_proj),
+                (block.mlp.c_fc, block.mlp.c_proj),
+            ):
+                first.weight.normal_(0.0, std)
+                projection.weight.normal_(0.0, std)
+                projection.weight.normal_(0.0, residual_std)
+
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        keep_last: slice | None = None,
+        allowed: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Hidden states after the final norm. Attention is causal, or over the (T, T) boolean mask
+        ``allowed``; token t sits at position t, or at ``positions[t]`` ((T,) indices); ``keep_last`` keeps
+        only those tokens from the last block's attention on (work no caller reads at the other tokens is
+        skipped)."""
         T = embeds.shape[1]
-        if T > self.wpe.num_embeddings:
+        if T > self.wpe.num_embeddings and positions is None:
             raise ValueError(f"{T} tokens exceed the model's {self.wpe.num_embeddings} positions")
-        hidden = embeds + self.wpe.weight[:T]
+        hidden = embeds + (self.wpe.weight[:T] if positions is None else self.wpe.weight[positions])
         last = len(self.h) - 1
         for i, block in enumerate(self.h):
-            hidden = block(hidden, keep_last if i == last else None)
+            hidden = block(hidden, keep_last if i == last else None, allowed)
         return self.ln_f(hidden)
 
     @property

@@ -4,8 +4,7 @@ Every model maps a prompt batch ``xs`` (B, N+1, d), ``ys`` (B, N+1) to a predict
 column n predicts ys[:, n] from the pairs 0..n-1 and the query xs[:, n] (the one predictor interface,
 shared with the baselines). ``MODELS`` is the registry (``arch``):
 
-- ``gpt2``: GPT-2 (scaling.papers.context_scaling.gpt2; transformers' GPT2Model for the stacked layout, other
-phis and eager
+- ``gpt2``: GPT-2 (scaling.papers.context_scaling.gpt2; transformers' GPT2Model for the other phis and eager
   attention) with a learnable linear read-in to the embedding width and a linear read-out (App. A "GPT-2").
   ``layout: interleaved`` (Garg et al. 2022): tokens x_1, y_1, x_2, y_2, ...
   with y zero-padded to d, causal attention, predictions read at the x tokens. ``layout: stacked`` (eq. 2):
@@ -42,6 +41,7 @@ import torch
 from torch import nn
 
 from ...config import check, check_choice
+from . import flops
 from .attention import ATTENTIONS, additive_mask, hf_attention, stacked_prefix_mask
 from .feature_maps import FEATURE_MAPS, feature_rows, feature_scalar, query_rows, stacked_rows
 from .gpt2 import GPT2Backbone
@@ -120,10 +120,10 @@ def interleaved_tokens(xs: torch.Tensor, ys: torch.Tensor, width: int | None = N
 
 
 def own_backbone(config: ModelConfig) -> bool:
-    """Whether a GPT-2 of ``config`` runs scaling.papers.context_scaling.gpt2 (interleaved tokens, softmax
-    through SDPA) rather than transformers' GPT2Model; only such GPT-2 cells pack
+    """Whether a GPT-2 of ``config`` runs scaling.papers.context_scaling.gpt2 (softmax through SDPA, either
+    layout) rather than transformers' GPT2Model; only such GPT-2 cells pack
     (scaling.papers.context_scaling.stacked_transformers)."""
-    return config.layout == "interleaved" and config.phi == "softmax" and config.attn_implementation == "sdpa"
+    return config.phi == "softmax" and config.attn_implementation == "sdpa"
 
 
 class GPT2InContext(nn.Module):
@@ -135,13 +135,15 @@ class GPT2InContext(nn.Module):
         stacked = config.layout == "stacked"
         positions = points if stacked else 2 * points
         self.read_in = nn.Linear(d + 1 if stacked else d, config.n_embd)
-        # The default (interleaved tokens, softmax attention through SDPA) runs
-        # scaling.papers.context_scaling.gpt2, the same network
-        # and parameters without transformers' import (~4.5 s of CPU in every trial process); the stacked
-        # layout's prefix mask, the other phis and eager attention plug into transformers' GPT2Model.
+        # Softmax attention through SDPA (the default; either layout) runs scaling.papers.context_scaling
+        # .gpt2, the same network and parameters without transformers' import (~4.5 s of CPU in every trial
+        # process); the other phis and eager attention plug into transformers' GPT2Model. The stacked
+        # layout draws its initial parameters as GPT2Model drew them (it ran there until its cells packed),
+        # so its cells keep their numbers; the interleaved one keeps the draws it has had since it moved.
         self.own_backbone = own_backbone(config)
         if self.own_backbone:
-            self.backbone = GPT2Backbone(config.n_embd, config.n_layer, config.n_head, positions)
+            draws = "gpt2model" if stacked else "own"
+            self.backbone = GPT2Backbone(config.n_embd, config.n_layer, config.n_head, positions, draws=draws)
         else:
             self.backbone = hf_gpt2(config, positions)
         self.read_out = nn.Linear(config.n_embd, 1)
@@ -170,14 +172,22 @@ class GPT2InContext(nn.Module):
         return interleaved_tokens(xs, ys, self.d)
 
     def forward_stacked(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """Predictions at the P query tokens, appended after the P context tokens under the stacked-prefix
+        mask (eq. 2; scaling.papers.context_scaling.attention.stacked_prefix_mask), context token j and
+        query n at positions j and n."""
         P = xs.shape[1]
         tokens = torch.cat([stacked_rows(xs, ys), query_rows(xs)], dim=1)  # (B, 2P, d+1)
         embeds = self.read_in(tokens)  # (B, 2P, k)
-        positions = torch.arange(P, device=xs.device).repeat(2)[None]  # (1, 2P): j, then n
-        mask = additive_mask(stacked_prefix_mask(P, xs.device), embeds.dtype)
-        hidden = self.backbone(
-            inputs_embeds=embeds, attention_mask=mask, position_ids=positions
-        ).last_hidden_state  # (B, 2P, k)
+        positions = torch.arange(P, device=xs.device).repeat(2)  # (2P,): j, then n
+        allowed = stacked_prefix_mask(P, xs.device)  # (2P, 2P)
+        if self.own_backbone:
+            hidden = self.backbone(embeds, allowed=allowed, positions=positions)  # (B, 2P, k)
+        else:
+            hidden = self.backbone(
+                inputs_embeds=embeds,
+                attention_mask=additive_mask(allowed, embeds.dtype),
+                position_ids=positions[None],
+            ).last_hidden_state  # (B, 2P, k)
         return self.read_out(hidden[:, P:]).squeeze(-1)  # (B, P)
 
     def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
@@ -307,8 +317,7 @@ def _gpt2_params(s) -> int:
 
 def _head_params(s) -> int:
     """The MLP-type models: the first layer's weights dominate (inputs x width + width)."""
-    inputs = (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
-    return inputs * s.width + s.width
+    return _head_inputs(s) * s.width + s.width
 
 
 def _mlp_params(s) -> int:
@@ -317,30 +326,30 @@ def _mlp_params(s) -> int:
     return _head_params(s) + s.width + 1
 
 
-def _attention_flops(block: int):
-    """Forward FLOPs per token of a transformer: ``block`` k^2 per layer, attention 4 L k, read-in/out."""
-    return lambda s: (
-        s.layers * (block * s.width**2 + 4 * _tokens(s) * s.width) + 2 * (s.d + 1) * s.width + 2 * s.width
-    )
-
-
 def _tokens(s) -> int:
     """Sequence length per prompt: 2(N+1) for GPT-2 and SGPT (interleaved, or context then queries),
     N+1 rows for the MLPs."""
     return 2 * (s.N + 1) if s.arch in ("gpt2", "sgpt") else s.N + 1
 
 
+def _head_inputs(s) -> int:
+    """Numbers per row entering the MLP-type models' first layer (the vectorised prompt for ``mlp``)."""
+    return (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """What the rest of the project knows of an architecture, asked of the model's own entry (the cost
-    model, the packer, the planner): how to build it, its parameter count and forward FLOPs per token for
+    model, the packer, the planner): how to build it, its parameter count and a training step's FLOPs for
     a step shape (``s``: arch, N, d, width, layers, batch, layout, e.g. scaling.cost.StepShape), its width
     and depth under a config, whether it packs (a parameter-free ``features`` then a Linear/ReLU
     ``head_layers``: scaling.papers.context_scaling.stacked) and its position limit."""
 
     build: Callable[[ModelConfig, int, int], nn.Module]
     params: Callable[[object], int]
-    forward_flops_per_token: Callable[[object], float]
+    step_flops: Callable[
+        [object], float
+    ]  # one training step of a batch (scaling.papers.context_scaling.flops)
     width: Callable[[ModelConfig], int] = lambda config: config.width
     layers: Callable[[ModelConfig], int] = lambda config: config.n_layer
     packable: Callable[[ModelConfig], bool] = lambda config: False
@@ -391,7 +400,7 @@ MODELS: dict[str, ModelFacts] = {
     "gpt2": ModelFacts(
         GPT2InContext,
         _gpt2_params,
-        _attention_flops(24),
+        flops.gpt2_step_flops,
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
         packable=own_backbone,
@@ -403,7 +412,7 @@ MODELS: dict[str, ModelFacts] = {
     "mlp": ModelFacts(
         PromptMLP,
         _mlp_params,
-        lambda s: 2 * _mlp_params(s),
+        flops.head_step_flops(_head_inputs),
         packable=lambda c: True,
         settings=("width", "inputs", "feature_map", "bias"),
         unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
@@ -411,7 +420,7 @@ MODELS: dict[str, ModelFacts] = {
     "sgpt": ModelFacts(
         simplified_gpt,
         lambda s: s.layers * 2 * s.width**2 + s.width,
-        _attention_flops(4),
+        flops.sgpt_step_flops,
         width=lambda c: c.n_embd,
         layers=lambda c: c.n_layer,
         packable=lambda c: True,
@@ -421,14 +430,14 @@ MODELS: dict[str, ModelFacts] = {
     "onelayer": ModelFacts(
         one_layer,
         _head_params,
-        lambda s: 2 * _head_params(s),
+        flops.head_step_flops(_head_inputs),
         packable=lambda c: True,
         settings=("width", "feature_map"),
     ),
     "linear_on_scalar": ModelFacts(
         LinearOnScalar,
         _head_params,
-        lambda s: 2 * _head_params(s),
+        flops.linear_step_flops,
         packable=lambda c: True,
         settings=("feature_map",),
     ),

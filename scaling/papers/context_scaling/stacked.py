@@ -18,11 +18,13 @@ Which cells pack is scaling.packing's decision; the pack's trial is scaling.tria
 
 from __future__ import annotations
 
+import gc
 from typing import Callable, Sequence
 
 import torch
 
 from .adam import StackedAdam
+from .cuda_graphs import next_losses, pack_factors, pack_graph
 from .stacked_transformers import StackedTransformer, packs
 from .tasks import stacked_batches, stacked_block
 from .train import CellTrainer
@@ -62,8 +64,9 @@ class StackedMembers:
                 name: torch.stack([dict(m.model.named_parameters())[name] for m in members])
                 for name in names.values()
             }  # name -> (K, ...)
-        self.optimizer = StackedAdam(self.params, members)
+        self.optimizer = StackedAdam(self.params, members, pack_factors(members))
         self.step = members[0].step
+        self.graph = pack_graph(self, members)
         bf16 = members[0].cell.train.precision == "bfloat16"
         self.dtype = torch.bfloat16 if bf16 else torch.float32  # autocast's matmul dtype
         self._features: tuple[range, torch.Tensor, torch.Tensor] | None = None  # (steps, (K, S, B, P, F), ys)
@@ -106,9 +109,11 @@ class StackedMembers:
         return h[:, j], ys[:, j]
 
     @torch.no_grad()
-    def losses_and_grads(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The members' losses at the current step (K,) and their gradients (name -> (K, ...))."""
-        h, ys = self.step_inputs()  # (K, B, P, F), (K, B, P)
+    def losses_and_grads(
+        self, h: torch.Tensor, ys: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The members' losses on their features h (K, B, P, F) and labels ys (K, B, P): (K,), and their
+        gradients (name -> (K, ...))."""
         K, B, P = ys.shape
         inputs = []  # each layer's input
         h = h.reshape(K, B * P, -1).to(self.dtype)  # (K, B*P, F)
@@ -143,9 +148,16 @@ class StackedMembers:
                 grad = torch.bmm(grad, weight.to(self.dtype))  # (K, B*P, in)
         return losses, grads
 
-    def train_step(self) -> torch.Tensor:
-        losses, grads = self.losses_and_grads()
+    def step_on(self, h: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """One training step of every member on its features and labels, the step counter left alone; their
+        losses before it (K,), on the device (scaling.papers.context_scaling.cuda_graphs captures this)."""
+        losses, grads = self.losses_and_grads(h, ys)
         self.optimizer.update(grads, self.members[0].cell.train.lr_factor(self.step))
+        return losses
+
+    def train_step(self) -> torch.Tensor:
+        """One training step of every member; their losses before it (K,), on the device."""
+        losses = next_losses(self)
         self.step += 1
         return losses
 
@@ -155,7 +167,7 @@ class StackedMembers:
         for k, member in enumerate(self.members):
             for name, p in member.model.named_parameters():
                 p.copy_(self.params[name][k])
-            member.step = self.step
+            member.set_step(self.step)
         self.optimizer.write_back(self.members)
 
 
@@ -167,10 +179,28 @@ def stack(members: Sequence[CellTrainer]) -> "StackedMembers | StackedTransforme
 
 
 class PackTrainer:
-    """K CellTrainers trained together in segments: stacked forward/backward and Adam (StackedMembers)."""
+    """K CellTrainers trained together in segments: stacked forward/backward and Adam (``stack``'s engine).
 
-    def __init__(self, trainers: Sequence[CellTrainer]):
+    At most ``limit`` members are stacked at once (default: all; the trial's device memory sets it): the first
+    ``limit`` members still training are trained first. ``guard(engine)``, called before each step, may raise
+    torch.OutOfMemoryError (a device of stated memory: scaling.devices.TrialMemory). A pack that runs out of
+    memory is split: its members keep every step the engine finished (nothing lost, nothing trained twice),
+    the limit halves, ``on_split(indices, text)`` says so (the indices of the members that were stacked), and
+    ``train_until`` returns early; ``next_segment`` goes on with the smaller packs. The engine of a segment is
+    kept for the next one while the same members train (a CUDA graph is captured once, not per checkpoint).
+    """
+
+    def __init__(
+        self,
+        trainers: Sequence[CellTrainer],
+        limit: int | None = None,
+        guard: Callable[[object], None] | None = None,
+        on_split: Callable[[list[int], str], None] | None = None,
+    ):
         self.trainers = list(trainers)
+        self.limit = len(self.trainers) if limit is None else max(1, limit)
+        self.guard, self.on_split = guard, on_split
+        self._engine: tuple[tuple[int, ...], object] | None = None  # (members' ids, their engine)
 
     def train_until(
         self,
@@ -180,32 +210,80 @@ class PackTrainer:
     ) -> None:
         """Train ``members`` (all at one step) to step ``stop``; on_loss(member index, step, loss).
 
-        The members' own models and optimisers hold the result afterwards (a checkpoint boundary).
+        The members' own models and optimisers hold the result afterwards (a checkpoint boundary), or, after
+        a split, the result of the last step the engine finished.
         """
-        train = members[0].cell.train
-        stop = min(stop, train.steps)
+        stop = min(stop, members[0].cell.train.steps)
         if members[0].step >= stop:
             return
-        stacked = stack(members)
-        indices = [self.trainers.index(m) for m in members]
-        while stacked.step < stop:
-            losses = stacked.train_step()
-            step = stacked.step
+        engine = self.engine_of(members)
+        try:
+            self.run_engine(engine, [self.trainers.index(m) for m in members], stop, on_loss)
+        except torch.OutOfMemoryError as error:
+            what = str(error).strip().splitlines()[0] if str(error).strip() else "out of memory"
+        else:
+            engine.write_back()
+            if all(m.done_training for m in members):
+                self._engine = None
+            return
+        self.split(engine, what)  # outside the except block: the failed step's tensors are freed
+
+    def run_engine(self, engine, indices: list[int], stop: int, on_loss) -> None:
+        train = engine.members[0].cell.train
+        while engine.step < stop:
+            if self.guard is not None:
+                self.guard(engine)
+            losses = engine.train_step()
+            step = engine.step
             if on_loss and (step % train.log_every == 0 or step == train.steps):
                 for i, loss in zip(indices, losses.tolist()):
                     on_loss(i, step, loss)
-        stacked.write_back()
+
+    def engine_of(self, members: Sequence[CellTrainer]):
+        """The stacked engine of ``members``: the last segment's while the same members train at its step."""
+        ids = tuple(id(m) for m in members)
+        if self._engine is not None and self._engine[0] == ids and self._engine[1].step == members[0].step:
+            return self._engine[1]
+        self._engine = None  # its memory is given back before the next engine is stacked
+        engine = stack(members)
+        self._engine = (ids, engine)
+        return engine
+
+    def split(self, engine, what: str) -> None:
+        """After an out-of-memory error: the members take the engine's last finished step, and the pack
+        splits in two (a member alone that does not fit raises)."""
+        self._engine, engine.graph = None, None
+        members = engine.members
+        if len(members) == 1:
+            raise torch.OutOfMemoryError(f"{members[0].cell.name} alone does not fit the device: {what}")
+        release_memory(engine.members[0].device)
+        engine.write_back()
+        self.limit = max(1, len(members) // 2)
+        if self.on_split is not None:
+            self.on_split(
+                [self.trainers.index(m) for m in members],
+                f"out of memory with {len(members)} members stacked, at step {engine.step} ({what}): the pack"
+                f" goes on in packs of at most {self.limit}, each member from its step {engine.step}",
+            )
 
     @property
     def done_training(self) -> bool:
         return all(t.done_training for t in self.trainers)
 
     def next_segment(self) -> tuple[list[CellTrainer], int]:
-        """The members furthest behind and the step to train them to (the next checkpoint, or the
-        step of the next member ahead: members resumed from different checkpoints catch up first)."""
-        todo = [t for t in self.trainers if not t.done_training]
+        """The members furthest behind among the first ``limit`` still training, and the step to train them
+        to (the next checkpoint, or the step of the next member ahead: members resumed from different
+        checkpoints catch up first)."""
+        todo = [t for t in self.trainers if not t.done_training][: self.limit]
         low = min(t.step for t in todo)
         every = todo[0].cell.train.checkpoint_every
         ahead = [t.step for t in todo if t.step > low]
         stop = min([(low // every + 1) * every, todo[0].cell.train.steps] + ahead)
         return [t for t in todo if t.step == low], stop
+
+
+def release_memory(device: torch.device) -> None:
+    """Give the memory of a failed step back to the device (its tensors are garbage by now)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -15,9 +15,10 @@ own learning rate. ``StackedTransformer`` has the interface of
 scaling.papers.context_scaling.stacked.StackedMembers (the MLP engine): ``step``, ``train_step() -> losses
 (K,)``, ``write_back()``; PackTrainer picks the engine.
 
-What packs: GPT-2 on the interleaved layout with softmax attention through SDPA (the project's own
-backbone, scaling.papers.context_scaling.gpt2) and SGPT with any phi; the stacked layout and the other phis of
-GPT-2 run transformers' GPT2Model and stay unpacked (``packs``).
+What packs: GPT-2 with softmax attention through SDPA (the project's own backbone,
+scaling.papers.context_scaling.gpt2), on either layout: the stacked one (eq. 2, Figs. 2, 3, 4, 8) passes its
+stacked-prefix mask to SDPA as a boolean mask, as the cell alone does; and SGPT with any phi. GPT-2's other
+phis and eager attention run transformers' GPT2Model and stay unpacked (``packs``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch import nn
 
 from .adam import StackedAdam
 from .attention import stacked_prefix_mask
+from .cuda_graphs import next_losses, pack_factors, pack_graph
 from .feature_maps import query_rows, stacked_rows
 from .gpt2 import attend
 from .models import GPT2InContext
@@ -62,31 +64,63 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 
 
 def gpt2_forward(model: GPT2InContext, p: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor):
-    """GPT2InContext.forward_interleaved of K members at once: xs (K, B, P, d), ys (K, B, P) -> (K, B, P).
+    """GPT2InContext.forward of K members at once, either layout: xs (K, B, P, d), ys (K, B, P) -> (K, B, P).
 
-    As the model alone: the final y token is dropped and the last block keeps the x tokens after its
-    attention (scaling.papers.context_scaling.models.GPT2InContext.forward_interleaved).
+    Interleaved, as the model alone (GPT2InContext.forward_interleaved): the final y token is dropped after
+    the read-in and the last block keeps the x tokens after its attention. Stacked
+    (GPT2InContext.forward_stacked): the P context tokens then the P query tokens under the stacked-prefix
+    mask, at positions j and n, every block on every token as the cell alone runs it (GPT2Model's pass,
+    bit for bit: skipping the last block's unread context rows would save ~5% of the FLOPs but move its
+    weights' gradients by rounding), the predictions read at the query tokens.
     """
     K, B, P = ys.shape
-    backbone = model.backbone
-    tokens = model.interleaved_tokens(xs.flatten(0, 1), ys.flatten(0, 1))[:, :-1]  # (K*B, T, d)
+    flat_x, flat_y = xs.flatten(0, 1), ys.flatten(0, 1)
+    stacked = model.layout == "stacked"
+    if stacked:
+        tokens = torch.cat([stacked_rows(flat_x, flat_y), query_rows(flat_x)], dim=1)  # (K*B, 2P, d+1)
+        positions, allowed, keep = (
+            torch.arange(P, device=xs.device).repeat(2),
+            stacked_prefix_mask(P, xs.device),
+            None,
+        )
+    else:
+        tokens = model.interleaved_tokens(flat_x, flat_y)  # (K*B, 2P, d)
+        positions, allowed, keep = None, None, slice(0, None, 2)
     T = tokens.shape[1]
     embeds = linear(tokens.reshape(K, B * T, -1), p["read_in.weight"].transpose(1, 2), p["read_in.bias"])
-    if T > backbone.wpe.num_embeddings:
-        raise ValueError(f"{T} tokens exceed the model's {backbone.wpe.num_embeddings} positions")
-    hidden = embeds.view(K, B, T, -1) + p["backbone.wpe.weight"][:, None, :T]  # (K, B, T, k)
-    last = len(backbone.h) - 1
-    for i, block in enumerate(backbone.h):
-        hidden = gpt2_block(block, f"backbone.h.{i}.", p, hidden, slice(0, None, 2) if i == last else None)
-    ln_f = backbone.ln_f
-    hidden = layer_norm(hidden, p["backbone.ln_f.weight"], p["backbone.ln_f.bias"], ln_f.eps)
+    embeds = embeds.view(K, B, T, -1)
+    if not stacked:
+        embeds = embeds[:, :, :-1]  # (K, B, 2P-1, k): the final y token's, read in as the cell reads it
+    hidden = backbone_forward(model.backbone, p, embeds, positions, allowed, keep)
+    if stacked:
+        hidden = hidden[:, :, P:]  # (K, B, P, k): the query tokens
     Tk = hidden.shape[2]
     out = linear(hidden.reshape(K, B * Tk, -1), p["read_out.weight"].transpose(1, 2), p["read_out.bias"])
     return out.view(K, B, Tk)
 
 
-def gpt2_block(block, name: str, p: dict, x: torch.Tensor, keep: slice | None) -> torch.Tensor:
-    """scaling.papers.context_scaling.gpt2.Block.forward on the members' stream x (K, B, T, k)."""
+def backbone_forward(
+    backbone, p: dict, embeds: torch.Tensor, positions, allowed, keep: slice | None
+) -> torch.Tensor:
+    """scaling.papers.context_scaling.gpt2.GPT2Backbone.forward on the members' embeddings (K, B, T, k):
+    positions (T,) or None (0..T-1), the boolean mask ``allowed`` (T, T) or None (causal), the last block
+    keeping the tokens ``keep`` (None: all); -> final-norm hidden states (K, B, T', k)."""
+    T = embeds.shape[2]
+    if positions is None and T > backbone.wpe.num_embeddings:
+        raise ValueError(f"{T} tokens exceed the model's {backbone.wpe.num_embeddings} positions")
+    wpe = p["backbone.wpe.weight"]
+    hidden = embeds + (wpe[:, None, :T] if positions is None else wpe[:, None, positions])  # (K, B, T, k)
+    last = len(backbone.h) - 1
+    for i, block in enumerate(backbone.h):
+        hidden = gpt2_block(block, f"backbone.h.{i}.", p, hidden, keep if i == last else None, allowed)
+    return layer_norm(hidden, p["backbone.ln_f.weight"], p["backbone.ln_f.bias"], backbone.ln_f.eps)
+
+
+def gpt2_block(
+    block, name: str, p: dict, x: torch.Tensor, keep: slice | None, allowed: torch.Tensor | None = None
+) -> torch.Tensor:
+    """scaling.papers.context_scaling.gpt2.Block.forward on the members' stream x (K, B, T, k), causal or
+    under the (T, T) boolean mask ``allowed``."""
     K, B, T, k = x.shape
     attn = block.attn
     h = layer_norm(x, p[name + "ln_1.weight"], p[name + "ln_1.bias"], block.ln_1.eps)
@@ -94,7 +128,7 @@ def gpt2_block(block, name: str, p: dict, x: torch.Tensor, keep: slice | None) -
     q, key, v = (
         t.reshape(K * B, T, attn.heads, attn.head_dim).transpose(1, 2) for t in qkv.split(k, dim=2)
     )  # (K*B, H, T, d_head): the members folded into attention's batch
-    mixed = attend(q, key, v, attn.scaling).transpose(1, 2).reshape(K, B, T, k)
+    mixed = attend(q, key, v, attn.scaling, allowed).transpose(1, 2).reshape(K, B, T, k)
     if keep is not None:
         mixed, x = mixed[:, :, keep].contiguous(), x[:, :, keep]
         T = x.shape[2]
@@ -152,8 +186,9 @@ class StackedTransformer:
                 for n in FROZEN.get(type(self.template), ())
             }
         self.inputs = {**self.params, **frozen}
-        self.optimizer = StackedAdam(self.params, members)
+        self.optimizer = StackedAdam(self.params, members, pack_factors(members))
         self.step = members[0].step
+        self.graph = pack_graph(self, members)  # where the members' trainers replay CUDA graphs
         cell = members[0].cell
         self.device = self.params[names[0]].device
         self.bf16 = cell.train.precision == "bfloat16"
@@ -196,7 +231,7 @@ class StackedTransformer:
 
     def train_step(self) -> torch.Tensor:
         """One training step of every member; their losses before it (K,), on the device."""
-        losses = self.step_on(*self.step_inputs())
+        losses = next_losses(self)
         self.step += 1
         return losses
 
@@ -207,5 +242,5 @@ class StackedTransformer:
             own = dict(member.model.named_parameters())
             for name, stacked in self.params.items():
                 own[name].copy_(stacked[k])
-            member.step = self.step
+            member.set_step(self.step)
         self.optimizer.write_back(self.members)

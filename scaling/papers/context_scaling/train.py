@@ -6,13 +6,16 @@ al.), or with a linear warm-up and a cosine decay to 0 (``TrainConfig.schedule``
 function of the step.
 Everything a resumed run needs (model, optimiser, step) is in ``state_dict``; the batch of step s is a
 pure function of (seed, s), so a run resumed from a checkpoint ends with the same numbers as one that
-never stopped.
+never stopped. On CUDA (``train.cuda_graphs``) a step of the cell's steady shape is captured once as a CUDA
+graph and replayed (scaling.papers.context_scaling.cuda_graphs), its learning rate read on the device
+(scaling.papers.context_scaling.adam.DeviceRates); the replayed steps are the eager ones bit for bit.
 Evaluation (``CellTrainer.evaluate``) is scaling.papers.context_scaling.evaluate's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -21,8 +24,9 @@ import pandas as pd
 import torch
 
 from ...config import check, check_choice
-from .adam import FusedAdam
+from .adam import DeviceRates, FusedAdam
 from .baselines import Predictor, applicable_baselines
+from .cuda_graphs import StepGraph
 from .evaluate import evaluate, lambda_scan
 from .models import build_model
 from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, make_family
@@ -76,8 +80,16 @@ class TrainConfig:
     # steps between checkpoints (and metric flushes); not part of the cell key
     checkpoint_every: int = field(default=200, metadata={"key": False})
     log_every: int = field(default=10, metadata={"key": False})  # steps between train/loss points
-    precision: str = "float32"  # float32 | bfloat16 (autocast)
+    # auto | float32 | bfloat16 (autocast). auto resolves at planning from the cell's resources
+    # (scaling.cells.resolve_precision): bfloat16 for a trial given a GPU, float32 on the CPU; a resolved
+    # float32 is keyed as the default, so CPU cells keep the keys they had before auto existed, and a cell
+    # never planned (no resources) trains in float32
+    precision: str = field(default="auto", metadata={"keyed_as_default": ("float32",)})
     device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
+    # a training step captured once as a CUDA graph and replayed (scaling.papers.context_scaling.cuda_graphs),
+    # its learning rate read on the device: auto | on | off; auto = on where the trial trains on CUDA. The
+    # replayed steps are the eager ones bit for bit: how, not what, so not part of the key
+    cuda_graphs: str = field(default="auto", metadata={"key": False})
     curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
     # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up
     # from lr / w to lr over the first w = warmup * steps steps, then a cosine decay to 0 at the last step.
@@ -91,7 +103,8 @@ class TrainConfig:
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(math.isfinite(self.lr), "lr", f"must be finite, got {self.lr}")
-        check_choice(self.precision, "precision", ("float32", "bfloat16"))
+        check_choice(self.precision, "precision", ("auto", "float32", "bfloat16"))
+        check_choice(self.cuda_graphs, "cuda_graphs", ("auto", "on", "off"))
         check_choice(self.schedule, "schedule", ("constant", "cosine"))
         check(0 <= self.warmup < 1, "warmup", f"must be a fraction of the steps in [0, 1), got {self.warmup}")
         check(
@@ -110,6 +123,24 @@ class TrainConfig:
         return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, self.steps - warm)))
 
 
+def graphs_on(setting: str, device: torch.device) -> bool:
+    """Whether a trainer on ``device`` captures its steps as CUDA graphs under ``train.cuda_graphs``: auto =
+    on CUDA; on = also elsewhere, where the same path runs its steps eagerly (nothing to capture)."""
+    return setting == "on" or (setting == "auto" and device.type == "cuda")
+
+
+def lr_factors(train: TrainConfig, device: torch.device) -> torch.Tensor:
+    """The schedule's factor of every step, float64 on ``device`` (DeviceRates' table); one tensor per
+    schedule and device, shared by the trainers of a pack."""
+    return _factors(train.steps, train.schedule, train.warmup, str(device))
+
+
+@functools.lru_cache(maxsize=8)
+def _factors(steps: int, schedule: str, warmup: float, device: str) -> torch.Tensor:
+    train = TrainConfig(steps=steps, schedule=schedule, warmup=warmup)
+    return torch.tensor([train.lr_factor(s) for s in range(steps)], dtype=torch.float64, device=device)
+
+
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when one is visible, else cpu; resolved once per run."""
     if name == "auto":
@@ -123,9 +154,14 @@ def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
 
 
 class CellTrainer:
-    """The training state of one cell: pool, model, optimiser and step, checkpointable at any step."""
+    """The training state of one cell: pool, model, optimiser and step, checkpointable at any step.
 
-    def __init__(self, cell, device: torch.device | str = "cpu"):
+    ``graphs`` (default: ``train.cuda_graphs`` on the device, graphs_on) holds the learning rate on the
+    device and replays the steps of the steady shape from one captured CUDA graph (``self.graph``; on a
+    CPU the same path runs them eagerly): the numbers are those of the eager steps.
+    """
+
+    def __init__(self, cell, device: torch.device | str = "cpu", graphs: bool | None = None):
         self.cell, self.device = cell, torch.device(device)
         self.family = make_family(cell.task)
         self.points = cell.N + 1
@@ -137,6 +173,19 @@ class CellTrainer:
         # (scaling.papers.context_scaling.adam)
         self.optimizer = FusedAdam(self.model.parameters(), lr=cell.train.lr)
         self.step = 0
+        self.graphs = graphs_on(cell.train.cuda_graphs, self.device) if graphs is None else graphs
+        self.rates = DeviceRates([cell.train.lr], self.lr_factors(), 0) if self.graphs else None
+        self.graph = StepGraph(self, capture=self.device.type == "cuda") if self.graphs else None
+
+    def lr_factors(self) -> torch.Tensor:
+        """The cell's schedule on its device (lr_factors), for device-held learning rates."""
+        return lr_factors(self.cell.train, self.device)
+
+    def set_step(self, step: int) -> None:
+        """Continue at ``step`` (a checkpoint, a pack's write-back): the device-held rates follow."""
+        self.step = step
+        if self.rates is not None:
+            self.rates.seek(step)
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step}
@@ -144,7 +193,7 @@ class CellTrainer:
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
+        self.set_step(int(state["step"]))
 
     def _autocast(self):
         """bf16 autocast for ``precision: bfloat16``; its cast cache off (each weight is cast once per
@@ -165,6 +214,11 @@ class CellTrainer:
             self.points,
         )
 
+    def steady(self, step: int) -> bool:
+        """Whether ``step``'s batch has the cell's steady shape (all its points: the shape a CUDA graph is
+        captured for); a curriculum's shorter prompts run eagerly."""
+        return self.batch_shape(step)[1] == self.points
+
     def train_batch(self, step: int) -> Prompts:
         """The batch of ``step`` under the curriculum (the pool's own batch when it is off)."""
         return self.pool.batch(step, *self.batch_shape(step))
@@ -178,14 +232,22 @@ class CellTrainer:
         loss = prefix_loss(pred.float(), ys)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.optimizer.param_groups[0]["lr"] = self.cell.train.lr * self.cell.train.lr_factor(self.step)
-        self.optimizer.step()
+        if self.rates is None:
+            self.optimizer.param_groups[0]["lr"] = self.cell.train.lr * self.cell.train.lr_factor(self.step)
+            self.optimizer.step()
+        else:  # the rate of the device's step counter (a captured step replays the schedule)
+            self.optimizer.step(self.rates.rates()[0])
+            self.rates.advance()
         return loss.detach()
 
     def next_loss(self) -> torch.Tensor:
-        """Train the current step on its batch; its loss on the device."""
+        """Train the current step on its batch (replayed from the CUDA graph where it has the steady shape);
+        its loss on the device, read before the next step."""
         batch = self.train_batch(self.step)
-        loss = self.step_on(batch.xs, batch.ys)
+        if self.graph is None:
+            loss = self.step_on(batch.xs, batch.ys)
+        else:
+            loss = self.graph.run(batch.xs, batch.ys, self.steady(self.step))
         self.step += 1
         return loss
 
