@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -71,11 +72,26 @@ def trial_storage_uri(spec_uri: str) -> str:
 
 def tune_storage(uri: str) -> dict:
     """Ray Tune's RunConfig arguments for Tune's state under ``uri``: a local path as it is; a remote one as
-    an opened filesystem and a path in it, so that its credentials and options never reach Tune's state."""
+    an opened filesystem and a path in it. Tune pickles that filesystem into its state (``tuner.pkl``, the
+    search's state), and an S3 filesystem made with keys pickles them: keys in the URI are handed to this
+    process's AWS variables instead (only Tune's driver side uses its filesystem), and the filesystem is
+    made without them."""
     if is_local(uri):
         return {"storage_path": resolved(uri.removeprefix("file://"))}
-    fs, path = filesystem(uri)
+    plain, keys = without_keys(uri)
+    if keys:
+        os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = keys
+    fs, path = filesystem(plain)
     return {"storage_path": path, "storage_filesystem": fs}
+
+
+def without_keys(uri: str) -> tuple[str, tuple[str, str] | None]:
+    """An ``s3://KEY:SECRET@bucket/...`` URI without its keys, and the keys (None: it has none)."""
+    found = re.match(r"(?P<scheme>s3://)(?P<key>[^:/@]*):(?P<secret>[^/@]+)@(?P<rest>.*)", uri, re.DOTALL)
+    if not found:
+        return uri, None
+    keys = (urllib.parse.unquote(found["key"]), urllib.parse.unquote(found["secret"]))
+    return found["scheme"] + found["rest"], keys
 
 
 def filesystem(uri: str):

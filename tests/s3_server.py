@@ -127,7 +127,8 @@ class S3:
         from pyarrow import fs as pafs
 
         fs = self.filesystem()
-        found = fs.get_file_info(pafs.FileSelector(f"{self.bucket}/{prefix}".rstrip("/"), recursive=True))
+        where = f"{self.bucket}/{prefix}".rstrip("/")
+        found = fs.get_file_info(pafs.FileSelector(where, recursive=True, allow_not_found=True))
         out = {}
         for info in found:
             if info.type == pafs.FileType.File:

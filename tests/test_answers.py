@@ -289,3 +289,14 @@ def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():
             run_link(result, "abc")
             == '<a href="http://ui:5000/#/experiments/7/runs/abc"><code>abc</code></a>'
         )
+
+
+@pytest.mark.parametrize("margin", ["1.5", "-0.1", "five"])
+def test_a_margin_outside_zero_to_one_exits_2_naming_it_and_writing_nothing(margin, tmp_path, capsys):
+    from analysis.__main__ import main as analysis_main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_:
+        analysis_main(["sweeps/smoke.yaml", "--margin", margin, "--out", str(out), "--no-log"])
+    assert exit_.value.code == 2 and not out.exists()
+    assert "--margin" in capsys.readouterr().err

@@ -6,11 +6,16 @@ same path captures and replays CUDA graphs (benchmarks/trial_gpu_checks.py check
 
 import pytest
 import torch
+from mlflow import MlflowClient
 
 from scaling.cells import Cell
+from scaling.checkpoints import CheckpointStore
+from scaling.kinds.context_scaling import GRAPH_REPLAYS
 from scaling.papers.context_scaling.adam import DeviceRates, FusedAdam
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer, TrainConfig, graphs_on, lr_factors
+from scaling.tracking.tracker import Tracker
+from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
 from tests.conftest import tiny_cell_dict
 
 MODELS = {
@@ -137,3 +142,38 @@ def test_a_pack_keeps_its_engine_and_graph_across_checkpoints():
     active, stop = pack.next_segment()
     pack.train_until(active, stop)
     assert pack.engine_of(active) is engine and engine.graph is graph and graph.eager_steps == 3
+
+
+def trial_spec(cells: list[Cell], tmp_path, name: str) -> TrialSpec:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    return TrialSpec(
+        tuple(TrialMember(c.to_dict(), c.key, c.name) for c in cells),
+        cells[0].key if len(cells) == 1 else "pack",
+        name,
+        {"cpu": 1},
+        uri,
+        Tracker(uri).experiment_id(name, create=True),
+        name,
+        str(tmp_path / name),
+    )
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["cell", "pack"])
+def test_a_trial_with_cuda_graphs_on_ends_with_the_numbers_of_one_without(tmp_path, count):
+    """Through the trial and the training kind (run_cell, run_pack): ``train.cuda_graphs: on`` takes the
+    graph path (on a CPU: nothing captured) and ends each cell at the checkpoint, bit for bit, of the
+    default eager trial; its runs count the replayed steps."""
+    ends = {}
+    for setting in ("off", "on"):
+        cells = [cell("gpt2", seed=s, lr=1e-3 * (1 + s), **COSINE, cuda_graphs=setting) for s in range(count)]
+        spec = trial_spec(cells, tmp_path, setting)
+        assert (run_cell if count == 1 else run_pack)(spec)["finished"] == 1
+        store = CheckpointStore(spec.storage)
+        ends[setting] = [store.load(c.key) for c in cells]
+        client = MlflowClient(spec.tracking_uri)
+        for run in client.search_runs([spec.experiment_id], "tags.kind = 'cell'"):
+            replays = [m.value for m in client.get_metric_history(run.info.run_id, GRAPH_REPLAYS)]
+            assert replays == ([] if setting == "off" else [20 - 3])  # 3 eager steps, then the graph
+    for off, on in zip(ends["off"], ends["on"]):
+        assert off["step"] == on["step"] == 20
+        assert all(torch.equal(off["model"][k], on["model"][k]) for k in off["model"])

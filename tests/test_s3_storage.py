@@ -123,3 +123,20 @@ def test_an_error_that_waiting_cannot_heal_is_raised_at_once(s3):
     with pytest.raises(OSError):
         store.save("c1", {"step": 1})
     assert time.monotonic() - started < 10
+
+
+def test_tunes_filesystem_carries_no_secret_when_pickled(s3, monkeypatch):
+    """Tune pickles its storage filesystem into its state in the bucket (tuner.pkl): one made with the
+    URI's keys would carry the secret there; the keys go to the process's AWS variables instead."""
+    import pickle
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # restored (unset) after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    settings = storage.tune_storage(storage.join(s3.uri(), "tune-state"))
+    assert settings["storage_path"] == f"{s3.bucket}/runs/tune-state"
+    assert SECRET_KEY.encode() not in pickle.dumps(settings["storage_filesystem"])
+    with settings["storage_filesystem"].open_output_stream(f"{settings['storage_path']}/x") as out:
+        out.write(b"written with the keys of the URI")
+    assert storage.without_keys("s3://k:s%2Fx@b/p?q=1") == ("s3://b/p?q=1", ("k", "s/x"))
+    assert storage.without_keys("s3://b/p") == ("s3://b/p", None)

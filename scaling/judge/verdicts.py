@@ -29,8 +29,8 @@ of the mean over seeds (the rule before) covered 53-61% at 3 seeds, 72-79% at 5 
 Student t of the plain mean 80-88% on the skewed ones (tests/coverage_study.py; docs/analysis.md has the
 table; tests/test_interval_coverage.py checks it). Each seed's value already holds its own prompts' noise
 (a seed draws its own prompts), so the seeds' spread carries both; a bootstrap over seeds and then prompts
-covered 73-85%. Fewer than ``Rule.min_seeds`` (3) seeds give
-no interval and no verdict: "inconclusive", note "too few seeds".
+covered 73-85%. Fewer than ``Rule.min_seeds`` (3) seeds give no interval and no verdict: "inconclusive",
+note "too few seeds".
 
 - start, end: the geometric means over seeds of the measure at the smallest and the largest axis value;
   end_lo, end_hi the end's ``level`` interval.

@@ -27,6 +27,9 @@ from ..papers.context_scaling.stacked import PackTrainer
 from ..papers.context_scaling.train import CellTrainer
 from . import Kind
 
+# the steps a trial replayed from CUDA graphs (a pack's: its stacked steps), where it captures them
+GRAPH_REPLAYS = "trial/graph_replays"
+
 
 def label(cell) -> str:
     """'gpt2 T=65536 N=40 seed=0'."""
@@ -96,6 +99,8 @@ def run(cell, trial) -> dict[str, Any]:
                 "loss": losses[-1][1] if losses else float("nan"),
             }
         )
+    if trainer.graph is not None:
+        trial.log.log_metrics(GRAPH_REPLAYS, [(trainer.step, trainer.graph.replays)])
     curves = finish(trainer, trial.log)
     model_curve = curves[curves["predictor"] == "model"]
     return {
@@ -155,6 +160,9 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
                 "loss": float("nan"),
             }
         )
+    if trainers[0].graphs:
+        for trainer, log in zip(trainers, logs):
+            log.log_metrics(GRAPH_REPLAYS, [(trainer.step, stacked.replayed)])
 
 
 def cost(cell) -> CellCost:

@@ -35,6 +35,7 @@ class StepGraph:
     def __init__(self, trainer, capture: bool, warmup: int = WARMUP):
         self.trainer, self.capture, self.warmup = trainer, capture, warmup
         self.eager_steps = 0  # steady steps run eagerly before the capture
+        self.replays = 0  # steps replayed from the graph (on a CPU: run on the static inputs)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.xs: torch.Tensor | None = None  # static inputs and output, once captured
         self.ys: torch.Tensor | None = None
@@ -74,10 +75,18 @@ class StepGraph:
         if not self.capture:
             return
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = self.trainer.step_on(self.xs, self.ys)
+        try:
+            with torch.cuda.graph(self.graph):
+                self.out = self.trainer.step_on(self.xs, self.ys)
+        except Exception as error:  # nothing ran: the trainer's state is the last step's
+            self.graph = self.xs = self.ys = self.out = None
+            memory = out_of_memory(error)
+            if memory is None:
+                raise
+            raise torch.OutOfMemoryError(f"while capturing a CUDA graph: {memory}") from error
 
     def _replay(self) -> torch.Tensor:
+        self.replays += 1
         if self.graph is not None:
             self.graph.replay()
             return self.out
@@ -85,6 +94,16 @@ class StepGraph:
         if self.out is None:
             self.out = torch.empty_like(out)
         return self.out.copy_(out)
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """The message of the out-of-memory error behind ``error`` (itself, or the one a failed capture's end
+    was raised over), or None."""
+    while error is not None:
+        if isinstance(error, torch.OutOfMemoryError):
+            return str(error).strip().splitlines()[0] if str(error).strip() else "out of memory"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def pack_factors(members) -> torch.Tensor | None:
@@ -95,7 +114,7 @@ def pack_factors(members) -> torch.Tensor | None:
 
 def pack_graph(engine, members) -> StepGraph | None:
     """A pack engine's step replayed from a CUDA graph where its members' trainers replay theirs."""
-    return StepGraph(engine, capture=members[0].device.type == "cuda") if members[0].graphs else None
+    return StepGraph(engine, capture=members[0].capture) if members[0].graphs else None
 
 
 def next_losses(engine) -> torch.Tensor:

@@ -201,6 +201,7 @@ class PackTrainer:
         self.limit = len(self.trainers) if limit is None else max(1, limit)
         self.guard, self.on_split = guard, on_split
         self._engine: tuple[tuple[int, ...], object] | None = None  # (members' ids, their engine)
+        self._replayed = 0  # steps the engines given up replayed from their CUDA graphs
 
     def train_until(
         self,
@@ -224,7 +225,7 @@ class PackTrainer:
         else:
             engine.write_back()
             if all(m.done_training for m in members):
-                self._engine = None
+                self.drop_engine()
             return
         self.split(engine, what)  # outside the except block: the failed step's tensors are freed
 
@@ -244,7 +245,7 @@ class PackTrainer:
         ids = tuple(id(m) for m in members)
         if self._engine is not None and self._engine[0] == ids and self._engine[1].step == members[0].step:
             return self._engine[1]
-        self._engine = None  # its memory is given back before the next engine is stacked
+        self.drop_engine()  # its memory is given back before the next engine is stacked
         engine = stack(members)
         self._engine = (ids, engine)
         return engine
@@ -252,7 +253,8 @@ class PackTrainer:
     def split(self, engine, what: str) -> None:
         """After an out-of-memory error: the members take the engine's last finished step, and the pack
         splits in two (a member alone that does not fit raises)."""
-        self._engine, engine.graph = None, None
+        self.drop_engine()
+        engine.graph = None
         members = engine.members
         if len(members) == 1:
             raise torch.OutOfMemoryError(f"{members[0].cell.name} alone does not fit the device: {what}")
@@ -265,6 +267,17 @@ class PackTrainer:
                 f"out of memory with {len(members)} members stacked, at step {engine.step} ({what}): the pack"
                 f" goes on in packs of at most {self.limit}, each member from its step {engine.step}",
             )
+
+    def drop_engine(self) -> None:
+        if self._engine is not None and self._engine[1].graph is not None:
+            self._replayed += self._engine[1].graph.replays
+        self._engine = None
+
+    @property
+    def replayed(self) -> int:
+        """Steps of the pack's engines replayed from CUDA graphs so far (on a CPU: run on static inputs)."""
+        graph = self._engine[1].graph if self._engine is not None else None
+        return self._replayed + (graph.replays if graph is not None else 0)
 
     @property
     def done_training(self) -> bool:

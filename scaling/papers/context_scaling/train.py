@@ -157,11 +157,18 @@ class CellTrainer:
     """The training state of one cell: pool, model, optimiser and step, checkpointable at any step.
 
     ``graphs`` (default: ``train.cuda_graphs`` on the device, graphs_on) holds the learning rate on the
-    device and replays the steps of the steady shape from one captured CUDA graph (``self.graph``; on a
-    CPU the same path runs them eagerly): the numbers are those of the eager steps.
+    device and replays the steps of the steady shape from one captured CUDA graph (``self.graph``); with
+    ``capture`` False (the default on a CPU) the same path runs them eagerly: the numbers are those of the
+    eager steps. A pack of such trainers replays its stacked step the same way.
     """
 
-    def __init__(self, cell, device: torch.device | str = "cpu", graphs: bool | None = None):
+    def __init__(
+        self,
+        cell,
+        device: torch.device | str = "cpu",
+        graphs: bool | None = None,
+        capture: bool | None = None,
+    ):
         self.cell, self.device = cell, torch.device(device)
         self.family = make_family(cell.task)
         self.points = cell.N + 1
@@ -175,7 +182,8 @@ class CellTrainer:
         self.step = 0
         self.graphs = graphs_on(cell.train.cuda_graphs, self.device) if graphs is None else graphs
         self.rates = DeviceRates([cell.train.lr], self.lr_factors(), 0) if self.graphs else None
-        self.graph = StepGraph(self, capture=self.device.type == "cuda") if self.graphs else None
+        self.capture = self.device.type == "cuda" if capture is None else capture
+        self.graph = StepGraph(self, capture=self.capture) if self.graphs else None
 
     def lr_factors(self) -> torch.Tensor:
         """The cell's schedule on its device (lr_factors), for device-held learning rates."""

@@ -1,0 +1,261 @@
+"""The checks of a trial's GPU path that need a GPU (issue 41): functions the GPU script calls
+(benchmarks/gpu.py), each returning check lines as dicts (``name``, ``status`` PASS | FAIL | INFO, ``text``,
+``extra``: the fields of benchmarks.gpu.Check). They train through the trial's own trainers
+(scaling.papers.context_scaling.train.CellTrainer, .stacked.PackTrainer: what the training kind's ``run``
+and ``run_pack`` drive), with no Ray and no MLflow.
+
+- ``graph_equals_eager``: steps replayed from a captured CUDA graph against the same path run eagerly, bit
+  for bit, for one cell and for a pack (the learning rate read on the device, a cosine schedule).
+- ``resume_equals_whole``: a cell and a pack stopped, checkpointed (torch.save), resumed in new trainers
+  (a new graph captured at another step): bit for bit the uninterrupted ones.
+- ``bf16_within_seed_spread``: Fig. 1-size GPT-2 cells (seeds as one pack) in bf16 autocast (TF32 on) and
+  in fp32 (TF32 off): the bf16 error within the fp32 cells' seed-to-seed spread.
+- ``pack_splits_on_card``: in a subprocess whose CUDA allocator is capped below what a pack needs (as a
+  fractional trial's is), the pack runs out of memory for real, splits, and every member ends with its
+  numbers alone.
+
+On a CPU (the default-run test, tests/test_trial_gpu_checks.py) they run at tiny sizes with nothing captured
+(the same path run eagerly): they run, their lines are well-formed; their verdicts mean something on a GPU.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from scaling.cells import Cell
+from scaling.devices import use_precision
+from scaling.papers.context_scaling.stacked import PackTrainer
+from scaling.papers.context_scaling.train import CellTrainer
+
+FIG1 = {"d": 8, "N": 40, "n_layer": 8, "n_head": 8, "n_embd": 256, "batch": 64}  # sweeps/fig1.yaml's GPT-2
+QUICK = {"d": 4, "N": 10, "n_layer": 2, "n_head": 2, "n_embd": 64, "batch": 64}  # its quick profile
+TINY = {"d": 3, "N": 5, "n_layer": 1, "n_head": 2, "n_embd": 16, "batch": 8}
+PACK_TOL = 1e-4  # a pack member's parameters against the cell alone (rounding of batched products)
+
+
+def check(name: str, ok: bool | None, text: str, **extra) -> dict:
+    status = "INFO" if ok is None else ("PASS" if ok else "FAIL")
+    return {"name": name, "status": status, "text": text, "extra": extra}
+
+
+def cell_of(size: dict, seed: int = 0, precision: str = "bfloat16", **train) -> Cell:
+    """A Fig. 1-style GPT-2 cell of ``size`` (linear regression, sigma 0.22, T = inf), trained on the GPU
+    (``train`` overrides its training settings: steps, lr, schedule, ...)."""
+    return Cell.from_dict(
+        {
+            "task": {"family": "linear", "d": size["d"], "noise_std": 0.22},
+            "model": {k: size[k] for k in ("n_layer", "n_head", "n_embd")} | {"arch": "gpt2"},
+            "train": {"batch_size": size["batch"], "lr": 1e-4, "precision": precision, **train},
+            "eval": {"prompts": 256, "baselines": ["zero"]},
+            "N": size["N"],
+            "T": "inf",
+            "seed": seed,
+        }
+    )
+
+
+def trainers(cells: list[Cell], device: torch.device, capture: bool | None = None) -> list[CellTrainer]:
+    return [CellTrainer(c, device, graphs=True, capture=capture) for c in cells]
+
+
+def train(members: list[CellTrainer], stop: int) -> list[CellTrainer]:
+    """One cell alone, or a pack, trained to ``stop``, as the training kind's run and run_pack do."""
+    return train_counted(members, stop)[0]
+
+
+def train_counted(members: list[CellTrainer], stop: int) -> tuple[list[CellTrainer], int]:
+    """train's members, and how many of their steps were replayed from a CUDA graph."""
+    if len(members) == 1:
+        members[0].train_until(stop)
+        return members, members[0].graph.replays if members[0].graph is not None else 0
+    pack = PackTrainer(members)
+    while not pack.done_training and min(t.step for t in members) < stop:
+        active, until = pack.next_segment()
+        pack.train_until(active, min(until, stop))
+    return members, pack.replayed
+
+
+def differing(a: list[CellTrainer], b: list[CellTrainer]) -> list[str]:
+    """The parameters and Adam moments of ``a``'s members not bitwise equal to ``b``'s."""
+    out = []
+    for x, y in zip(a, b):
+        for (name, p), q in zip(x.model.named_parameters(), y.model.parameters()):
+            if not torch.equal(p, q):
+                out.append(f"{x.cell.seed}:{name}")
+        for (p, s), t in zip(x.optimizer.state.items(), y.optimizer.state.values()):
+            if not all(torch.equal(s[k], t[k]) for k in ("exp_avg", "exp_avg_sq", "step")):
+                out.append(f"{x.cell.seed}:adam")
+    return out
+
+
+def graph_equals_eager(device: torch.device, size: dict = QUICK, steps: int = 16, K: int = 4) -> list[dict]:
+    """A cell and a pack of K, bf16, cosine schedule: steps replayed from a CUDA graph (3 eager steps, then
+    captured) against the same trainers' path with nothing captured; bit for bit."""
+    use_precision(device, "bfloat16")
+    lines = []
+    for label, count in (("cell", 1), (f"pack of {K}", K)):
+        cells = [cell_of(size, s, steps=steps, schedule="cosine", warmup=0.25) for s in range(count)]
+        replayed, replays = train_counted(trainers(cells, device), steps)
+        eager = train(trainers(cells, device, capture=False), steps)
+        bad = differing(replayed, eager)
+        lines.append(
+            check(
+                f"trial_graph_equals_eager[{label}]",
+                not bad and replays > 0,
+                f"GPT-2 {size['n_layer']}x{size['n_embd']}, bf16, cosine, {steps} steps ({replays} replayed):"
+                f" graphed == eager bit for bit: {'yes' if not bad else 'no, ' + ', '.join(bad[:4])}",
+                differing=bad,
+                replayed=replays,
+            )
+        )
+    return lines
+
+
+def checkpointed(trainer: CellTrainer) -> dict:
+    buffer = io.BytesIO()
+    torch.save(trainer.state_dict(), buffer)
+    return torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+
+
+def resume_equals_whole(
+    device: torch.device, size: dict = QUICK, steps: int = 16, stop: int = 7, K: int = 3
+) -> list[dict]:
+    """A cell and a pack of K (bf16, cosine, graphs) stopped at ``stop``, saved, loaded into new trainers and
+    trained on, against the same trained without a stop: bit for bit."""
+    use_precision(device, "bfloat16")
+    lines = []
+    for label, count in (("cell", 1), (f"pack of {K}", K)):
+        cells = [cell_of(size, s, steps=steps, schedule="cosine", warmup=0.25) for s in range(count)]
+        whole = train(trainers(cells, device), steps)
+        first = train(trainers(cells, device), stop)
+        resumed = trainers(cells, device)
+        for new, old in zip(resumed, first):
+            new.load_state_dict(checkpointed(old))
+        bad = differing(whole, train(resumed, steps))
+        lines.append(
+            check(
+                f"trial_resume_equals_whole[{label}]",
+                not bad,
+                f"GPT-2 {size['n_layer']}x{size['n_embd']}, bf16, graphs, stopped at {stop} of {steps}:"
+                f" resumed == uninterrupted bit for bit: {'yes' if not bad else 'no, ' + ', '.join(bad[:4])}",
+                differing=bad,
+            )
+        )
+    return lines
+
+
+def final_errors(device: torch.device, size: dict, precision: str, seeds: int, steps: int, lr: float):
+    """Each seed's model error (err/zero's numerator: the normalised error, mean over n) after ``steps``,
+    the seeds trained as one pack in ``precision``; and the seconds it took."""
+    use_precision(device, precision)
+    cells = [cell_of(size, s, precision, steps=steps, lr=lr, checkpoint_every=steps) for s in range(seeds)]
+    start = time.perf_counter()
+    members = train(trainers(cells, device), steps)
+    errors = []
+    for member in members:
+        curves = member.evaluate()
+        errors.append(float(curves[curves["predictor"] == "model"]["err"].mean()))
+    return errors, time.perf_counter() - start
+
+
+def bf16_within_seed_spread(
+    device: torch.device, size: dict = FIG1, seeds: int = 4, steps: int = 2000, lr: float = 1e-4
+) -> list[dict]:
+    """Fig. 1-size GPT-2 cells, ``seeds`` seeds, ``steps`` steps, in fp32 (TF32 off) and bf16 autocast (TF32
+    on): PASS when the bf16 seeds' mean error is within the fp32 seeds' spread (max - min) of theirs."""
+    fp32, fp32_s = final_errors(device, size, "float32", seeds, steps, lr)
+    bf16, bf16_s = final_errors(device, size, "bfloat16", seeds, steps, lr)
+    use_precision(device, "float32")
+    spread = max(fp32) - min(fp32)
+    gap = abs(sum(bf16) / seeds - sum(fp32) / seeds)
+    paired = max(abs(a - b) for a, b in zip(fp32, bf16))
+    return [
+        check(
+            "trial_bf16_within_seed_spread",
+            gap <= spread,
+            f"GPT-2 {size['n_layer']}x{size['n_embd']} d={size['d']} N={size['N']}, {steps} steps lr {lr:g},"
+            f" {seeds} seeds: mean err bf16 {sum(bf16) / seeds:.4f} vs fp32 {sum(fp32) / seeds:.4f} (gap"
+            f" {gap:.4f}, fp32 seed spread {spread:.4f}; largest same-seed gap {paired:.4f});"
+            f" {bf16_s:.0f} s bf16, {fp32_s:.0f} s fp32",
+            fp32=fp32,
+            bf16=bf16,
+            seconds={"fp32": fp32_s, "bf16": bf16_s},
+        )
+    ]
+
+
+def oom_probe(size: dict, K: int, steps: int, headroom: float) -> dict:
+    """In a process of its own (it caps its CUDA allocator): the peak a pack of 2 reserves, a cap of
+    ``headroom`` times it, then a pack of K under the cap (it runs out of memory and splits) and each member
+    alone under the cap; what happened, as a dict."""
+    device = torch.device("cuda", 0)
+    use_precision(device, "bfloat16")
+    cells = [cell_of(size, s, steps=steps, checkpoint_every=max(1, steps // 2)) for s in range(K)]
+    train(trainers(cells[:2], device), steps)
+    peak = torch.cuda.max_memory_reserved(device)
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, headroom * peak / total), device)
+    splits: list[str] = []
+    members = trainers(cells, device)
+    pack = PackTrainer(members, on_split=lambda indices, text: splits.append(text))
+    while not pack.done_training:
+        pack.train_until(*pack.next_segment())
+    alone = [train(trainers([c], device), steps)[0] for c in cells]
+    diff = max(
+        float((p - q).abs().max())
+        for a, m in zip(alone, members)
+        for p, q in zip(a.model.parameters(), m.model.parameters())
+    )
+    return {"pair_peak": peak, "cap": headroom * peak, "splits": splits, "limit": pack.limit, "diff": diff}
+
+
+def pack_splits_on_card(
+    device: torch.device, size: dict = FIG1, K: int = 8, steps: int = 6, headroom: float = 1.5
+) -> list[dict]:
+    """A pack of K that cannot fit a capped allocator runs out of memory on the card, splits and finishes
+    every member with its numbers alone (PASS: at least one split, members within PACK_TOL)."""
+    if device.type != "cuda":
+        return [check("trial_pack_splits_on_card", None, "no CUDA device: nothing runs out of memory")]
+    code = (
+        "import json, sys; from benchmarks.trial_gpu_checks import oom_probe;"
+        f" print(json.dumps(oom_probe({size!r}, {K}, {steps}, {headroom})))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        return [check("trial_pack_splits_on_card", False, f"the probe failed: {tail[0][:300]}")]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    ok = bool(got["splits"]) and got["diff"] <= PACK_TOL
+    return [
+        check(
+            "trial_pack_splits_on_card",
+            ok,
+            f"a pack of {K} GPT-2 {size['n_layer']}x{size['n_embd']} under a {got['cap'] / 2**30:.2f} GiB"
+            f" cap ({headroom:g}x a pair's peak): {len(got['splits'])} split(s), down to packs of"
+            f" {got['limit']}; members vs alone max |param diff| {got['diff']:.2e} (bound {PACK_TOL:g})",
+            **got,
+        )
+    ]
+
+
+def all_checks(
+    device: torch.device, quick: dict = QUICK, fig1: dict = FIG1, spread_steps: int = 2000
+) -> list:
+    """Every check above at the GPU run's sizes (about a minute on an H100)."""
+    return [
+        *graph_equals_eager(device, quick),
+        *resume_equals_whole(device, quick),
+        *bf16_within_seed_spread(device, fig1, steps=spread_steps),
+        *pack_splits_on_card(device, fig1),
+    ]
