@@ -212,9 +212,10 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
 
 
 def open_log(spec: TrialSpec, cell: Cell) -> CellRunLog:
-    return open_cell_log(
-        trial_tracking_uri(spec.tracking_uri), spec.experiment_id, cell, spec.sweep, spec.parent_run_id
-    )
+    """The cell's log into its run, named as the driver named it (a variant's cells carry the variant)."""
+    name = next((m.name for m in spec.members if m.key == cell.key), None)
+    uri = trial_tracking_uri(spec.tracking_uri)
+    return open_cell_log(uri, spec.experiment_id, cell, spec.sweep, spec.parent_run_id, name)
 
 
 def take_leases(spec: TrialSpec) -> tuple[dict[str, Lease], dict[str, Holder]]:

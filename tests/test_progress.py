@@ -164,7 +164,7 @@ def test_summary_names_failures_time_place_and_next_commands():
     assert commands == [
         "python -m analysis sweeps/smoke.yaml --tracking-uri sqlite:////tmp/x/mlflow.db",
         "mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db",
-        "open http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning",
+        "open http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning&viewStateShareKey=lattice",
     ]
     default = next_commands(
         "sweeps/smoke.yaml",
@@ -183,7 +183,7 @@ def test_summary_names_failures_time_place_and_next_commands():
     server = next_commands("s.yaml", "", (), "http://mlflow:5000/", "s", "7")
     assert server == [
         "python -m analysis s.yaml --tracking-uri http://mlflow:5000/",
-        "open http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning",
+        "open http://mlflow:5000/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=lattice",
     ]
 
     ok = summary_lines(

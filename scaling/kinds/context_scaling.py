@@ -68,13 +68,24 @@ def checkpoint(trainer: CellTrainer, store, log, losses: list) -> None:
 
 
 def finish(trainer: CellTrainer, log):
-    """Evaluate, and log weights, the rest of the loss history, curves and status=complete."""
+    """Evaluate, and log weights, the rest of the loss history, curves, the final err/zero and
+    status=complete."""
     curves = trainer.evaluate()
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "model.pt"
         torch.save(trainer.model.state_dict(), weights)
-        log.finish(trainer.cell, curves, weights)
+        log.finish(trainer.cell, curves, weights, summary=final_err_zero(curves))
     return curves
+
+
+def final_err_zero(curves) -> dict[str, float]:
+    """{"err/zero": the model's error over the zero predictor's on the same prompts at the largest n} (the
+    analysis' measure, a column of the MLflow UI's lattice view); {} without the zero predictor."""
+    model, zero = (curves[curves["predictor"] == name].set_index("n")["err"] for name in ("model", "zero"))
+    both = model.index.intersection(zero.index)
+    if not len(both) or not zero[both.max()] > 0:
+        return {}
+    return {"err/zero": float(f"{model[both.max()] / zero[both.max()]:.4g}")}  # 4 digits: a column shows them
 
 
 def run(cell, trial) -> dict[str, Any]:
@@ -188,4 +199,5 @@ TRAIN = Kind(
     cost=cost,
     packable=packable,
     run_pack=run_pack,
+    shown=("err/zero",),
 )

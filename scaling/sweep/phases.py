@@ -237,6 +237,7 @@ def done_already(run: SweepRun) -> bool:
     if not run.pending:
         total = len(run.plan.cells)
         said = f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train."
+        show_lattice(run)  # the link below opens on it (a store from before the view had none)
         run.say("\n".join([said, "next:", *(f"  {command}" for command in commands_next(run))]))
         return True
     if run.policy is not None and run.experiment_id is not None:
@@ -274,7 +275,8 @@ def start(run: SweepRun) -> None:
     run.tracker = run.tracker or open_store(run.uri)
     sweep_file = Path(run.path).name
     run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags={"sweep_file": sweep_file})
-    run.parent = run.tracker.sweep_run(run.experiment_id, run.name, run.plan.document)
+    run.parent = run.tracker.sweep_run(run.experiment_id, run.name, run.plan.document, run.plan.variant_name)
+    show_lattice(run)
     run.shared = {
         "tracking_uri": redact(run.uri),
         "experiment_id": run.experiment_id,
@@ -341,6 +343,16 @@ def clean_temp_files(store_uri: str, keys: list[str]) -> None:
         store.clean([key for key in keys if leases.holder(key) is None])
     except OSError as err:
         log.warning("could not remove leftover temp files: %s", err)
+
+
+def show_lattice(run: SweepRun) -> None:
+    """The MLflow UI's view of the sweep as its lattice (scaling.tracking.views): each cell a row, with
+    model.name, T, N, seed and the file's other grid axes, and its kinds' summary (err/zero) as columns."""
+    axes = dict.fromkeys(["model.name", "T", "N", "seed"])
+    for planned in run.plan.cells:
+        axes.update(dict.fromkeys("model.name" if axis == "model" else axis for axis in planned.axes))
+    shown = dict.fromkeys(name for p in run.plan.cells for name in p.cell.kind.shown)
+    run.tracker.show_lattice(run.experiment_id, list(axes), list(shown), [p.name for p in run.plan.cells])
 
 
 def commands_next(run: SweepRun) -> list[str]:

@@ -121,13 +121,17 @@ def database_has_store(uri: str) -> bool:
     return MLFLOW_TABLES <= tables
 
 
-def experiment_ui_link(uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000") -> str:
+def experiment_ui_link(
+    uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000", view: str | None = "lattice"
+) -> str:
     """The address of an experiment's runs table in the MLflow UI: ``uri`` itself for a tracking server,
-    else ``ui`` (where ``mlflow ui`` listens by default). MLflow 3.17 opens an experiment on its GenAI
-    overview unless the URL's ``workflowType`` (or the sidebar switch the browser last chose) says model
-    training, whatever the experiment's EXPERIMENT_KIND tag."""
+    else ``ui`` (where ``mlflow ui`` listens by default), opened on the shared ``view`` (views.py: the
+    sweep's lattice; None: the table as the browser last left it). MLflow 3.17 opens an experiment on its
+    GenAI overview unless the URL's ``workflowType`` (or the sidebar switch the browser last chose) says
+    model training, whatever the experiment's EXPERIMENT_KIND tag."""
     base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else ui
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    shared = f"&viewStateShareKey={view}" if view else ""
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning{shared}"
 
 
 def ui_command(uri: str) -> str | None:
