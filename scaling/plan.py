@@ -152,13 +152,7 @@ class Plan:
     cells: tuple[PlannedCell, ...]
     document: dict = field(compare=False, default_factory=dict)  # the resolved sweep document
     adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive_settings), checked
-    # the --set overrides that change cells (variant_of): () for the sweep as its file says
-    variant: tuple[str, ...] = ()
-
-    @property
-    def variant_name(self) -> str:
-        """The variant in words, 'train.steps=200 grid.T=[16,64]' ('' for the sweep as written)."""
-        return " ".join(self.variant)
+    variant: tuple[str, ...] = ()  # the --set that change cells (scaling.variants): () for the file's own
 
 
 # ---------------------------------------------------------------- YAML with line numbers
@@ -241,8 +235,10 @@ def apply_override(document: dict, assignment: str) -> dict:
         raise SweepError(f"--set {assignment}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise SweepError(f"--set {assignment}: value is not valid YAML: {err}") from None
+    except yaml.YAMLError as err:  # one line: what YAML found wrong, and at which column of the value
+        column = f" at column {err.problem_mark.column + 1}" if getattr(err, "problem_mark", None) else ""
+        problem = getattr(err, "problem", None) or err
+        raise SweepError(f"--set {assignment}: value is not valid YAML: {problem}{column}") from None
     document = copy.deepcopy(document)
     if keys[0] not in TOP_LEVEL:
         grid = document.get("grid") or {}

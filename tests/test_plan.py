@@ -149,12 +149,12 @@ def test_bad_override_value():
 def test_a_set_variant_names_what_it_changed_in_each_cell_and_the_sweep_as_written_names_nothing():
     smoke = Path(__file__).resolve().parents[1] / "sweeps" / "smoke.yaml"
     plain = load_plan(smoke)
-    assert plain.variant == () and plain.variant_name == ""
+    assert plain.variant == ()
     assert [p.name for p in plain.cells] == [p.cell.name for p in plain.cells]
     overrides = ["train.steps=200", "grid.T=[16,64]", "models.gpt2.n_layer=3", "resources.cpu=2"]
     variant = load_plan(smoke, "", overrides)
     # resources change no cell: they are no part of the variant
-    assert variant.variant_name == "train.steps=200 grid.T=[16,64] models.gpt2.n_layer=3"
+    assert variant.variant == ("train.steps=200", "grid.T=[16,64]", "models.gpt2.n_layer=3")
     names = {p.cell.key: p.name for p in variant.cells}
     assert names[variant.cells[0].cell.key] == "gpt2 T=16 N=8 seed=0 train.steps=200 model.n_layer=3"
     assert names[variant.cells[-1].cell.key] == "mlp T=64 N=16 seed=1 train.steps=200"  # not the GPT-2's

@@ -75,6 +75,20 @@ def test_a_reading_command_on_a_missing_store_exits_2_and_writes_nothing(command
     assert listing(tmp_path) == before == {}
 
 
+def test_from_a_folder_below_the_store_a_reading_command_points_at_the_store_that_is_there(tmp_path):
+    """The analysis run from the wrong folder (a folder below the quick start's) names the store above it
+    to point at, before the sweep that would write a new one, and writes nothing."""
+    table = lattice_table(rng=np.random.default_rng(0), Ts=(16, math.inf), Ns=(8,), sweep="smoke")
+    write_store(f"sqlite:///{tmp_path}/mlflow.db", table, tmp_path / "mlartifacts")
+    elsewhere = tmp_path / "analysis_out"
+    elsewhere.mkdir()
+    done = run(elsewhere, "analysis", "--experiment", "smoke")
+    assert done.returncode == 2 and listing(elsewhere) == {}
+    (line,) = done.stderr.strip().splitlines()
+    pointed = f"point at the store that is there: --tracking-uri sqlite:///{tmp_path}/mlflow.db"
+    assert pointed in line and line.index(pointed) < line.index("a sweep writes one"), line
+
+
 def not_a_store(folder: Path, what: str) -> Path:
     path = folder / f"{what}.db"
     if what == "empty":

@@ -275,7 +275,9 @@ def start(run: SweepRun) -> None:
     run.tracker = run.tracker or open_store(run.uri)
     sweep_file = Path(run.path).name
     run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags={"sweep_file": sweep_file})
-    run.parent = run.tracker.sweep_run(run.experiment_id, run.name, run.plan.document, run.plan.variant_name)
+    run.parent = run.tracker.sweep_run(
+        run.experiment_id, run.name, run.plan.document, " ".join(run.plan.variant)
+    )
     show_lattice(run)
     run.shared = {
         "tracking_uri": redact(run.uri),

@@ -20,7 +20,7 @@ from . import (
     analysis_runs,
     views,
 )
-from .retry import quick_http, retrying
+from .retry import brief, quick_http, retrying
 from .store_template import seed_sqlite_store
 from .uri import artifact_root, check_store_exists
 
@@ -78,10 +78,11 @@ class Tracker(TrackingStore):
                     "reaching the tracking store",
                     attempts=3,
                     first_wait=0.5,
+                    say=False,  # the error below says it, in one line
                 )
         except Exception as err:  # noqa: BLE001 - any failure here means unusable
             raise TrackingError(
-                f"cannot use the MLflow tracking store {redact(self.uri)}: {redact(str(err))}"
+                f"cannot use the MLflow tracking store {redact(self.uri)}: {brief(err)}"
             ) from None
 
     def experiment_id(
