@@ -70,6 +70,15 @@ def describe_gpu(
     return "\n".join(lines)
 
 
+def gpu_seconds(plan, table: dict) -> list[float]:
+    """The training seconds of each pack (trial) of the plan's cells that ask for a GPU, on the table's card."""
+    planned = [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
+    if not planned:
+        return []
+    cells = [p.cell for p in planned]
+    return [pack_seconds([cells[i] for i in group], table) for group in gpu_packs(plan, planned, table)]
+
+
 def gpu_packs(plan, planned, table: dict) -> list[list[int]]:
     """The packs the driver forms of the ``planned`` cells that ask for a GPU, each trial's memory its share
     of the table's card (indices into ``planned``)."""
