@@ -71,7 +71,7 @@ def describe_gpu(
 
 
 def gpu_seconds(plan, table: dict) -> list[float]:
-    """The training seconds of each pack (trial) of the plan's cells that ask for a GPU, on the table's card."""
+    """The training seconds of each pack (trial) of the plan's GPU cells, on the table's card."""
     planned = [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
     if not planned:
         return []
