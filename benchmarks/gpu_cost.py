@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -31,6 +32,7 @@ from .trial_path import TrialSteps, cell_of
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 TARGET_HOURS = {"fig1": 3.0, "figs": 20.0}  # issue 41: H100-hours at the full profiles
 NODE_GPUS = 8  # the wall time of the figures on one 8-GPU node
+ESTIMATE_SECONDS = 10  # the figures' estimates after the grid (planning the 8 figure files)
 
 
 def cost_grid(smoke: bool) -> list[tuple[str, dict, int]]:
@@ -57,9 +59,14 @@ def cost_grid(smoke: bool) -> list[tuple[str, dict, int]]:
 
 
 def cost_phase(run: Run, seconds: float) -> None:
+    """The grid's rows (as long as the phase's time allows, keeping ESTIMATE_SECONDS for the figures'
+    estimates), the table written, every figure sweep's GPU-hours under it."""
+    ends = time.monotonic() + seconds - ESTIMATE_SECONDS
     for arch, size, members in cost_grid(run.smoke):
-        if run.left() < 15 and not run.smoke:
-            run.say(f"cost: the rest of the grid not run (the run's time is nearly spent) from {arch} {size}")
+        if (time.monotonic() > ends or run.left() < ESTIMATE_SECONDS) and not run.smoke:
+            run.say(
+                f"cost: the rest of the grid not run (the phase's time is nearly spent) from {arch} {size}"
+            )
             break
         run.free()
         cells = [cell_of(size, "auto", run.device, arch, seed=k) for k in range(members)]

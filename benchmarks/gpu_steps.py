@@ -16,6 +16,8 @@ the cell trained alone.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from scaling.cost import StepShape, activation_elements, model_params, step_flops
@@ -142,6 +144,8 @@ def pack_line(run: Run, size_name: str, K: int, t_alone: float, t_pack: float, p
 
 
 def packs_phase(run: Run, seconds: float) -> None:
+    """Each size's packs (as long as the phase's time allows, keeping time for the member checks)."""
+    ends = time.monotonic() + seconds - 10
     sizes = [("tiny", TINY)] if run.smoke else [("quick", QUICK), ("fig1", FIG1)]
     for size_name, size in sizes:
         steps = 2 if run.smoke else (20 if size_name == "quick" else 5)
@@ -154,8 +158,8 @@ def packs_phase(run: Run, seconds: float) -> None:
         del alone
         mfus = {}
         for K in SMOKE_PACK_SIZES if run.smoke else PACK_SIZES:
-            if run.left() < 20 and not run.smoke:
-                run.say(f"packs: {size_name} K={K} not run (the run's time is nearly spent)")
+            if (time.monotonic() > ends or run.left() < 20) and not run.smoke:
+                run.say(f"packs: {size_name} K={K} not run (the phase's time is nearly spent)")
                 break
             run.free()
             try:

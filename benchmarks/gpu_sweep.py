@@ -68,7 +68,7 @@ SMOKE_SWEEPS = {
         "--set", "run.pack=2",
     ],
 }  # fmt: skip
-LIMITS = {"smoke": 60, "fig1_slice": 90, "bare fig1_slice": 70, "bare smoke": 40}  # seconds, on a GPU
+LIMITS = {"smoke": 55, "fig1_slice": 85, "bare fig1_slice": 65, "bare smoke": 35}  # seconds, on a GPU
 
 
 class Sampler:
