@@ -29,6 +29,7 @@ class Claim:
     panel: str  # "1A", "7B", ...
     text: str  # what the paper states
     check: Callable[[object], Outcome]  # AnalysisResult -> Outcome
+    models: tuple[str, ...] = ()  # the models it reads, which its size names (analysis.sizes); () = all
 
 
 def within(ratio: float) -> bool:

@@ -7,8 +7,10 @@
   (scaling.plugins.load): LOADS says which module loads the strings naming which modules.
 - An import of project code inside a function in scaling/ only defers a heavy package, and a comment on
   it says so (the import block shows a file's real dependencies otherwise).
-- No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest).
-- MLflow is spoken by the scaling/tracking/ package alone; the science folders import neither Ray nor MLflow.
+- No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest), and no
+  module over MAX_MODULE_LINES (a file that long holds more than one idea: split it by idea).
+- MLflow is spoken by the scaling/tracking/ package alone (its imports, its filter strings, its Run objects'
+  fields); the science folders import neither Ray nor MLflow.
 - No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules), and
   no import of a kind's module there: a trial runs a cell or a pack through its kind's hooks.
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
 FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
 MAX_FUNCTION_LINES = 80  # a function, its signature, docstring and decorators included
+MAX_MODULE_LINES = 600  # a module's lines, as wc -l counts them
 # who loads a "module:ATTR" string, by the module it names: the kinds' modules (KINDS' entries) are loaded
 # by the kinds' registry, analysis plug-ins (Kind.analysis) by the analysis pipeline
 LOADS = {"scaling.kinds.": "scaling.kinds.registry", "analysis.": "analysis.pipeline"}
@@ -301,6 +304,19 @@ def test_no_function_in_scaling_or_analysis_is_over_80_lines():
     assert lengths and not over, f"over {MAX_FUNCTION_LINES} lines: {over}\nthe longest:\n{longest}"
 
 
+def test_no_module_in_scaling_or_analysis_is_over_600_lines():
+    lengths = sorted(
+        (
+            (len(path.read_text().splitlines()), str(path.relative_to(ROOT)))
+            for path in sources("scaling", "analysis").values()
+        ),
+        reverse=True,
+    )
+    longest = "\n".join(f"{lines:4d}  {where}" for lines, where in lengths[:5])
+    over = [where for lines, where in lengths if lines > MAX_MODULE_LINES]
+    assert lengths and not over, f"over {MAX_MODULE_LINES} lines: {over}\nthe longest:\n{longest}"
+
+
 def test_mlflow_is_imported_by_the_tracking_module_alone():
     users = sorted(
         name
@@ -309,6 +325,49 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
     )
     outside = [name for name in users if not name.startswith("scaling.tracking.")]
     assert "scaling.tracking.tracker" in users and not outside, f"MLflow imported by {outside}"
+
+
+# MLflow's search filters ("tags.kind = 'cell'", f"params.`{k}` = '{v}'") and the fields of its Run objects
+MLFLOW_FILTER = re.compile(
+    r"\b(tags|params|metrics|attributes)\.(`[^`]*`|\w)+\s*(=|!=|<|>|I?LIKE|IN)\s", re.I
+)
+MLFLOW_RUN = {
+    "data": {"tags", "params", "metrics"},
+    "info": {"run_id", "run_name", "artifact_uri", "experiment_id", "start_time", "end_time", "status"},
+}
+LEAK = '''def f(t, r, k):
+    """tags.kind = 'cell' is prose in a docstring"""
+    t.search("tags.kind = 'cell'", f"params.`{k}` = '1'")
+    return r.info.run_id, r.data.params
+'''
+
+
+def mlflow_leaks(path: Path) -> list[int]:
+    """The lines of a file that write an MLflow filter string (docstrings aside) or read an MLflow Run's
+    fields (``run.data.params``, ``run.info.run_id``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, documented) and ast.get_docstring(n)}
+    lines = set()
+    for node in ast.walk(tree):
+        text = ast.unparse(node) if isinstance(node, ast.JoinedStr) else getattr(node, "value", None)
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and isinstance(text, str) and id(node) not in docs:
+            lines |= {node.lineno} if MLFLOW_FILTER.search(text) else set()
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            lines |= {node.lineno} if node.attr in MLFLOW_RUN.get(node.value.attr, ()) else set()
+    return sorted(lines)
+
+
+def test_mlflow_filters_and_run_objects_stay_in_the_tracking_package(tmp_path):
+    (tmp_path / "leak.py").write_text(LEAK)
+    assert mlflow_leaks(tmp_path / "leak.py") == [3, 4]
+    leaks = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in sources(*PACKAGES).items()
+        if not name.startswith("scaling.tracking")
+        for line in mlflow_leaks(path)
+    ]
+    assert not leaks, f"MLflow filter strings or Run objects' fields outside scaling/tracking/: {leaks}"
 
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():

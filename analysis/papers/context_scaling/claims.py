@@ -174,7 +174,7 @@ def _scales(fig, panel, model, question, expect, family=None, near=None, what=""
     text = f"{what or model} {verb if expect else 'does not ' + verb[:-1]}" + (
         f" ({family})" if family else ""
     )
-    return Claim(fig, panel, text, scaling(question, model, expect, family, near))
+    return Claim(fig, panel, text, scaling(question, model, expect, family, near), (model,))
 
 
 CLAIMS: list[Claim] = [
