@@ -56,17 +56,22 @@ def cell_of(size: dict, precision: str, device: torch.device, arch: str = "gpt2"
 
 class TrialSteps:
     """Training steps of ``cells`` (one, or a pack of one shape) on ``device`` as a trial runs them;
-    ``graphs``: None, the trial's own setting (train.cuda_graphs: on CUDA); False, the same loop eager."""
+    ``graphs``: None, the trial's own setting (train.cuda_graphs: on CUDA); False, the same loop eager.
+
+    A pack runs PackTrainer's inner loop (``run_engine``) on its stacked engine: a trial writes the members
+    back only at its checkpoints (every ``checkpoint_every`` steps), so no timing here pays that copy;
+    ``models()`` writes them back."""
 
     def __init__(self, cells: list[Cell], device: torch.device, graphs: bool | None = None):
         self.device, self.precision = device, cells[0].train.precision
         self.trainers = [CellTrainer(cell, device, graphs=graphs) for cell in cells]
         self.pack = PackTrainer(self.trainers) if len(cells) > 1 else None
+        self.engine = self.pack.engine_of(self.trainers) if self.pack is not None else None
         self.losses: list[float] = []
 
     @property
     def step(self) -> int:
-        return self.trainers[0].step
+        return self.trainers[0].step if self.engine is None else self.engine.step
 
     @property
     def graphed(self) -> bool:
@@ -78,11 +83,14 @@ class TrialSteps:
         end (the caller synchronises)."""
         use_precision(self.device, self.precision)
         stop = self.step + steps
-        if self.pack is None:
+        if self.engine is None:
             self.trainers[0].train_until(stop, lambda step, loss: self.losses.append(loss))
         else:
-            self.pack.train_until(self.trainers, stop, lambda i, step, loss: self.losses.append(loss))
+            indices = list(range(len(self.trainers)))
+            self.pack.run_engine(self.engine, indices, stop, lambda i, step, loss: self.losses.append(loss))
 
     def models(self) -> list[torch.nn.Module]:
-        """The cells' models, each with its own numbers (a pack's written back at the end of each call)."""
+        """The cells' models, each with its own numbers (a pack's written back first)."""
+        if self.engine is not None:
+            self.engine.write_back()
         return [t.model for t in self.trainers]
