@@ -32,7 +32,7 @@ from pathlib import Path
 from .gpu_common import Check, Run
 
 ROOT = Path(__file__).resolve().parents[1]
-SLICE_STEPS = 2000  # the Fig. 1 slice's steps: ~40 s of a pack of 6 on an H100 (bf16, graphs)
+SLICE_STEPS = 3000  # the Fig. 1 slice's steps: ~50 s of a pack of 6 on an H100 (bf16, graphs)
 TARGET = 1.3  # the slice's sweep against its bare pack
 SWEEPS = {
     "smoke": [
@@ -68,7 +68,8 @@ SMOKE_SWEEPS = {
         "--set", "run.pack=2",
     ],
 }  # fmt: skip
-LIMITS = {"smoke": 55, "fig1_slice": 85, "bare fig1_slice": 65, "bare smoke": 35}  # seconds, on a GPU
+# seconds on a GPU; the smoke sweep's bare packs last, with what is left (their line is reported, not judged)
+LIMITS = {"smoke": 60, "fig1_slice": 90, "bare fig1_slice": 75, "bare smoke": 20}
 
 
 class Sampler:
