@@ -12,7 +12,8 @@ import pytest
 import torch
 import yaml
 
-from analysis.claims import CLAIMS, PADDED, PER_N, evaluate
+from analysis.claims import evaluate
+from analysis.papers.context_scaling.claims import CLAIMS, PADDED, PER_N
 from analysis.pipeline import analyse
 from analysis.plugin import Request
 from scaling.cells import Cell

@@ -19,7 +19,7 @@ from ..cluster import Head
 from ..plan import Plan, PlannedCell
 from ..progress import Summary
 from ..redact import redact
-from ..tracking.tracker import Tracker
+from ..tracking import TrackingStore
 
 
 @dataclass
@@ -45,6 +45,7 @@ class RunOptions:
     address: str | None = None  # join this Ray cluster ('auto' or host:port); None: a new local Ray
     num_cpus: int | None = None  # CPUs of the embedded local Ray
     num_gpus: int | None = None  # GPUs of the embedded local Ray
+    gpus: int | None = None  # --dry-run's wall time on this many GPUs (None: --num-gpus, the cluster's, ...)
     autoscaling: bool = False  # the cluster adds nodes on demand: no check that every cell fits a node
     verbose: bool = False  # also show Ray's and Ray Tune's own messages and banners
     live: bool | None = None  # the live view (None: when the output is a terminal)
@@ -66,7 +67,7 @@ class SweepRun:
     address: str | None = None  # the Ray to join (the flag, or the head's); None: a new local Ray
     uri: str = ""  # the tracking URI, resolved
     store_uri: str = ""  # this sweep's checkpoints and Tune state
-    tracker: Tracker | None = None  # None while a new SQLite store is not created yet
+    tracker: TrackingStore | None = None  # None while a new SQLite store is not created yet
     experiment_id: str | None = None
     complete: set[str] = field(default_factory=set)  # cell keys complete when the run began
     pending: list[PlannedCell] = field(default_factory=list)  # the plan's cells not complete then
@@ -86,7 +87,7 @@ class SweepRun:
         self.out.flush()
 
     def complete_now(self) -> set[str]:
-        """The keys of the cells complete in the store now (Tracker.complete_keys): the one way a sweep
+        """The keys of the cells complete in the store now (TrackingStore.complete_keys): the one way a sweep
         asks which cells are complete."""
         return self.tracker.complete_keys(self.experiment_id)
 
