@@ -14,7 +14,8 @@ from analysis.claims import evaluate
 from analysis.papers.context_scaling.claims import CLAIMS, PADDED, PER_N
 from analysis.plugin import AnalysisResult, Request
 
-LEVELS = {"0.1": 0.05, "0.5": 0.4}  # gpt2's error at each noise level
+LEVELS = {"0.1": 0.05, "0.5": 0.4}
+LENGTHS_PARAM = "[1, 6, 11]"  # train.lengths as a cell logs it  # gpt2's error at each noise level
 
 
 def rows(family, model, seed, predictor, err, N=20):
@@ -207,3 +208,29 @@ def test_fig7b_an_error_that_rises_with_the_context_length_is_read_from_the_one_
 def test_app_b_psi_l_is_one_gd_step_is_checked_without_any_run():
     claims = evaluate({}, claims=[c for c in CLAIMS if c.panel == "App. B"])
     assert list(claims.status) == ["reproduced"] and "max relative difference" in claims.evidence[0]
+
+
+@pytest.mark.parametrize(
+    "gap, statuses",
+    [(2.0, ["reproduced", "reproduced"]), (1.0, ["not reproduced", "not reproduced"])],
+    ids=["gpt2 fails, sgpt generalises", "gpt2 generalises, sgpt fails"],
+)
+def test_app_a_lengths_not_trained_on_against_the_trained_neighbours(gap, statuses):
+    """Both models trained at n = 1, 6, 11 and tested at 1..11: err/zero falls log-linearly with n at the
+    trained lengths; at the others ``gap`` times that for GPT-2, 3 - gap times for SGPT."""
+    rng = np.random.default_rng(3)
+    out = []
+    for model, factor in (("gpt2", gap), ("sgpt", 3.0 - gap)):
+        for seed in range(5):
+            for n in range(1, 12):
+                trained = n in (1, 6, 11)
+                err = 0.9 * math.exp(-0.05 * n) * (1 if trained else factor) * math.exp(0.02 * rng.normal())
+                for predictor, e in (("model", err), ("zero", 1.0)):
+                    row = dict(cell_key=f"{model}-s{seed}", model=model, seed=seed, T=2e6, N=11, n=n)
+                    out.append(
+                        {**row, "predictor": predictor, "err": e, "param.train.lengths": LENGTHS_PARAM}
+                    )
+    result = AnalysisResult("fig4-lengths", Path("."), pd.DataFrame(out), pd.DataFrame(), request=Request())
+    claims = evaluate({"fig4-lengths": result}, claims=[c for c in CLAIMS if c.figure == "fig4-lengths"])
+    assert list(claims.status) == statuses, list(claims.evidence)
+    assert "at the untrained n = 2, 3, 4, 5, ..." in claims.evidence[0]

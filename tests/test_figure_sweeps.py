@@ -183,3 +183,18 @@ def test_dry_run_lists_every_cell_and_creates_nothing(figure, profile, tmp_path,
     assert f"totals: {len(planned)} pending" in out
     assert all(p.cell.name in out for p in planned)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("profile", ["", "quick"])
+def test_app_a_lengths_sweep_trains_gpt2_and_sgpt_between_untested_lengths(profile):
+    """sweeps/fig4_lengths.yaml: GPT-2 and SGPT on Fig. 4's ReLU task, the loss at lengths 1, 11, ..., 91
+    (quick: 1, 6, 11, 16) alone, tested at lengths between them too, 3 seeds."""
+    plan = [p.cell for p in load_plan(SWEEPS / "fig4_lengths.yaml", profile).cells]
+    assert {c.model.arch for c in plan} == {"gpt2", "sgpt"} and len({c.seed for c in plan}) == 3
+    assert {c.task.family for c in plan} == {"relu_net"}
+    for c in plan:
+        assert c.N == c.train.lengths[-1] and c.train.curriculum.points_start == 0
+        untested = set(c.eval.n) - set(c.train.lengths)
+        assert untested and all(c.train.lengths[0] < n < c.N for n in untested)
+    if not profile:
+        assert {(c.task.d, c.T, c.train.steps, c.N) for c in plan} == {(20, 2e6, 500000, 91)}

@@ -43,7 +43,7 @@ def test_a_padded_cell_has_the_largest_length_as_its_N_and_its_key_leaves_old_ce
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"model": {"arch": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}}, "only mlp cells"),
+        ({"model": {"arch": "onelayer", "width": 8, "feature_map": "linear"}}, "only mlp, gpt2 and sgpt"),
         ({"train": {**tiny_cell_dict()["train"], "lengths": [6, 3]}}, "increasing"),
         ({"train": {**tiny_cell_dict()["train"], "lengths": [0, 3]}}, ">= 1"),
         (
@@ -214,3 +214,19 @@ def test_the_graph_path_trains_a_padded_mlp_to_the_eager_numbers(packed):
     for eager, graphed in zip(*runs):
         for x, y in zip(eager.model.parameters(), graphed.model.parameters()):
             assert torch.equal(x, y)
+
+
+def test_a_transformer_trained_at_given_lengths_takes_its_loss_there_and_trains_alone():
+    """App. A's GPT-2 trained at 1, 11, ..., 91 (sweeps/fig4_lengths.yaml): the loss at those lengths alone,
+    and no pack (the stacked transformers take the prefix loss)."""
+    model = {"arch": "gpt2", "layout": "stacked", "n_layer": 1, "n_head": 1, "n_embd": 8}
+    cell = padded(model=model)
+    assert cell.N == 6 and not cell.kind.packable(cell)
+    assert Cell.from_dict(tiny_cell_dict(model=model)).kind.packable(
+        Cell.from_dict(tiny_cell_dict(model=model))
+    )
+    trainer, twin = CellTrainer(cell), CellTrainer(cell)
+    batch = trainer.train_batch(0)
+    pred = twin.model(batch.xs, batch.ys)
+    expected = (pred[:, LENGTHS] - batch.ys[:, LENGTHS]).pow(2).mean()
+    torch.testing.assert_close(trainer.step_on(batch.xs, batch.ys), expected.detach())

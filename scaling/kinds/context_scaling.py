@@ -166,12 +166,13 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
 
 
 def check_cell(cell) -> None:
-    """``train.lengths`` (App. A's one MLP for every context length, its input zero-padded to the largest)
-    is the vectorised MLP's protocol: only an ``mlp`` cell trains at given lengths."""
+    """``train.lengths`` (the loss at given context lengths alone: App. A's MLP zero-padded to the largest,
+    its transformers trained at 1, 11, ..., 91) trains the models a pack can mask: MLPs and transformers
+    (a transformer with lengths trains alone: ``packable``)."""
     check(
-        not cell.train.lengths or cell.model.arch == "mlp",
+        not cell.train.lengths or cell.model.arch in ("mlp", "gpt2", "sgpt"),
         "train.lengths",
-        f"only mlp cells train at given context lengths (App. A's zero-padded MLP), not {cell.model.arch}",
+        f"only mlp, gpt2 and sgpt cells train at given context lengths, not {cell.model.arch}",
     )
 
 
@@ -181,7 +182,10 @@ def cost(cell) -> CellCost:
 
 
 def packable(cell) -> bool:
-    """Whether the cell's model can train stacked with others (scaling.papers.context_scaling.stacked)."""
+    """Whether the cell's model can train stacked with others (scaling.papers.context_scaling.stacked): a
+    transformer trained at given lengths trains alone (the stacked transformers take the prefix loss)."""
+    if cell.train.lengths and cell.model.arch != "mlp":
+        return False
     return model_facts(cell.model.arch).packable(cell.model)
 
 

@@ -28,6 +28,7 @@ checked without runs.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Callable
 
@@ -317,6 +318,56 @@ PADDED = "App. A's one MLP for every context length, zero-padded to the largest,
 PER_N = "second view: one MLP per N, compared at n = N across separately trained networks"
 
 
+def untrained_ratios(result, model: str) -> tuple[pd.Series, list[float]] | str:
+    """(per seed: the geometric mean, over the tested lengths between the ones `model` was trained at
+    (train.lengths), of its err/zero there over the log-linear interpolation of its trained neighbours'; those
+    lengths), or why not. err/zero: the zero predictor on the same prompts and length cancels the labels'
+    noise."""
+    t = result.table
+    rows = t[(t["model"] == model) & t["predictor"].isin(["model", "zero"])]
+    if rows.empty or "param.train.lengths" not in rows:
+        return f"no {model} cells trained at given lengths"
+    rows = rows[rows["T"] == rows["T"].max()]
+    trained = sorted({int(n) for text in rows["param.train.lengths"].dropna() for n in json.loads(text)})
+    wide = rows.pivot_table(index=["seed", "n"], columns="predictor", values="err", aggfunc="mean")
+    rel = np.log(wide["model"] / wide["zero"]).unstack("n")  # (seeds, n): log err/zero
+    tested = [float(n) for n in rel.columns if trained and trained[0] < n < trained[-1] and n not in trained]
+    if not tested or not set(trained) <= set(rel.columns):
+        return f"{model}: no tested length between its trained lengths {trained}"
+    gaps = []
+    for n in tested:
+        lo, hi = max(k for k in trained if k < n), min(k for k in trained if k > n)
+        w = (n - lo) / (hi - lo)
+        gaps.append(rel[n] - ((1 - w) * rel[lo] + w * rel[hi]))
+    return np.exp(pd.concat(gaps, axis=1).mean(axis=1)).dropna(), tested
+
+
+def untrained_lengths(model: str, fails: bool) -> Callable[[object], Outcome]:
+    """A check that `model` does (``fails=False``) or does not (``fails=True``) generalise to the context
+    lengths it was not trained on (App. A): the per-seed ratio of ``untrained_ratios`` with its interval,
+    generalising when inside the comparable band, failing when wholly above it."""
+
+    def check(result) -> Outcome:
+        found = untrained_ratios(result, model)
+        if isinstance(found, str):
+            return Outcome(NOT_RUN, found)
+        ratios, tested = found
+        r = ratio_side(ratios.to_numpy(), 1 / COMPARABLE, COMPARABLE, result.request.rule())
+        where = ", ".join(f"{n:g}" for n in tested[:4]) + (", ..." if len(tested) > 4 else "")
+        said = f"at the untrained n = {where}: err/zero over its trained neighbours' (log-linear) "
+        if r.side == TOO_FEW:
+            return Outcome(INCONCLUSIVE, said + f"{r.ratio:.2f} on {r.n_seeds} seeds: too few seeds")
+        said += f"{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}] over {r.n_seeds} seeds; generalises: within "
+        said += f"{1 / COMPARABLE:.2f}-{COMPARABLE:g}x, fails: above {COMPARABLE:g}x"
+        if r.side == "inside":
+            return Outcome(NOT_REPRODUCED if fails else REPRODUCED, said)
+        if r.lo > COMPARABLE:
+            return Outcome(REPRODUCED if fails else NOT_REPRODUCED, said)
+        return Outcome(INCONCLUSIVE, said)
+
+    return check
+
+
 def _scales(fig, panel, model, question, expect, family=None, near=None, what="", view=""):
     verb = {"context": "context-scales", "task": "task-scales"}[question]
     text = f"{what or model} {verb if expect else 'does not ' + verb[:-1]}" + (
@@ -470,4 +521,18 @@ CLAIMS: list[Claim] = [
         for m, name in (("gpt2", "GPT-2"), ("sgpt", "SGPT"))
         for p, q in (("A", "task"), ("B", "context"))
     ],
+    Claim(
+        "fig4-lengths",
+        "App. A",
+        "GPT-2 does not generalise to context lengths it was not trained on (ReLU teacher)",
+        untrained_lengths("gpt2", fails=True),
+        ("gpt2",),
+    ),
+    Claim(
+        "fig4-lengths",
+        "App. A",
+        "SGPT generalises to context lengths it was not trained on (ReLU teacher)",
+        untrained_lengths("sgpt", fails=False),
+        ("sgpt",),
+    ),
 ]

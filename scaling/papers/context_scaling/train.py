@@ -101,8 +101,10 @@ class TrainConfig:
     # the context lengths the loss is taken at (seed 001 App. A: "we always trained a single MLP for all
     # context lengths by zero-padding to the largest context length", Fig. 1's "trained and tested on the same
     # set of context lengths: 5, 10, 20, 30, and 40"): one model trained on prompts of each of these lengths,
-    # the vectorised input zero-padded to the largest, which is the cell's N (scaling.cells.Cell), and tested
-    # at them (unless eval.n says otherwise). Empty (the default): every prefix 1..N, the loss of eq. 2
+    # an MLP's vectorised input zero-padded to the largest, which is the cell's N (scaling.cells.Cell), and
+    # tested at them unless eval.n says otherwise (App. A's GPT-2, "trained on context lengths from 1 to 100
+    # with a step size of 10", tested between them: sweeps/fig4_lengths.yaml). Empty (the default): every
+    # prefix 1..N, the loss of eq. 2
     lengths: tuple[int, ...] = ()
 
     def __post_init__(self):
