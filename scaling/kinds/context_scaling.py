@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..checkpoints import behind
-from ..config import format_T
+from ..config import check, format_T
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.models import model_facts
 from ..papers.context_scaling.stacked import PackTrainer
@@ -165,6 +165,16 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
             log.log_metrics(GRAPH_REPLAYS, [(trainer.step, stacked.replayed)])
 
 
+def check_cell(cell) -> None:
+    """``train.lengths`` (App. A's one MLP for every context length, its input zero-padded to the largest)
+    is the vectorised MLP's protocol: only an ``mlp`` cell trains at given lengths."""
+    check(
+        not cell.train.lengths or cell.model.arch == "mlp",
+        "train.lengths",
+        f"only mlp cells train at given context lengths (App. A's zero-padded MLP), not {cell.model.arch}",
+    )
+
+
 def cost(cell) -> CellCost:
     """Training FLOPs, seconds and peak memory of the cell from its model's facts and the cost table."""
     return training_cost(cell)
@@ -180,6 +190,7 @@ TRAIN = Kind(
     run=run,
     label=label,
     analysis="analysis.papers.context_scaling.plugin:TRAINING",
+    check=check_cell,
     cost=cost,
     packable=packable,
     run_pack=run_pack,
