@@ -1,8 +1,8 @@
 """Which backend serves a tracking URI, and the store or cell log it opens there: MLflow serves every URI
 today (``sqlite:///``, ``file:``, ``http(s)://``, ``postgresql://``, ...), its searches of a store in a
 database (``sqlite:///``, ``postgresql://``, ``mysql://``, ...) read from its tables directly
-(database.DatabaseTracker); a second backend claims its URIs here (docs/design.md, "The tracking store is
-an interface")."""
+(database.DatabaseTracker); a second backend claims its URIs here
+(docs/design.md, "The tracking store is an interface")."""
 
 from __future__ import annotations
 
