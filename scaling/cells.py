@@ -2,12 +2,13 @@
 
 A cell is everything that defines one result: the task and its parameters, the model and its size, the
 training budget, the evaluation, T (pretraining tasks; inf = a fresh task per prompt), N (the largest
-context length trained on) and the seed. Its key is a hash of its canonical form (fields at their
-default are left out, so adding a setting with a default keeps old keys); the key is the MLflow tag
-that makes sweeps resumable and idempotent. ``job`` names the cell's experiment kind (scaling.kinds:
-``train``, the default, trains and evaluates); a kind with settings of its own reads them from the group
-it declares (e.g. ``temperature``), held in ``settings`` and written at the top level of the cell's
-dict, as if it were a field. Resources and the sweep's name are not part of a cell.
+context length trained on: the largest of ``train.lengths`` where they are given, whatever the grid's N, so
+that one zero-padded MLP serves a grid's every N, seed 001 App. A) and the seed. Its key is a hash of its
+canonical form (fields at their default are left out, so adding a setting with a default keeps old keys);
+the key is the MLflow tag that makes sweeps resumable and idempotent. ``job`` names the cell's experiment
+kind (scaling.kinds: ``train``, the default, trains and evaluates); a kind with settings of its own reads
+them from the group it declares (e.g. ``temperature``), held in ``settings`` and written at the top level
+of the cell's dict, as if it were a field. Resources and the sweep's name are not part of a cell.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Cell:
     settings: dict[str, Any] = field(default_factory=dict, metadata={"inline": True})
 
     def __post_init__(self):
+        if self.train.lengths:  # one model trained at these lengths, zero-padded to the largest (App. A)
+            object.__setattr__(self, "N", self.train.lengths[-1])
         check(
             self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()),
             "T",
