@@ -193,13 +193,17 @@ def sweep_file_of(uri: str, experiment: str) -> str:
 def pooled(table: pd.DataFrame, source: Source, uri: str) -> tuple[pd.DataFrame, tuple[str, ...], list[str]]:
     """An experiment's cells that may be pooled (the ``--set`` variant asked for), its grid axes and a note;
     fails when the cells differ beyond the grid axes (scaling.judge.provenance)."""
-    axes = grid_axes(uri, source.name)
+    axes, models = grid_axes(uri, source.name), set(table["model"]) if len(table) else set()
     try:
         table = provenance.select(table, source.overrides).reset_index(drop=True)
         provenance.check_poolable(table, axes, source.name, sweep_file_of(uri, source.name))
     except provenance.PoolingError as err:
         raise AnalysisError(str(err)) from None
-    return table, axes, [f"the cells with {', '.join(source.overrides)}"] if source.overrides else []
+    notes = [f"the cells with {', '.join(source.overrides)}"] if source.overrides else []
+    dropped = sorted(models - set(table["model"]))  # a --set one model's preset overrides: said, not silent
+    if dropped:
+        notes.append(f"no cell of {', '.join(dropped)} has {', '.join(source.overrides)}: left out")
+    return table, axes, notes
 
 
 def read(source: Source, uri: str, out: Path) -> AnalysisResult:
