@@ -299,7 +299,13 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
     assert set(picked.table["cell_key"]) == set(short.table["cell_key"])
     gpt2_only = analyse(  # GPT-2's own steps: the MLP (4000, its preset's) is left out, and said so
         Request(
-            None, "smoke", tracking_uri=uri, out=tmp_path / "gpt2", log=False, overrides=("train.steps=1000",)
+            None,
+            "smoke",
+            tracking_uri=uri,
+            out=tmp_path / "gpt2",
+            bootstrap=20,
+            log=False,
+            overrides=("train.steps=1000",),
         )
     )
     assert set(gpt2_only.table["model"]) == {"gpt2"}
