@@ -157,7 +157,8 @@ def test_a_set_variant_names_what_it_changed_in_each_cell_and_the_sweep_as_writt
     assert variant.variant == ("train.steps=200", "grid.T=[16,64]", "models.gpt2.n_layer=3")
     names = {p.cell.key: p.name for p in variant.cells}
     assert names[variant.cells[0].cell.key] == "gpt2 T=16 N=8 seed=0 train.steps=200 model.n_layer=3"
-    assert names[variant.cells[-1].cell.key] == "mlp T=64 N=16 seed=1 train.steps=200"  # not the GPT-2's
+    last = variant.cells[-1].cell
+    assert names[last.key] == f"mlp T=64 N=16 seed={last.seed} train.steps=200"  # not the GPT-2's n_layer
     assert len(set(names.values())) == len(names)
     assert not set(names.values()) & {p.name for p in plain.cells}  # never a name of the sweep as written
 

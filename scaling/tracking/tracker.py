@@ -219,7 +219,9 @@ class Tracker(TrackingStore):
         if experiment_id is None:
             raise LookupError(f"no MLflow experiment named {experiment!r} in {redact(self.uri)}")
         tags = dict(tags)
-        parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment), tags.get("variant", ""))
+        sweep, variant = tags.get("sweep", experiment), tags.get("variant", "")
+        # a variant's own parent run, else the sweep's (a variant run before variants had their own)
+        parent = self.sweep_parent(experiment_id, sweep, variant) or self.sweep_parent(experiment_id, sweep)
         if parent:
             tags["mlflow.parentRunId"] = parent
         run_id = analysis_runs.log_outputs_run(self.client, experiment_id, run_name, tags, files, late)
