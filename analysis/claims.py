@@ -47,6 +47,7 @@ class Claim:
     panel: str  # "1A", "7B", ...
     text: str  # what the paper states
     check: Callable[[object], Outcome]  # AnalysisResult -> Outcome
+    models: tuple[str, ...] = ()  # the models it reads, which its size names (analysis.sizes); () = all
 
 
 def within(ratio: float) -> bool:
@@ -201,7 +202,7 @@ def _scales(fig, panel, model, question, expect, family=None, near=None, what=""
     text = f"{what or model} {verb if expect else 'does not ' + verb[:-1]}" + (
         f" ({family})" if family else ""
     )
-    return Claim(fig, panel, text, scaling(question, model, expect, family, near))
+    return Claim(fig, panel, text, scaling(question, model, expect, family, near), (model,))
 
 
 CLAIMS: list[Claim] = [

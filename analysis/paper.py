@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import html
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +36,7 @@ from .papers.temperature import claims as claims_temperature
 from .pipeline import analyse, resolve
 from .plugin import AnalysisError, Request
 from .report import _page, image_html, table_html
+from .sizes import TRAINED, estimated_cost, size_text
 from .verdicts import rule_text
 
 STATUS_COLOURS = {
@@ -51,11 +52,15 @@ LEFT = "style='text-align:left'"  # the headings of the claims table's text colu
 @dataclass(frozen=True)
 class Part:
     """One part of a paper that one sweep file runs: its key (the sweep's name without the profile), the
-    sweep file (from the repository root) and its heading."""
+    sweep file (from the repository root) and its heading; the sizes its rows name against the paper's
+    (``sizes``, of analysis.sizes.SIZES: those its kind has) and what the paper states of a size where the
+    file's own settings hold something else or cannot be planned here (``paper``: size -> text)."""
 
     key: str
     sweep: str
     title: str
+    sizes: tuple[str, ...] = TRAINED
+    paper: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -83,11 +88,32 @@ def _seed001_how(request: Request) -> str:
     )
 
 
+# seed 001 states no training budget (its sweep files take Garg et al.'s), and T only where said here
+SILENT_STEPS = {"steps": "not stated; Garg et al. 500000"}
+UNSTATED_T = {"T": "not stated; Garg et al. inf"}
+SEED001_STATED = {
+    1: {"d": "not stated in Fig. 1; App. C 8", "T": "1e5, 1e6 in B; A's values not stated"},
+    2: UNSTATED_T,
+    3: UNSTATED_T,
+    4: {},
+    5: UNSTATED_T,
+    6: {"T": "not stated", "N": "not stated"},
+    7: {"T": "not stated"},
+    8: {"T": "1e5, 1e6 in B; A's values not stated"},
+}
+THEORY = ("d",)  # seed 004's closed forms and Monte Carlo: no trained model
+# seed 004 App. K: Garg et al.'s released checkpoint (its own file plans only with the checkpoint given)
+GARG_CHECKPOINT = {"d": "20", "N": "40", "width": "256", "layers": "12", "steps": "500000 (Garg et al.)"}
+LLAMA = {"llm": "Llama-2-7b-chat"}  # seed 004 Sec. 5.2 (its own file plans only with the weights given)
+
 PAPERS: tuple[Paper, ...] = (
     Paper(
         "001",
         "Abedsoltan et al., Context-Scaling versus Task-Scaling in In-Context Learning",
-        tuple(Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}") for k in range(1, 9)),
+        tuple(
+            Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}", paper={**SILENT_STEPS, **stated})
+            for k, stated in SEED001_STATED.items()
+        ),
         claiming.CLAIMS,
         _seed001_how,
     ),
@@ -95,7 +121,7 @@ PAPERS: tuple[Paper, ...] = (
         "003",
         "a report on Bai et al., Transformers as Statisticians",
         (
-            Part("stat-gd", "sweeps/stat_gd.yaml", "Sec. 3: in-context gradient descent"),
+            Part("stat-gd", "sweeps/stat_gd.yaml", "Sec. 3: in-context gradient descent", ("d", "N")),
             Part("stat-selection", "sweeps/stat_selection.yaml", "Sec. 4: in-context algorithm selection"),
         ),
         claims_statisticians.CLAIMS,
@@ -105,13 +131,36 @@ PAPERS: tuple[Paper, ...] = (
         "004",
         "Demir & Dogan, Optimal Attention Temperature Enhances In-Context Learning under Distribution Shift",
         (
-            Part("temp-fig1", "sweeps/temp_fig1.yaml", "Figure 1: theory and Monte Carlo under three shifts"),
-            Part("temp-fig2", "sweeps/temp_fig2.yaml", "Figure 2: noise shift"),
-            Part("temp-fig4", "sweeps/temp_fig4.yaml", "Figure 4: linear vs linearized attention"),
-            Part("temp-fig5", "sweeps/temp_fig5.yaml", "Figure 5: attention-weight histograms"),
-            Part("temp-gpt2-scan", "sweeps/temp_gpt2_scan.yaml", "Figure 6: GPT-2 under a covariance shift"),
-            Part("temp-llama-a", "sweeps/temp_llama_a.yaml", "Figure 3a: LLM exact match vs demonstrations"),
-            Part("temp-llama-b", "sweeps/temp_llama_b.yaml", "Figure 3b: LLM exact match vs noisy ratio"),
+            Part(
+                "temp-fig1",
+                "sweeps/temp_fig1.yaml",
+                "Figure 1: theory and Monte Carlo under three shifts",
+                THEORY,
+            ),
+            Part("temp-fig2", "sweeps/temp_fig2.yaml", "Figure 2: noise shift", THEORY),
+            Part("temp-fig4", "sweeps/temp_fig4.yaml", "Figure 4: linear vs linearized attention", THEORY),
+            Part("temp-fig5", "sweeps/temp_fig5.yaml", "Figure 5: attention-weight histograms", THEORY),
+            Part(
+                "temp-gpt2-scan",
+                "sweeps/temp_gpt2_scan.yaml",
+                "Figure 6: GPT-2 under a covariance shift",
+                ("d", "N", "width", "steps", "layers"),
+                GARG_CHECKPOINT,
+            ),
+            Part(
+                "temp-llama-a",
+                "sweeps/temp_llama_a.yaml",
+                "Figure 3a: LLM exact match vs demonstrations",
+                ("llm",),
+                LLAMA,
+            ),
+            Part(
+                "temp-llama-b",
+                "sweeps/temp_llama_b.yaml",
+                "Figure 3b: LLM exact match vs noisy ratio",
+                ("llm",),
+                LLAMA,
+            ),
         ),
         claims_temperature.CLAIMS,
         lambda request: claims_temperature.HOW,
@@ -238,9 +287,12 @@ def part_claims(paper: Paper, figure: Figure, request: Request) -> pd.DataFrame:
     results = {figure.name: figure.result} if figure.result is not None else {}
     rows = claiming.evaluate(results, {figure.name: figure.reason}, claims)
     sweep, analysis = commands(figure, request)
+    path = figure.sweep if Path(figure.sweep).is_file() else str(ROOT / figure.sweep)
+    part = figure.part
+    sizes = [size_text(path, figure.profile, c.models, part.paper, part.sizes) for c in claims]
     return rows.assign(
-        paper=paper.seed, sweep_file=figure.sweep, profile=figure.profile, sweep_command=sweep,
-        analysis_command=analysis,
+        paper=paper.seed, sweep_file=figure.sweep, profile=figure.profile, size=sizes,
+        cost=estimated_cost(path, figure.profile), sweep_command=sweep, analysis_command=analysis,
     )  # fmt: skip
 
 
@@ -265,13 +317,15 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
         f'<tr style="background:{STATUS_COLOURS.get(r.status, "#fff")}"><td>{html.escape(r.panel)}</td>'
         f"<td class='text'>{html.escape(r.claim)}</td><td><b>{html.escape(r.status)}</b></td>"
         f"<td class='text'>{html.escape(r.evidence)}</td><td>{html.escape(r.profile or '(none)')}</td>"
+        f"<td class='text'>{html.escape(r.size)}</td>"
         f"<td class='text'>{'' if run else 'to run: '}<code>{html.escape(r.sweep_command)}</code><br>"
-        f"{'then ' if not run else ''}<code>{html.escape(r.analysis_command)}</code></td></tr>"
+        f"{'then ' if not run else ''}<code>{html.escape(r.analysis_command)}</code>"
+        f"{'' if run or not r.cost else '<br>(' + html.escape(r.cost) + ')'}</td></tr>"
         for r in rows.itertuples()
     )
     return head + (
         f"<table class='data'><tr><th>panel</th><th {LEFT}>claim</th><th>status</th><th {LEFT}>numbers</th>"
-        f"<th>profile</th><th {LEFT}>commands</th></tr>{body}</table>"
+        f"<th>profile</th><th {LEFT}>size against the paper's</th><th {LEFT}>commands</th></tr>{body}</table>"
     )
 
 
@@ -319,8 +373,8 @@ def write_paper(
         [part_claims(paper, figures[part.key], request) for paper in PAPERS for part in paper.parts],
         ignore_index=True,
     )
-    columns = ["paper", "figure", "panel", "claim", "status", "evidence", "experiment", "profile"]
-    claims = claims[columns + ["sweep_file", "sweep_command", "analysis_command"]]
+    columns = ["paper", "figure", "panel", "claim", "status", "evidence", "experiment", "profile", "size"]
+    claims = claims[columns + ["sweep_file", "cost", "sweep_command", "analysis_command"]]
     claims.to_csv(out / "claims.csv", index=False)
     sections = "".join(paper_section(paper, figures, claims, request, out) for paper in PAPERS)
     at = f" ({html.escape(profile)} profile)" if profile else ""
@@ -331,6 +385,8 @@ def write_paper(
     )
     body = f"""<h1>Reproduction report: seeds 001, 003 and 004{at}</h1>
 <p>Each claim of the three papers, checked on the runs in the store: {html.escape(claiming.tally(claims))}.
+Each row names its profile's size beside the paper's ("d 4 (paper 8)"): the paper's is its sweep file's own
+settings, which follow the paper and, where the paper is silent, what the file's header says it chose.
 Made by <code>{html.escape(paper_command(list(sweeps), request))}</code>. The runs are small (each part's
 profile says its size), so a claim that does not reproduce here says what this budget shows, not that the
 paper is wrong.</p>

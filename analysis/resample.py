@@ -1,5 +1,5 @@
-"""Bootstrap intervals of the temperature scans' verdicts (analysis/papers/temperature/plugin.py), over the
-units the scans log in ``units.parquet`` (scaling.kinds.temperature.JobResult.units).
+"""Bootstrap intervals of the temperature scans' verdicts (analysis/papers/temperature/scans.py), over the
+units the scans log in ``units.parquet`` (scaling.papers.temperature.jobs.JobResult.units).
 
 - ``crossed``: the LLM scan. Every Monte Carlo run answers every test question, so the scores form a
   (run, question) grid per x; a resample draws runs and questions with replacement, independently (a

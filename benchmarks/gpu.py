@@ -672,7 +672,7 @@ def kinds_phase(run: Run, seconds: float) -> None:
     the CPU whatever the device: scaling.papers.context_scaling.tasks.fresh_prompts): their answers agree to
     fp32 (GPT-2) or fp64 (constructions) rounding. A cell trained on each device (CUDA draws its own batches)
     is INFO."""
-    from scaling.kinds.temperature import scan_gpt2
+    from scaling.papers.temperature.jobs import scan_gpt2
 
     cpu, gpu = torch.device("cpu"), run.device
     train = Cell.from_dict(KIND_CELLS["train"])

@@ -13,8 +13,10 @@ import copy
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import tomllib
 from pathlib import Path
@@ -317,6 +319,56 @@ def test_a_head_with_a_sqlite_store_keeps_it_and_backs_it_up(tmp_path):
     with sqlite3.connect(home / "backup" / "mlflow.db") as copy_:
         assert copy_.execute("SELECT id FROM runs").fetchall() == [("r1",)]
     assert not (home / "postgres").exists()
+
+
+def test_restore_refuses_a_folder_that_is_no_backup(tmp_path):
+    env = {"MLFLOW_HOST": "127.0.0.1", "MLFLOW_HOME": str(tmp_path / "m")}
+    missing = run_start_mlflow_args(["restore", str(tmp_path / "nope")], env, tmp_path)
+    assert missing.returncode == 1 and "restore: no backup folder" in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = run_start_mlflow_args(["restore", str(tmp_path / "empty")], env, tmp_path)
+    assert empty.returncode == 1 and "holds neither mlflow.dump nor mlflow.db" in empty.stderr
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir())
+
+
+@pytest.mark.slow
+def test_restore_puts_a_sqlite_backup_in_place_and_keeps_the_replaced_store(tmp_path):
+    """`start_mlflow.sh restore DIR` (docs/cluster.md, "The head is lost"): the server comes back on its
+    address serving the backup's runs and artifacts; the store it replaced is kept aside, not deleted."""
+    import mlflow
+
+    home = tmp_path / "m"
+    env = {"MLFLOW_HOME": str(home), "MLFLOW_HOST": "127.0.0.1", "MLFLOW_PORT": str(free_port())}
+    try:
+        assert run_start_mlflow_args([], {**env, "MLFLOW_DB": "sqlite"}, tmp_path, 300).returncode == 0
+        uri = (home / "tracking_uri").read_text().strip()
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        experiment = client.create_experiment("restore-check")
+        kept = client.create_run(experiment).info.run_id
+        (tmp_path / "note.txt").write_text("kept")
+        client.log_artifact(kept, str(tmp_path / "note.txt"))
+        assert run_start_mlflow_args(["backup"], env, tmp_path).returncode == 0
+        backup = tmp_path / "mlflow-backup"  # as the documented rsync-down lines leave it
+        shutil.copytree(home / "backup", backup)
+        shutil.copytree(home / "artifacts", backup / "artifacts")
+        later = client.create_run(experiment).info.run_id  # after the backup: not in it
+
+        restored = run_start_mlflow_args(["restore", str(backup)], {"MLFLOW_HOME": str(home)}, tmp_path, 300)
+        assert restored.returncode == 0, restored.stderr + restored.stdout
+        assert (home / "tracking_uri").read_text().strip() == uri  # the same address and port
+        runs = {r.info.run_id for r in client.search_runs([experiment])}
+        assert runs == {kept}
+        assert Path(client.download_artifacts(kept, "note.txt", str(tmp_path / "got"))).read_text() == "kept"
+        (aside,) = home.glob("replaced-*")
+        with sqlite3.connect(aside / "mlflow.db") as db:
+            assert (later,) in db.execute("SELECT run_uuid FROM runs").fetchall()
+    finally:
+        subprocess.run(
+            ["python", str(ROOT / "cluster" / "stop_ray.py"), str(home / "no-ray"), "--mlflow"],
+            env={**os.environ, "MLFLOW_HOME": str(home)},
+            capture_output=True,
+            timeout=120,
+        )
 
 
 def run_start_mlflow_args(args, env, tmp_path, timeout=60):

@@ -19,7 +19,7 @@ command (it finds the cluster, its MLflow server and storage in the head's ``clu
   from step 0; no cell is counted twice or skipped, every loss point is there once.
 
 Needs root (PostgreSQL then runs as user ``postgres``), Debian's postgresql and psycopg2 (the postgres
-extra); skips saying which is missing. ~4 minutes each on 2 cores:
+extra); skips saying which is missing. 7 and 9 minutes on a 2-core machine shared by other work (load ~20):
 
     python -m pytest -m slow tests/test_head_loss.py
 """

@@ -107,6 +107,12 @@ def test_a_claim_whose_sweep_ran_shows_its_numbers_profile_and_commands(report, 
     fig1 = table[table["figure"] == "fig1"]
     assert len(fig1) == 4 and "not run" not in set(fig1["status"])
     assert all("err/zero" in e or "drop" in e or "interval" in e for e in fig1["evidence"]), fig1["evidence"]
+    # each row names its size beside the paper's, for the models it reads
+    assert all(
+        s.startswith("d 4 (paper not stated in Fig. 1; App. C 8); N 10 (paper 5-40") for s in fig1["size"]
+    )
+    gpt2 = fig1[fig1["claim"].str.startswith("GPT-2")]
+    assert all("width gpt2 16 (paper 256)" in s and "mlp" not in s for s in gpt2["size"]), gpt2["size"]
     shifts = table[table["figure"] == "temp-fig1"]
     assert list(shifts["panel"]) == ["1a", "1b", "1c"]
     assert all("tau_opt = " in e and "90% interval" in e for e in shifts["evidence"])
@@ -129,6 +135,8 @@ def test_a_claim_whose_sweep_did_not_run_says_so_with_the_command_to_run_it(repo
         "--tracking-uri",
         store[0],
     ]
+    assert all(s.startswith("d 20 (= paper); N 40 (= paper)") for s in fig2["size"])
+    assert all(c.startswith("estimated training compute: ") for c in fig2["cost"])
     given = table[table["figure"] == "temp-fig4"].iloc[0]
     assert given["status"] == "not run"
     assert given["profile"] == "own" and "no MLflow experiment named 'temp-fig4-own'" in given["evidence"]

@@ -45,6 +45,11 @@ def test_a_store_older_than_the_storage_is_noticed_and_its_cells_trained_again(t
     shutil.copy(tmp_path / "backup.db", db)  # restored: seeds 1 and 2 are gone from the store
     assert len(client.search_runs([experiment], "tags.kind = 'cell'")) == 1
 
+    with open(tmp_path / "dry-run.log", "w") as log:  # --dry-run shows what the rerun will do
+        assert start_driver(path, uri, storage, log, "--dry-run", **flush).wait(timeout=300) == 0
+    dry = (tmp_path / "dry-run.log").read_text()
+    assert "totals: 2 behind the tracking store, 1 complete" in dry, dry
+
     text = sweep("after-restore")
     (said,) = [line for line in text.splitlines() if "the tracking store is behind the storage" in line]
     late = {k: r for k, r in before.items() if r.data.params["seed"] != "0"}

@@ -1,6 +1,6 @@
 """The temperature scans' verdict intervals come from a bootstrap over the units the cells log
 (units.parquet): questions and Monte Carlo runs for the LLM scan, prompts and seeds for the GPT-2 scan
-(analysis/resample.py, analysis/papers/temperature/plugin.py). Two Monte Carlo runs that agree no longer give
+(analysis/resample.py, analysis/papers/temperature/scans.py). Two Monte Carlo runs that agree no longer give
 a zero-width interval, and a store whose cells logged no units is still analysed, its gains not judged."""
 
 import json

@@ -13,8 +13,9 @@ from mlflow.utils.validation import _validate_metric_name
 from scaling.cells import Cell
 from scaling.config import ConfigError, canonical
 from scaling.kinds.registry import KINDS
-from scaling.kinds.temperature import best_tau, metric_key, run_job
+from scaling.kinds.temperature import metric_key, run_job
 from scaling.papers.temperature.garg import garg_model, to_garg_names
+from scaling.papers.temperature.jobs import best_tau
 from scaling.papers.temperature.tiny_llm import save_tiny_llama
 from scaling.plan import load_plan
 from scaling.sweep.__main__ import main

@@ -29,9 +29,12 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
     out.write(describe_gpu(plan) + "\n")
 
 
-def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str]:
-    """The --dry-run state of every cell: complete, partial (step s/S) from its checkpoint, pending, or
-    checkpoint damaged (and what a run will do about it); cells another driver trains now say by whom."""
+def cell_states(
+    plan: Plan, complete: set[str], store_uri: str, behind: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The --dry-run state of every cell: complete, partial (step s/S) from its checkpoint, pending,
+    checkpoint damaged (and what a run will do about it), or ``behind`` the tracking store (its checkpoint
+    is ahead of its run: trained again from step 0); cells another driver trains now say by whom."""
     store, leases = CheckpointStore(store_uri), Leases(store_uri)
     status = {}
     for planned in plan.cells:
@@ -46,6 +49,8 @@ def cell_states(plan: Plan, complete: set[str], store_uri: str) -> dict[str, str
                 + (f"resumes from step {step}/{steps}" if step is not None else "trains from scratch")
                 + ")"
             )
+        elif key in behind:
+            status[key] = f"behind the tracking store (checkpoint {step}/{steps}; trains again from 0)"
         else:
             status[key] = f"partial (step {step}/{steps})" if step is not None else "pending"
         holder = leases.holder(key)

@@ -201,7 +201,8 @@ def check_sweep_name(run: SweepRun) -> None:
 
 def describe_run(run: SweepRun) -> SweepOutcome:
     """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
-    describe_plan(run.plan, cell_states(run.plan, run.complete, run.store_uri), run.out)
+    behind = frozenset(behind_the_storage(run))
+    describe_plan(run.plan, cell_states(run.plan, run.complete, run.store_uri, behind), run.out)
     if run.policy is not None:
         describe_adaptive(run.policy, run.out)
     return SweepOutcome(len(run.plan.cells), len(run.complete))

@@ -1,6 +1,6 @@
 """The claims of seed 004 (Demir & Dogan, "Optimal Attention Temperature Enhances In-Context Learning under
 Distribution Shift"), each checked against the verdicts its sweep's analysis already makes
-(analysis/papers/temperature/plugin.py: per panel the metric at tau = 1 and at the best tau, the gain's 90%
+(analysis/papers/temperature/: per panel the metric at tau = 1 and at the best tau, the gain's 90%
 interval).
 
 A temperature claim ("a tau other than 1 helps", "linearized attention beats linear attention") is
@@ -20,7 +20,8 @@ import pandas as pd
 from analysis.claims import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Claim, Outcome
 from scaling.judge.verdicts import INCONCLUSIVE
 
-from .plugin import _rows, weight_variances
+from .theory import weight_variances
+from .verdict_rows import rows_of
 
 
 def _panel(value: str, spec: str | None) -> bool:
@@ -65,7 +66,7 @@ def flattens(kind: str):
     smallest scanned tau and smallest at the largest."""
 
     def check(result) -> Outcome:
-        variances = weight_variances(_rows(result.table, "attention_histograms"))
+        variances = weight_variances(rows_of(result.table, "attention_histograms"))
         if kind not in variances:
             return Outcome(NOT_RUN, f"no {kind} histograms")
         var = variances[kind].sort_index()
@@ -136,7 +137,7 @@ CLAIMS: list[Claim] = [
 ]
 
 HOW = (
-    "Each claim reads its sweep's temperature verdict (analysis/papers/temperature/plugin.py): the metric "
+    "Each claim reads its sweep's temperature verdict (analysis/papers/temperature/): the metric "
     "at tau = 1 and "
     "at the best tau with 90% intervals (theory panels: Monte Carlo standard errors; the GPT-2 and LLM "
     "scans: bootstraps over prompts and seeds, questions and Monte Carlo runs). Reproduced when the gain is "

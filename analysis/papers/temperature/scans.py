@@ -1,0 +1,250 @@
+"""The verdicts and figures of seed 004's tau scans: a GPT-2 on shifted linear regression (Fig. 6) and a
+causal LM on SciQ with noisy demonstrations (Fig. 3). A scan's verdict intervals are bootstraps of the
+cells' units (analysis/resample.py): seeds and prompts (GPT-2), test questions and Monte Carlo runs (LLM);
+its gain is resolved only when that interval excludes zero."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from analysis import resample
+from analysis.plots import plt
+
+from .verdict_rows import verdict_row, verdict_text
+
+
+def _tau_curves(rows: pd.DataFrame) -> pd.DataFrame:
+    """The tau=<value> rows (no split rows), averaged over seeds per (panel, tau, x)."""
+    scans = rows[rows["tau"].notna() & ~rows["predictor"].astype(str).str.contains("|", regex=False)]
+    return scans.groupby(["panel", "tau", "x"], as_index=False).agg(
+        err=("err", "mean"), err_lo=("err_lo", "mean"), err_hi=("err_hi", "mean"), seeds=("seed", "nunique")
+    )
+
+
+def scan_verdicts(
+    rows: pd.DataFrame,
+    figure: str,
+    llm: bool,
+    units: Mapping[str, pd.DataFrame | None] | None = None,
+    resamples: int = 1000,
+) -> list[dict]:
+    """Per panel of a tau scan: the best tau (least mean error over x; for the LLM, most exact match),
+    the metric at tau = 1 and at the best tau averaged over x with 90% intervals, the gain's interval;
+    for the LLM also one row per x (noisy ratio or demonstrations).
+
+    The intervals are bootstraps of the cells' ``units`` (run id -> its units.parquet; analysis/resample.py):
+    over questions and Monte Carlo runs for the LLM, over seeds and prompts for GPT-2. A panel whose cells
+    did not all log their units (cells run before they did) gets no interval and is not judged resolved."""
+    out = []
+    units = units or {}
+    curves = _tau_curves(rows)
+    for panel, part in curves.groupby("panel"):
+        cells = rows.loc[rows["panel"] == panel, ["run_id", "seed"]].drop_duplicates("run_id")
+        logged = {r: units.get(r) for r in cells["run_id"]}
+        unlogged = sorted(rows.attrs.get("runs", {}).get(r, r) for r, u in logged.items() if u is None)
+        heuristic = (
+            float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
+            if "tau_heuristic" in rows
+            else np.nan
+        )
+        points = [(None, part)]
+        if llm:
+            points += [(x, part[part["x"] == x]) for x in sorted(part["x"].unique())]
+        for x, sub in points:
+            means = sub.groupby("tau")["err"].mean()
+            if 1.0 not in means.index:
+                continue
+            best, vs = _best_and_weighed(means)
+            common, a1, av, ab = _means_at(sub, best, vs)
+            gain = a1 - av  # error at tau = 1 minus at tau = vs: for the LLM, EM(vs) - EM(1)
+            nan3 = (np.nan, np.nan, np.nan)
+            if unlogged:
+                i1, iv, ig = nan3, nan3, nan3
+            elif llm:
+                i1, iv, ig = _llm_intervals(cells, logged, vs, list(common), resamples)
+            else:
+                i1, iv, ig = _gpt2_intervals(cells, logged, vs, resamples)
+            ib = i1 if best == 1.0 else iv
+            lo, hi = ig[1], ig[2]
+            what = (
+                f"exact match ({'all x' if x is None else f'x = {x:g}'})"
+                if llm
+                else "the error averaged over n"
+            )
+            text = verdict_text(gain, lo, hi, what, f"tau = {best:g}")
+            if best == 1.0 and vs != 1.0:
+                text += "; " + _runner_up_text(gain, lo, hi, vs, llm)
+            if unlogged and best != 1.0:
+                text = _not_judged(gain, best, what, unlogged, len(cells))
+            if math.isfinite(heuristic):
+                text += f"; heuristic tau (App. J) = {heuristic:.3g}"
+            at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
+            out.append(
+                verdict_row(
+                    figure=figure,
+                    panel=panel,
+                    x=x if (llm and x is not None) else np.nan,
+                    metric="exact match" if llm else "err (mean over n)",
+                    best_tau=best,
+                    **at,
+                    at_tau1_lo=i1[1],
+                    at_tau1_hi=i1[2],
+                    at_best_lo=ib[1],
+                    at_best_hi=ib[2],
+                    vs_tau=vs,
+                    gain=gain,
+                    gain_lo=lo,
+                    gain_hi=hi,
+                    resolved=bool(lo > 0 or hi < 0),
+                    tau_heuristic=heuristic,
+                    verdict=text,
+                )
+            )
+    return out
+
+
+def _best_and_weighed(means: pd.Series) -> tuple[float, float]:
+    """The best tau (least mean error) and the tau weighed against tau = 1: the best, or when tau = 1 is the
+    best, the best of the others (so a scan always says by how much, with its interval, a tau other than 1
+    helps or hurts)."""
+    best = float(means.idxmin())
+    others = means.drop(1.0)
+    return best, (best if best != 1.0 or others.empty else float(others.idxmin()))
+
+
+def _means_at(sub: pd.DataFrame, best: float, vs: float) -> tuple[pd.Index, float, float, float]:
+    """The x where tau = 1 and tau = vs both have a point, and the mean error there at tau = 1, vs, best."""
+    one, top = sub[sub["tau"] == 1.0].set_index("x"), sub[sub["tau"] == vs].set_index("x")
+    common = one.index.intersection(top.index)
+    at_best = sub[sub["tau"] == best].set_index("x").loc[common, "err"].mean()
+    return common, float(one.loc[common, "err"].mean()), float(top.loc[common, "err"].mean()), float(at_best)
+
+
+def _runner_up_text(gain: float, lo: float, hi: float, vs: float, llm: bool) -> str:
+    """How the best tau other than 1 compares, when tau = 1 is the best scanned: a loss, resolved or not."""
+    change = f"{'exact match' if llm else 'error'} {'up' if (gain > 0) == llm else 'down'} by {abs(gain):.3g}"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"the best other, tau = {vs:g}: {change} (no interval)"
+    return (
+        f"the best other, tau = {vs:g}: {change} (gain {gain:.3g}, 90% interval {lo:.3g} to {hi:.3g}"
+        f"{', resolved' if lo > 0 or hi < 0 else ', not resolved'})"
+    )
+
+
+def _not_judged(gain: float, best: float, what: str, unlogged: list[str], cells: int) -> str:
+    """The verdict of a gain whose cells did not all log units.parquet (cells run before the scans did)."""
+    named = ", ".join(unlogged[:3]) + (", ..." if len(unlogged) > 3 else "")
+    return (
+        f"not judged: gain of tau = {best:g} over tau = 1 on {what} is {gain:.3g}, but {len(unlogged)} of"
+        f" {cells} cells logged no units.parquet (per-question or per-prompt scores: {named}); they ran"
+        " before the scans recorded them: rerun them for an interval"
+    )
+
+
+def _llm_intervals(
+    cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], best: float, xs: list[float], resamples: int
+) -> tuple[tuple, tuple, tuple]:
+    """(EM at tau = 1, EM at the best tau, their gain) as (value, lo, hi): the crossed bootstrap over
+    Monte Carlo runs (a cell's seed and run) and test questions of the x in ``xs``."""
+    frames = [
+        units[run_id].assign(seed=seed) for run_id, seed in zip(cells["run_id"], cells["seed"], strict=True)
+    ]
+    scored = pd.concat(frames, ignore_index=True)
+    scored = scored[scored["tau"].isin([1.0, best]) & scored["x"].isin(xs)]
+    run_units = {key: i for i, key in enumerate(sorted(set(zip(scored["seed"], scored["run"]))))}
+    x_index = {x: i for i, x in enumerate(sorted(xs))}
+    shape = (len(x_index), len(run_units), int(scored["question"].max()) + 1 if len(scored) else 0)
+    arrays = {}
+    for tau in (1.0, best):
+        one = scored[scored["tau"] == tau]
+        array = np.full(shape, np.nan)
+        r = [run_units[key] for key in zip(one["seed"], one["run"])]
+        array[one["x"].map(x_index).to_numpy(), r, one["question"].to_numpy()] = one["correct"].astype(float)
+        arrays[tau] = array
+    drawn = resample.crossed(
+        {"one": arrays[1.0], "best": arrays[best], "gain": arrays[best] - arrays[1.0]}, resamples
+    )
+    return drawn["one"], drawn["best"], drawn["gain"]
+
+
+def _gpt2_intervals(
+    cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], best: float, resamples: int
+) -> tuple[tuple, tuple, tuple]:
+    """(error at tau = 1, at the best tau, their gain) as (value, lo, hi): the nested bootstrap over cells
+    (seeds) and, within each, its prompts' errors averaged over n."""
+    per_tau: dict[float, list[np.ndarray]] = {1.0: [], best: []}
+    for run_id in cells["run_id"]:
+        frame = units[run_id]
+        for tau in per_tau:
+            per_tau[tau].append(frame[frame["tau"] == tau].sort_values("prompt")["err"].to_numpy(float))
+    gain = [a - b for a, b in zip(per_tau[1.0], per_tau[best], strict=True)]
+    drawn = resample.nested({"one": per_tau[1.0], "best": per_tau[best], "gain": gain}, resamples)
+    return drawn["one"], drawn["best"], drawn["gain"]
+
+
+def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
+    """One panel per shift (GPT-2) or per x axis (LLM): one curve per tau, tau = 1 bold black, the best tau
+    dashed red; GPT-2 adds its baselines (grey), the LLM marks the heuristic tau in the legend."""
+    curves = _tau_curves(rows)
+    panels = sorted(curves["panel"].unique())
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        part = curves[curves["panel"] == panel]
+        means = part.groupby("tau")["err"].mean()
+        best = float(means.idxmin())
+        taus = sorted(part["tau"].unique())
+        colours = plt.cm.coolwarm(np.linspace(0, 1, len(taus)))
+        heuristic = (
+            float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
+            if "tau_heuristic" in rows
+            else np.nan
+        )
+        for tau, colour in zip(taus, colours):
+            one = part[part["tau"] == tau].sort_values("x")
+            y = 1 - one["err"] if llm else one["err"]
+            lo = 1 - one["err_hi"] if llm else one["err_lo"]
+            hi = 1 - one["err_lo"] if llm else one["err_hi"]
+            style = dict(color=colour, lw=1.0, alpha=0.8)
+            label = f"tau = {tau:g}"
+            if tau == 1.0:
+                style = dict(color="black", lw=2.6)
+                label += " (as trained)"
+            if tau == best:
+                style = dict(color="tab:red", lw=2.2, ls="--") if tau != 1.0 else style
+                label += " (best)"
+            if llm:
+                ax.errorbar(
+                    one["x"], y, yerr=[y - lo, hi - y], capsize=2, marker="o", ms=3, label=label, **style
+                )
+            else:
+                ax.plot(one["x"], y, label=label, **style)
+                ax.fill_between(one["x"], lo, hi, color=style["color"], alpha=0.08)
+        if not llm:
+            base = rows[rows["tau"].isna() & ~rows["predictor"].astype(str).str.contains("|", regex=False)]
+            base = base[base["panel"] == panel]
+            # the taus' curves set the frame: least squares near n = d (its interpolation peak) would flatten
+            # them to a line; a baseline that leaves the frame says so
+            top = 1.3 * float(part["err_hi"].fillna(part["err"]).max())
+            for name, b in base.groupby("predictor"):
+                b = b.groupby("n")["err"].mean()
+                label = f"{name} (baseline{', above the frame in places' if b.max() > top else ''})"
+                ax.plot(b.index, b.values, color="grey", ls=":", lw=1.5, label=label)
+            if math.isfinite(top) and top > 0:
+                ax.set_ylim(0, top)
+            ax.set_xlabel("context length n")
+            ax.set_ylabel("normalised squared error")
+            ax.set_title(f"Fig. 6: shift {panel}")
+        else:
+            ax.set_xlabel("noisy ratio" if panel == "noisy_ratio" else "number of demonstrations")
+            ax.set_ylabel("exact match")
+            ax.set_title(f"Fig. 3{'b' if panel == 'noisy_ratio' else 'a'}")
+        if math.isfinite(heuristic):
+            ax.plot([], [], " ", label=f"heuristic tau (App. J) = {heuristic:.3g}")
+        ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
