@@ -3,8 +3,8 @@
 ``python -m analysis --paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml --profile quick``
 analyses each sweep file's experiment that has complete cells (as ``python -m analysis SWEEP`` does: its own
 folder and report, its kind's plug-in), then writes one page, ``analysis_out/paper[-PROFILE]/report.html``
-with ``claims.csv``: a section per paper (seed 001: Figs. 1-8, analysis.claims; seed 003: the constructed
-transformers, analysis.papers.statisticians.claims; seed 004: Figs. 1-6 and 3,
+with ``claims.csv``: a section per paper (seed 001: Figs. 1-8, analysis.papers.context_scaling.claims; seed
+003: the constructed transformers, analysis.papers.statisticians.claims; seed 004: Figs. 1-6 and 3,
 analysis.papers.temperature.claims), for each of its parts (one sweep file each) the figure drawn from the
 runs and each of the paper's claims with "reproduced", "not reproduced", "inconclusive" or "not run", its
 numbers (the kind's own verdicts), the profile it ran at and the commands that produced it. A part whose sweep
@@ -31,6 +31,7 @@ from scaling.redact import redact
 
 from . import claims as claiming
 from .figures import layout_name
+from .papers.context_scaling import claims as claims_context_scaling
 from .papers.statisticians import claims as claims_statisticians
 from .papers.temperature import claims as claims_temperature
 from .pipeline import analyse, resolve
@@ -114,7 +115,7 @@ PAPERS: tuple[Paper, ...] = (
             Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}", paper={**SILENT_STEPS, **stated})
             for k, stated in SEED001_STATED.items()
         ),
-        claiming.CLAIMS,
+        claims_context_scaling.CLAIMS,
         _seed001_how,
     ),
     Paper(
@@ -285,7 +286,7 @@ def part_claims(paper: Paper, figure: Figure, request: Request) -> pd.DataFrame:
     """The part's claims, with the paper, the profile and the commands that produce them."""
     claims = [c for c in paper.claims if c.figure == figure.name]
     results = {figure.name: figure.result} if figure.result is not None else {}
-    rows = claiming.evaluate(results, {figure.name: figure.reason}, claims)
+    rows = claiming.evaluate(results, {figure.name: figure.reason}, claims=claims)
     sweep, analysis = commands(figure, request)
     path = figure.sweep if Path(figure.sweep).is_file() else str(ROOT / figure.sweep)
     part = figure.part

@@ -27,8 +27,8 @@ from scaling.kinds.registry import kind
 from scaling.plan import SweepError, load_plan
 from scaling.plugins import load
 from scaling.table import RunNames, load_table, split_scans
-from scaling.tracking.analysis_runs import log_outputs_run
-from scaling.tracking.tracker import Tracker
+from scaling.tracking import BARE, Columns
+from scaling.tracking.backends import existing_store
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
@@ -82,10 +82,12 @@ def resolve(request: Request) -> Source:
 def experiment_jobs(uri: str, experiment: str) -> frozenset[str]:
     """The kinds of the experiment's cell runs (a run without a ``job`` param trains)."""
     try:
-        runs = Tracker.existing(uri).runs(experiment, "tags.kind = 'cell'")
+        runs = existing_store(uri).runs_of_sweep(
+            experiment, columns=Columns(params=("job",), metrics=(), tags=())
+        )
     except LookupError as err:
         raise AnalysisError(str(err)) from None
-    return frozenset({r.data.params.get("job", "train") for r in runs} or {"train"})
+    return frozenset({r.params.get("job", "train") for r in runs} or {"train"})
 
 
 def plugin_for(source: Source, uri: str) -> Analysis:
@@ -131,13 +133,13 @@ def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
     """The grid axes of the sweep file the experiment was last run with (the ``sweep.yaml`` of its parent
     run), else provenance.DEFAULT_AXES."""
     try:
-        tracker = Tracker.existing(uri)
-        parents = tracker.runs(experiment, "tags.kind = 'sweep'")
+        tracker = existing_store(uri)
+        parents = tracker.runs_of_sweep(experiment, kind="sweep", columns=BARE)
         if not parents:
             return provenance.DEFAULT_AXES
         with tempfile.TemporaryDirectory() as tmp:
             document = yaml.safe_load(
-                Path(tracker.download(parents[0].info.run_id, "sweep.yaml", tmp)).read_text()
+                Path(tracker.download(parents[0].run_id, "sweep.yaml", tmp)).read_text()
             )
     except Exception:  # noqa: BLE001 - no parent run or no sweep.yaml: the default axes
         return provenance.DEFAULT_AXES
@@ -271,6 +273,6 @@ def log_analysis(
             )
         )
         late = (lambda run_id: [(report(run_id), None)]) if report else None
-        return log_outputs_run(
-            Tracker.existing(uri), experiment, name, tags, files + [(summary, None)], late=late
+        return existing_store(uri).log_outputs_run(
+            experiment, name, tags, files + [(summary, None)], late=late
         )

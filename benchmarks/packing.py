@@ -77,11 +77,11 @@ def sweep_seconds(document: dict, pack: str | int, name: str, tmp: str, cells: i
 def trials_span(name: str, tmp: str) -> float:
     """Seconds from the first of sweep ``name``'s cell runs starting to the last one ending (MLflow's
     times): the cells' trials alone, without the sweep's start (Ray, Tune, worker processes)."""
-    from scaling.tracking.tracker import Tracker
+    from scaling.tracking import BARE
+    from scaling.tracking.backends import open_store
 
-    tracker = Tracker(f"sqlite:///{tmp}/mlflow.db")
-    runs = tracker.search(tracker.experiment_id(name), "tags.kind = 'cell'")
-    return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
+    runs = open_store(f"sqlite:///{tmp}/mlflow.db").runs_of_sweep(name, columns=BARE)
+    return (max(r.end_time for r in runs) - min(r.start_time for r in runs)) / 1000
 
 
 def step_seconds(cells, device, steps: int) -> float:
@@ -163,12 +163,12 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
     import torch
 
     from scaling.plan import plan_document
-    from scaling.tracking.tracker import Tracker
+    from scaling.tracking.backends import open_store
     from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
 
     torch.set_num_threads(1)
     uri = f"sqlite:///{tmp}/mlflow.db"
-    tracker = Tracker(uri)
+    tracker = open_store(uri)
     shared = {
         "tracking_uri": uri,
         "experiment_id": tracker.experiment_id(name, create=True),

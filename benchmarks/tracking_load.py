@@ -157,13 +157,13 @@ def trial(uri, experiment_id, parent, cell, curves, weights, points, batches, ba
     wire, said = Wire(), RetryNote()
     logging.getLogger("scaling.tracking").addHandler(said)
     logging.getLogger("scaling.tracking").setLevel(logging.WARNING)
-    from scaling.tracking.cell_log import CellLog
+    from scaling.tracking.backends import open_cell_log
     from scaling.tracking.retry import retry_count
 
     barrier.wait()
     start, error = time.perf_counter(), ""
     try:
-        log = CellLog.open(uri, experiment_id, cell, SWEEP, parent)
+        log = open_cell_log(uri, experiment_id, cell, SWEEP, parent)
         log.flush_every = 0.0  # flush at every checkpoint, as a long cell does (one per 30 s)
         rng = random.Random(cell.seed)
         per = points // batches
@@ -201,16 +201,15 @@ def representative(cell, tmp: Path):
 
 def check_runs(uri: str, experiment_id: str, cells: list, curves, points: int) -> list[str]:
     """What is wrong with the cells' runs as stored (empty: every run complete, every point once)."""
+    from scaling.tracking.backends import open_store
     from scaling.tracking.names import curve_metric_key
-    from scaling.tracking.tracker import Tracker
 
-    tracker = Tracker(uri)
-    client = tracker.client
+    tracker = open_store(uri)
     records = tracker.cell_records(experiment_id)
-    runs = {r.info.run_id: r for r in tracker.runs(SWEEP, "tags.kind = 'cell'")}
+    runs = {r.run_id: r for r in tracker.runs_of_sweep(SWEEP)}
     by_key: dict[str, int] = {}
     for run in runs.values():
-        by_key[run.data.tags.get("cell_key")] = by_key.get(run.data.tags.get("cell_key"), 0) + 1
+        by_key[run.cell_key] = by_key.get(run.cell_key, 0) + 1
     rows = curves[curves["err"].notna()]
     curve_points = {(curve_metric_key(p), int(n)) for p, n in zip(rows["predictor"], rows["n"])}
     problems = []
@@ -222,21 +221,21 @@ def check_runs(uri: str, experiment_id: str, cells: list, curves, points: int) -
         if by_key[cell.key] != 1:
             problems.append(f"{cell.name}: {by_key[cell.key]} runs")
         run = runs[record.run_id]
-        if record.status != "complete" or run.info.status != "FINISHED":
-            problems.append(f"{cell.name}: status {record.status}, run {run.info.status}")
+        if record.status != "complete" or run.state != "FINISHED":
+            problems.append(f"{cell.name}: status {record.status}, run {run.state}")
             continue
-        if run.data.params != cell.params():
+        if dict(run.params) != cell.params():
             problems.append(f"{cell.name}: params differ")
-        steps = sorted(m.step for m in client.get_metric_history(record.run_id, "train/loss"))
+        steps = sorted(step for step, _ in tracker.metric_history(record.run_id, "train/loss"))
         if steps != list(range(1, points + 1)):
             problems.append(f"{cell.name}: {len(steps)} loss points, {len(set(steps))} distinct steps")
-        stored = {k for k in run.data.metrics if k != "train/loss"}
+        stored = {k for k in run.metrics if k != "train/loss"}
         if stored != {k for k, _ in curve_points}:
             problems.append(f"{cell.name}: curve metrics {sorted(stored)}")
-        history = client.get_metric_history(record.run_id, "eval/err")
-        if sorted(m.step for m in history) != sorted(n for k, n in curve_points if k == "eval/err"):
+        history = tracker.metric_history(record.run_id, "eval/err")
+        if sorted(step for step, _ in history) != sorted(n for k, n in curve_points if k == "eval/err"):
             problems.append(f"{cell.name}: eval/err points {len(history)}")
-        files = sorted(f.path for f in client.list_artifacts(record.run_id))
+        files = sorted(tracker.artifact_names(record.run_id))
         if files != ["cell.yaml", "curves.parquet", "model.pt"]:
             problems.append(f"{cell.name}: artifacts {files}")
     return problems
@@ -277,7 +276,7 @@ def run(
     import gc
 
     from scaling.plan import plan_document
-    from scaling.tracking.tracker import Tracker
+    from scaling.tracking.backends import open_store
 
     # as root, start_mlflow.sh runs PostgreSQL as user postgres, who must reach MLFLOW_HOME
     tmp = Path(tempfile.mkdtemp(prefix="tracking-load-", dir=keep))
@@ -291,7 +290,7 @@ def run(
         document = load_sweep(trials)
         cells = [planned.cell for planned in plan_document(document).cells][:trials]
         curves, weights = representative(cells[0], tmp)
-        tracker = Tracker(uri)
+        tracker = open_store(uri)
         experiment_id = tracker.experiment_id(SWEEP, create=True)
         parent = tracker.sweep_run(experiment_id, SWEEP, document)
 

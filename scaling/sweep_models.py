@@ -11,8 +11,8 @@ import yaml
 
 from .cells import ALWAYS, Cell
 from .redact import redact
-from .tracking import STATUS_COMPLETE, TrackingError
-from .tracking.tracker import Tracker
+from .tracking import STATUS_COMPLETE, Columns, TrackingError
+from .tracking.backends import existing_store
 from .tracking.uri import resolve_tracking_uri
 
 
@@ -21,22 +21,26 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
     settings match ``params`` (e.g. {"model.name": "gpt2", "T": "inf"}); the oldest when several match.
     A setting the run logs is matched against its param; one it does not log (it does not apply to the
     run's model and task: scaling.cells.Cell.params) against its cell.yaml, which keeps every setting."""
-    tracker = Tracker.existing(resolve_tracking_uri(uri))
+    tracker = existing_store(resolve_tracking_uri(uri))
     experiment_id = tracker.experiment_id(experiment)
     if experiment_id is None:
         raise TrackingError(
             f"no MLflow experiment {experiment!r} in {redact(tracker.uri)}; run that sweep first"
         )
-    clauses = ["tags.kind = 'cell'", f"tags.status = '{STATUS_COMPLETE}'"]
     # every cell logs these; the others are matched run by run
-    clauses += [f"params.`{k}` = '{v}'" for k, v in sorted(params.items()) if k in ALWAYS]
-    runs = sorted(tracker.search(experiment_id, " and ".join(clauses)), key=lambda r: r.info.start_time or 0)
+    logged_by_all = {k: str(v) for k, v in sorted(params.items()) if k in ALWAYS}
+    found = tracker.find_runs(
+        experiment_id,
+        tags={"kind": "cell", "status": STATUS_COMPLETE},
+        params=logged_by_all,
+        columns=Columns(params=tuple(params), metrics=(), tags=()),
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        for run in runs:
-            logged = run.data.params
+        for run in sorted(found, key=lambda r: r.start_time or 0):
+            logged = run.params
             if any(k in logged and logged[k] != str(v) for k, v in params.items()):
                 continue
-            run_id = run.info.run_id
+            run_id = run.run_id
             Path(tmp, run_id).mkdir()
             cell = yaml.safe_load(Path(tracker.download(run_id, "cell.yaml", f"{tmp}/{run_id}")).read_text())
             absent = [k for k in params if k not in logged]

@@ -1,9 +1,10 @@
-"""MLflow -> one tidy table: a row per (cell, predictor, context length n), as analysis and the adaptive
-driver read a sweep's cells.
+"""The tracking store -> one tidy table: a row per (cell, predictor, context length n), as analysis and the
+adaptive driver read a sweep's cells.
 
-Reads the cell runs of a sweep's experiment in bulk (paged ``search_runs``), downloads each run's
-``curves.parquet`` in parallel, and caches it by run id (a complete run never changes), so reading a
-sweep of thousands of runs takes seconds after the first time. Only runs tagged ``status=complete``
+Reads the cell runs of a sweep's experiment in bulk (TrackingStore.runs_of_sweep: one paged search, only
+the columns the table uses), reads each run's ``curves.parquet`` in parallel (in place when it lies on
+this machine, else downloaded and cached by run id: a complete run never changes), so reading a sweep of
+thousands of runs takes seconds after the first time. Only runs tagged ``status=complete``
 count; the others are listed as missing.
 
 Columns: sweep, cell_key, run_id, model, T (float, inf = fresh tasks), N, seed, predictor ('model' for the
@@ -27,7 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .tracking.tracker import Tracker
+from .tracking import STATUS_COMPLETE, Columns, RunRecord, TrackingStore
+from .tracking.backends import existing_store
 
 UNITS = "units.parquet"
 TABLE_COLUMNS = [
@@ -62,20 +64,29 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SCALING_CACHE", Path.home() / ".cache" / "icl-scaling" / "curves"))
 
 
-def cell_runs(tracking_uri: str, experiment: str, tracker: Tracker | None = None) -> list:
-    """Every cell run of the experiment (all pages of one bulk search: no call per run)."""
-    return (tracker or Tracker.existing(tracking_uri)).runs(experiment, "tags.kind = 'cell'")
+# what the table reads of each cell run: every param (as ``param.<name>``), no metric, two tags
+TABLE_READS = Columns(metrics=(), tags=("sweep", "error"))
 
 
-def _curves(tracker: Tracker, run, cache: Path, in_place: bool = True) -> tuple[pa.Table, bool]:
+def cell_runs(
+    tracking_uri: str, experiment: str, tracker: TrackingStore | None = None, columns: Columns = TABLE_READS
+) -> list[RunRecord]:
+    """Every cell run of the experiment (all pages of one bulk search: no call per run), each with the
+    ``columns`` read."""
+    return (tracker or existing_store(tracking_uri)).runs_of_sweep(experiment, columns=columns)
+
+
+def _curves(
+    tracker: TrackingStore, run: RunRecord, cache: Path, in_place: bool = True
+) -> tuple[pa.Table, bool]:
     """A run's curves as an Arrow table, and whether they had to be downloaded (False: read from the cache
     or, for a store on this machine's file system, in place). Arrow, not pandas, per run: pandas' reader
     costs ~1.7 ms a file, three times Arrow's, and the tables are stacked once (tidy)."""
-    run_id = run.info.run_id
-    local = local_artifact(run.info.artifact_uri, "curves.parquet") if in_place else None
+    local = local_artifact(run.artifact_uri, "curves.parquet") if in_place else None
     if local is not None:
         return pq.read_table(local), False
-    return _artifact(tracker, run_id, "curves.parquet", cache / f"{run_id}.parquet", run, read=pq.read_table)
+    cached = cache / f"{run.run_id}.parquet"
+    return _artifact(tracker, run.run_id, "curves.parquet", cached, run.artifact_uri, read=pq.read_table)
 
 
 def local_artifact(artifact_uri: str | None, name: str) -> Path | None:
@@ -95,18 +106,22 @@ def local_artifact(artifact_uri: str | None, name: str) -> Path | None:
 
 
 def _artifact(
-    tracker: Tracker, run_id: str, name: str, cached: Path, run=None, read=pd.read_parquet
+    tracker: TrackingStore,
+    run_id: str,
+    name: str,
+    cached: Path,
+    artifact_uri: str | None = None,
+    read=pd.read_parquet,
 ) -> tuple[pd.DataFrame | pa.Table, bool]:
     """A parquet artifact of a complete run (``cached`` when read before) as ``read`` reads it, and whether
-    it was downloaded."""
+    it was downloaded (from the run's ``artifact_uri`` when known: no request for the run first)."""
     if cached.exists():
         return read(cached), False
     cached.parent.mkdir(parents=True, exist_ok=True)
     # a folder of this call's own: another process (a second analysis, a replay) may be reading the same
     # run into the same cache at this moment; the last one's rename wins, both with the same file
     with tempfile.TemporaryDirectory(dir=cached.parent, prefix=f".{run_id}.") as own:
-        uri = run.info.artifact_uri if run is not None else None
-        downloaded = Path(tracker.download(run_id, name, own, uri))
+        downloaded = Path(tracker.download(run_id, name, own, artifact_uri))
         frame = read(downloaded)
         downloaded.replace(cached)  # the file as logged (renamed within the cache's file system)
     return frame, True
@@ -118,7 +133,7 @@ def load_units(
     """Each complete run's ``units.parquet`` (the temperature scans' score per question or prompt,
     scaling.kinds.temperature.JobResult.units), or None for a run that logged none (a cell run before the
     scans recorded them); cached by run id beside the curves."""
-    tracker = Tracker.existing(tracking_uri)
+    tracker = existing_store(tracking_uri)
     cache = cache_dir or default_cache_dir()
 
     def one(run_id: str) -> pd.DataFrame | None:
@@ -151,9 +166,9 @@ def load_table(
     ``runs`` (run id -> run name of the complete cells) and ``experiment_id`` (for links to the MLflow UI).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
-    tracker = Tracker.existing(tracking_uri)
+    tracker = existing_store(tracking_uri)
     runs = cell_runs(tracking_uri, experiment, tracker)
-    complete = [r for r in runs if r.data.tags.get("status") == "complete"]
+    complete = [r for r in runs if r.status == STATUS_COMPLETE]
     missing = missing_cells(runs)
     cache = cache_dir or default_cache_dir()
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -164,8 +179,8 @@ def load_table(
         table = tidy(experiment, complete, [frame for frame, _ in read])
     table.attrs.update(
         downloads=sum(fetched for _, fetched in read),
-        runs=RunNames({r.info.run_id: r.info.run_name for r in complete}),
-        experiment_id=runs[0].info.experiment_id if runs else "",
+        runs=RunNames({r.run_id: r.name for r in complete}),
+        experiment_id=runs[0].experiment_id if runs else "",
     )
     return table, missing
 
@@ -179,37 +194,37 @@ def split_scans(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table[~scan].drop(columns="lam").reset_index(drop=True), table[scan].reset_index(drop=True)
 
 
-def missing_cells(runs: list) -> pd.DataFrame:
+def missing_cells(runs: list[RunRecord]) -> pd.DataFrame:
     """The cell runs that are not complete: key, run id, name, status and the last line of the error."""
     return pd.DataFrame(
         [
             {
-                "cell_key": r.data.tags.get("cell_key"),
-                "run_id": r.info.run_id,
-                "name": r.info.run_name,
-                "status": r.data.tags.get("status", ""),
-                "error": ((r.data.tags.get("error") or "").strip().splitlines() or [""])[-1],
+                "cell_key": r.cell_key,
+                "run_id": r.run_id,
+                "name": r.name,
+                "status": r.status,
+                "error": ((r.tags.get("error") or "").strip().splitlines() or [""])[-1],
             }
             for r in runs
-            if r.data.tags.get("status") != "complete"
+            if r.status != STATUS_COMPLETE
         ],
         columns=["cell_key", "run_id", "name", "status", "error"],
     )
 
 
-def tidy(experiment: str, runs: list, curves: list[pa.Table]) -> pd.DataFrame:
+def tidy(experiment: str, runs: list[RunRecord], curves: list[pa.Table]) -> pd.DataFrame:
     """Stack the runs' curves with their cell columns; params join once per run, not per row."""
     cells = pd.DataFrame(
         [
             {
-                "sweep": r.data.tags.get("sweep", experiment),
-                "cell_key": r.data.tags["cell_key"],
-                "run_id": r.info.run_id,
-                "model": r.data.params.get("model.name") or r.data.params.get("model.arch", "?"),
-                "T": parse_T(r.data.params["T"]),
-                "N": int(r.data.params["N"]),
-                "seed": int(r.data.params["seed"]),
-                **{f"param.{k}": v for k, v in r.data.params.items()},
+                "sweep": r.tags.get("sweep", experiment),
+                "cell_key": r.cell_key,
+                "run_id": r.run_id,
+                "model": r.params.get("model.name") or r.params.get("model.arch", "?"),
+                "T": parse_T(r.params["T"]),
+                "N": int(r.params["N"]),
+                "seed": int(r.params["seed"]),
+                **{f"param.{k}": v for k, v in r.params.items()},
             }
             for r in runs
         ]
@@ -219,7 +234,7 @@ def tidy(experiment: str, runs: list, curves: list[pa.Table]) -> pd.DataFrame:
     stacked = pa.concat_tables(
         [
             c.replace_schema_metadata(None).append_column(
-                "run_id", pa.array([r.info.run_id] * c.num_rows, pa.string())
+                "run_id", pa.array([r.run_id] * c.num_rows, pa.string())
             )
             for r, c in zip(runs, curves)
         ],

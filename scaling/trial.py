@@ -45,7 +45,8 @@ from .packing import device_pack_size, memory_guard
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
-from .tracking.cell_log import CellLog
+from .tracking import CellRunLog
+from .tracking.backends import open_cell_log
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class TrialContext(PackContext):
     """What a kind's ``run`` gets besides its cell: a PackContext's device, store, tracking URI and progress,
     and the cell's MLflow ``log``."""
 
-    log: CellLog = field(kw_only=True)
+    log: CellRunLog = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ class Prepared:
     cap: str | None
     store: CheckpointStore
 
-    def note_cap(self, log: CellLog) -> None:
+    def note_cap(self, log: CellRunLog) -> None:
         """Say in the cell's run (a tag and the trial's log) that its GPU memory is capped."""
         if self.cap:
             log.note("gpu_memory_cap", self.cap)
@@ -207,8 +208,8 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     )
 
 
-def open_log(spec: TrialSpec, cell: Cell) -> CellLog:
-    return CellLog.open(
+def open_log(spec: TrialSpec, cell: Cell) -> CellRunLog:
+    return open_cell_log(
         trial_tracking_uri(spec.tracking_uri), spec.experiment_id, cell, spec.sweep, spec.parent_run_id
     )
 
@@ -349,7 +350,7 @@ def pack_memory(cells: list[Cell], device: torch.device, gpu: float):
     return limit, guard, note
 
 
-def train_members(todo: list[tuple[Cell, CellLog]], pack: PackContext) -> list[Callable[[], Any]]:
+def train_members(todo: list[tuple[Cell, CellRunLog]], pack: PackContext) -> list[Callable[[], Any]]:
     """The members trained together by their kind's ``run_pack``: each member's finish, in order. A failure
     while they train fails every member's run and is raised again (Tune retries the pack)."""
     kind = todo[0][0].kind
@@ -363,7 +364,7 @@ def train_members(todo: list[tuple[Cell, CellLog]], pack: PackContext) -> list[C
         raise
 
 
-def finish_members(todo: list[tuple[Cell, CellLog]], finishes: list[Callable[[], Any]]) -> dict[str, str]:
+def finish_members(todo: list[tuple[Cell, CellRunLog]], finishes: list[Callable[[], Any]]) -> dict[str, str]:
     """Each member finished in turn (``finishes``: train_members'); key -> error of those that failed, each
     marked failed in its own run without stopping the others."""
     errors: dict[str, str] = {}

@@ -58,7 +58,7 @@ def test_a_cold_read_beside_another_reader_of_the_same_cache_reads_every_run(sto
     files alone and caches each run once."""
     uri, expected = store
     cache = tmp_path / "cache"
-    runs = [r.info.run_id for r in cell_runs(uri, "fig1-quick") if r.data.tags.get("status") == "complete"]
+    runs = [r.run_id for r in cell_runs(uri, "fig1-quick") if r.status == "complete"]
     for run_id in runs:  # the other reader's downloads in flight, under the names it would use
         (cache / f".{run_id}").mkdir(parents=True)
         (cache / f".{run_id}" / "curves.parquet").write_bytes(b"partial")

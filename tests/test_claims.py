@@ -1,6 +1,7 @@
-"""Seed 001's comparison claims (analysis/claims.py) on synthetic tables with known ratios: "comparable" and
-"better" read the per-seed ratio of two predictors' errors with its interval, per noise level and per task
-family, never pooled; an interval that straddles the bound, or fewer than 3 seeds, is "inconclusive"."""
+"""Seed 001's comparison claims (analysis/papers/context_scaling/claims.py) on synthetic tables with known
+ratios: "comparable" and "better" read the per-seed ratio of two predictors' errors with its interval, per
+noise level and per task family, never pooled; an interval that straddles the bound, or fewer than 3 seeds, is
+"inconclusive"."""
 
 import math
 from pathlib import Path
@@ -9,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims import CLAIMS, evaluate
+from analysis.claims import evaluate
+from analysis.papers.context_scaling.claims import CLAIMS
 from analysis.plugin import AnalysisResult, Request
 
 LEVELS = {"0.1": 0.05, "0.5": 0.4}  # gpt2's error at each noise level

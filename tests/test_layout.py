@@ -9,7 +9,8 @@
   it says so (the import block shows a file's real dependencies otherwise).
 - No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest), and no
   module over MAX_MODULE_LINES (a file that long holds more than one idea: split it by idea).
-- MLflow is spoken by the scaling/tracking/ package alone; the science folders import neither Ray nor MLflow.
+- MLflow is spoken by the scaling/tracking/ package alone (its imports, its filter strings, its Run objects'
+  fields); the science folders import neither Ray nor MLflow.
 - No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules), and
   no import of a kind's module there: a trial runs a cell or a pack through its kind's hooks.
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
@@ -324,6 +325,49 @@ def test_mlflow_is_imported_by_the_tracking_module_alone():
     )
     outside = [name for name in users if not name.startswith("scaling.tracking.")]
     assert "scaling.tracking.tracker" in users and not outside, f"MLflow imported by {outside}"
+
+
+# MLflow's search filters ("tags.kind = 'cell'", f"params.`{k}` = '{v}'") and the fields of its Run objects
+MLFLOW_FILTER = re.compile(
+    r"\b(tags|params|metrics|attributes)\.(`[^`]*`|\w)+\s*(=|!=|<|>|I?LIKE|IN)\s", re.I
+)
+MLFLOW_RUN = {
+    "data": {"tags", "params", "metrics"},
+    "info": {"run_id", "run_name", "artifact_uri", "experiment_id", "start_time", "end_time", "status"},
+}
+LEAK = '''def f(t, r, k):
+    """tags.kind = 'cell' is prose in a docstring"""
+    t.search("tags.kind = 'cell'", f"params.`{k}` = '1'")
+    return r.info.run_id, r.data.params
+'''
+
+
+def mlflow_leaks(path: Path) -> list[int]:
+    """The lines of a file that write an MLflow filter string (docstrings aside) or read an MLflow Run's
+    fields (``run.data.params``, ``run.info.run_id``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, documented) and ast.get_docstring(n)}
+    lines = set()
+    for node in ast.walk(tree):
+        text = ast.unparse(node) if isinstance(node, ast.JoinedStr) else getattr(node, "value", None)
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and isinstance(text, str) and id(node) not in docs:
+            lines |= {node.lineno} if MLFLOW_FILTER.search(text) else set()
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            lines |= {node.lineno} if node.attr in MLFLOW_RUN.get(node.value.attr, ()) else set()
+    return sorted(lines)
+
+
+def test_mlflow_filters_and_run_objects_stay_in_the_tracking_package(tmp_path):
+    (tmp_path / "leak.py").write_text(LEAK)
+    assert mlflow_leaks(tmp_path / "leak.py") == [3, 4]
+    leaks = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in sources(*PACKAGES).items()
+        if not name.startswith("scaling.tracking")
+        for line in mlflow_leaks(path)
+    ]
+    assert not leaks, f"MLflow filter strings or Run objects' fields outside scaling/tracking/: {leaks}"
 
 
 def test_the_science_folders_know_nothing_of_ray_or_mlflow():

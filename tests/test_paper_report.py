@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import claims
 from analysis.__main__ import main as analysis_main
 from analysis.paper import PAPERS
+from analysis.papers.context_scaling import claims as claims_context_scaling
 from analysis.papers.statisticians import claims as claims_statisticians
 from analysis.papers.temperature import claims as claims_temperature
 from scaling.sweep.phases import run_sweep
@@ -83,7 +83,7 @@ def report(store):
 
 def test_the_report_lists_every_claim_of_the_three_papers_with_a_status(report):
     table, page, _ = report
-    every = claims.CLAIMS + claims_statisticians.CLAIMS + claims_temperature.CLAIMS
+    every = claims_context_scaling.CLAIMS + claims_statisticians.CLAIMS + claims_temperature.CLAIMS
     assert len(table) == len(every) == sum(len(p.claims) for p in PAPERS)
     assert list(table["claim"]) == [c.text for c in every]
     assert set(table["status"]) <= STATUSES

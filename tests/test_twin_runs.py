@@ -85,10 +85,6 @@ def server(tmp_path_factory):
     server.stop()
 
 
-def cell_runs(tracker, experiment, cell):
-    return tracker.search(experiment, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
-
-
 @pytest.mark.parametrize("mode", ["answer", "request"])
 def test_a_create_stored_twice_leaves_the_cell_one_complete_run(server, mode, monkeypatch):
     """``answer``: the server stored the create, its answer came after the client's timeout, the create was
@@ -102,15 +98,15 @@ def test_a_create_stored_twice_leaves_the_cell_one_complete_run(server, mode, mo
         cell = Cell.from_dict(tiny_cell_dict())
         log = CellLog.open(uri, experiment, cell, "twins")
         deadline = time.monotonic() + 30
-        while len(cell_runs(tracker, experiment, cell)) < 2:  # the held create is stored too
+        while len(tracker.cell_runs(experiment, cell.key)) < 2:  # the held create is stored too
             assert time.monotonic() < deadline, "the relay's held create was never stored: no twin to test"
             time.sleep(0.2)
         log.log_losses([(1, 0.5), (2, 0.25)], final=True)
         curves = pd.DataFrame({"predictor": ["model"] * 2, "n": [1, 2], "err": [0.5, 0.4]})
         log.finish(cell, curves, None)
-        runs = cell_runs(tracker, experiment, cell)
-        assert [r.info.run_id for r in runs] == [log.run_id]
-        assert runs[0].data.tags["status"] == STATUS_COMPLETE and runs[0].data.params == cell.params()
+        runs = tracker.cell_runs(experiment, cell.key)
+        assert [r.run_id for r in runs] == [log.run_id]
+        assert runs[0].status == STATUS_COMPLETE and runs[0].params == cell.params()
         assert [m.step for m in tracker.client.get_metric_history(log.run_id, "train/loss")] == [1, 2]
     finally:
         relay.close()

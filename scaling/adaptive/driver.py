@@ -22,7 +22,6 @@ from ..plan import Plan
 from ..redact import redact
 from ..sweep.run import SweepRun
 from ..table import load_table
-from ..tracking.adaptive_waves import log_wave
 from .policy import Answer, Policy
 
 
@@ -146,7 +145,7 @@ class Waves:
         repeat = last and not self.keys and not last["cells"] and last["complete"] == len(self.complete)
         if not self.resuming and not repeat:
             frame = answers_frame(self.answers) if self.answers else pd.DataFrame({"answer": []})
-            log_wave(self.run.tracker, self.run.parent, record, frame)
+            self.run.tracker.log_wave(self.run.parent, record, frame)
             self.records.append(record)
         self.resuming = False
 

@@ -26,9 +26,8 @@ from ..leases import Leases, driver_id
 from ..plan import Plan, SweepError, load_plan
 from ..progress import next_commands, quiet_ray, summary_lines
 from ..redact import TRACKING_URI_ENV, has_secret, redact
-from ..tracking import TrackingError
-from ..tracking.adaptive_waves import read_waves
-from ..tracking.tracker import Tracker
+from ..tracking import TrackingError, TrackingStore
+from ..tracking.backends import existing_store, open_store
 from ..tracking.uri import database_has_store, is_database, local_store_path, resolve_tracking_uri
 from .dry_run import cell_states, describe_adaptive, describe_plan
 from .run import RunOptions, SweepOutcome, SweepRun
@@ -173,8 +172,8 @@ def say_behind(run: SweepRun) -> None:
     )
 
 
-def open_tracking(uri: str) -> Tracker | None:
-    """The tracker of a store that exists, checked to be an MLflow store that answers (Tracker.existing);
+def open_tracking(uri: str) -> TrackingStore | None:
+    """The tracker of a store that exists, checked to be an MLflow store that answers (existing_store);
     None for a store not created yet (a local file or folder, MLflow's tables in a database server): it is
     created only once work starts, never by --dry-run."""
     db = local_store_path(uri)
@@ -184,7 +183,7 @@ def open_tracking(uri: str) -> Tracker | None:
         return None
     if is_database(uri) and not database_has_store(uri):  # an empty database: MLflow's tables come later
         return None
-    return Tracker.existing(uri)
+    return existing_store(uri)
 
 
 def check_sweep_name(run: SweepRun) -> None:
@@ -218,7 +217,7 @@ def done_already(run: SweepRun) -> bool:
     if run.policy is not None and run.experiment_id is not None:
         from ..adaptive.driver import ended_already  # defers scipy.stats (~2 s): only --adaptive
 
-        run.waves = read_waves(run.tracker, run.experiment_id, run.name)
+        run.waves = run.tracker.read_waves(run.experiment_id, run.name)
         return ended_already(run)
     return False
 
@@ -247,7 +246,7 @@ def start(run: SweepRun) -> None:
             f"[{run.name}] {len(waiting)} cells wait for a node the autoscaler starts"
             f" (node types: {describe(node_types)})"
         )
-    run.tracker = run.tracker or Tracker(run.uri)
+    run.tracker = run.tracker or open_store(run.uri)
     sweep_file = Path(run.path).name
     run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags={"sweep_file": sweep_file})
     run.parent = run.tracker.sweep_run(run.experiment_id, run.name, run.plan.document)

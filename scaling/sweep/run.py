@@ -19,7 +19,7 @@ from ..cluster import Head
 from ..plan import Plan, PlannedCell
 from ..progress import Summary
 from ..redact import redact
-from ..tracking.tracker import Tracker
+from ..tracking import TrackingStore
 
 
 @dataclass
@@ -66,7 +66,7 @@ class SweepRun:
     address: str | None = None  # the Ray to join (the flag, or the head's); None: a new local Ray
     uri: str = ""  # the tracking URI, resolved
     store_uri: str = ""  # this sweep's checkpoints and Tune state
-    tracker: Tracker | None = None  # None while a new SQLite store is not created yet
+    tracker: TrackingStore | None = None  # None while a new SQLite store is not created yet
     experiment_id: str | None = None
     complete: set[str] = field(default_factory=set)  # cell keys complete when the run began
     pending: list[PlannedCell] = field(default_factory=list)  # the plan's cells not complete then
@@ -86,7 +86,7 @@ class SweepRun:
         self.out.flush()
 
     def complete_now(self) -> set[str]:
-        """The keys of the cells complete in the store now (Tracker.complete_keys): the one way a sweep
+        """The keys of the cells complete in the store now (TrackingStore.complete_keys): the one way a sweep
         asks which cells are complete."""
         return self.tracker.complete_keys(self.experiment_id)
 

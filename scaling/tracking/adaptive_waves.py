@@ -1,5 +1,5 @@
-"""The adaptive driver's record of its waves, on the sweep's parent run (scaling.adaptive.driver logs them,
-the driver and analysis read them back).
+"""The adaptive driver's record of its waves in MLflow, on the sweep's parent run (Tracker.log_wave and
+read_waves: scaling.adaptive.driver logs them, the driver and analysis read them back).
 
 Per wave NN: the artifact ``adaptive/wave_NN.json`` (the decision: its cells, why, the compute spent), the
 MLflow table ``adaptive/answers_NN.json`` (the answers before it, shown by the UI) and the metrics
@@ -14,14 +14,14 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from .retry import retrying
-from .tracker import Tracker
 
 
-def log_wave(tracker: Tracker, run_id: str, record: dict, answers: pd.DataFrame) -> None:
+def log_wave(client, run_id: str, record: dict, answers: pd.DataFrame) -> None:
     """One wave of an adaptive sweep on its parent run: ``adaptive/wave_NN.json`` (the decision: cells,
     why, compute spent), ``adaptive/answers_NN.json`` (the answers before it, a table the UI shows)
     and the metrics ``adaptive.settled``, ``adaptive.open``, ``adaptive.spent`` at step NN."""
@@ -31,30 +31,27 @@ def log_wave(tracker: Tracker, run_id: str, record: dict, answers: pd.DataFrame)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"wave_{wave:02d}.json"
         path.write_text(json.dumps(record, indent=1, default=str))
-        retrying(lambda: tracker.client.log_artifact(run_id, str(path), "adaptive"), "logging a wave")
+        retrying(lambda: client.log_artifact(run_id, str(path), "adaptive"), "logging a wave")
     retrying(
-        lambda: tracker.client.log_table(run_id, answers, f"adaptive/answers_{wave:02d}.json"),
+        lambda: client.log_table(run_id, answers, f"adaptive/answers_{wave:02d}.json"),
         "logging a wave's answers",
     )
     now = int(time.time() * 1000)
     metrics = [
         Metric(f"adaptive.{name}", float(record[name]), now, wave) for name in ("settled", "open", "spent")
     ]
-    retrying(lambda: tracker.client.log_batch(run_id, metrics=metrics), "logging a wave's metrics")
+    retrying(lambda: client.log_batch(run_id, metrics=metrics), "logging a wave's metrics")
 
 
-def read_waves(tracker: Tracker, experiment_id: str, sweep: str) -> list[dict]:
-    """The wave records on the sweep's parent run, in order (empty for a sweep run in full or not yet
-    run)."""
-    run_id = tracker.sweep_parent(experiment_id, sweep)
-    if run_id is None:
-        return []
+def read_waves(client, run_id: str, download: Callable[[str, str, str], str]) -> list[dict]:
+    """The wave records on the sweep's parent run ``run_id``, in order (empty for a sweep run in full),
+    each fetched by ``download(run_id, artifact, directory)`` (Tracker.download)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per wave
-    files = retrying(lambda: tracker.client.list_artifacts(run_id, "adaptive"), "listing waves")
+    files = retrying(lambda: client.list_artifacts(run_id, "adaptive"), "listing waves")
     names = sorted(f.path for f in files if re.fullmatch(r"adaptive/wave_\d+\.json", f.path))
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            local = tracker.download(run_id, name, tmp)
+            local = download(run_id, name, tmp)
             out.append(json.loads(Path(local).read_text()))
     return out

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 import pandas as pd
 import yaml
 
-from . import STATUS_COMPLETE, STATUS_FAILED, STATUS_RUNNING, TrackingError
+from . import BARE, STATUS_COMPLETE, STATUS_FAILED, STATUS_RUNNING, CellRunLog, RunRecord, TrackingError
 from .names import curve_metric_key
 from .retry import no_http_retries, quick_http, retrying
 from .tracker import Tracker
@@ -32,20 +32,18 @@ MAX_BATCH_ENTITIES, MAX_BATCH_TAGS, MAX_BATCH_PARAMS = 1000, 100, 100
 OPEN_TOKEN = "open_token"  # tag: the one create_run a cell's run came from (CellLog.drop_twins)
 
 
-def _most_advanced(tracker: Tracker, found: list) -> tuple:
+def _most_advanced(tracker: Tracker, found: list[RunRecord]) -> tuple[RunRecord, int]:
     """The incomplete run of a cell to reopen and its last logged training step: the one furthest on (a
     create stored twice leaves a twin with nothing logged; the earliest breaks ties, as before)."""
     best, best_last = None, -1
-    for run in sorted(found, key=lambda r: r.info.start_time or 0):
-        run_id = run.info.run_id
-        history = retrying(lambda: tracker.client.get_metric_history(run_id, "train/loss"), "reading history")
-        last = max((m.step for m in history), default=0)
+    for run in sorted(found, key=lambda r: r.start_time or 0):
+        last = tracker.last_loss_step(run.run_id)
         if last > best_last:
             best, best_last = run, last
     return best, best_last
 
 
-class CellLog:
+class CellLog(CellRunLog):
     """Trial-side logging of one cell into its (reused) run."""
 
     def __init__(
@@ -79,15 +77,13 @@ class CellLog:
         """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run:
         untouched)."""
         tracker = Tracker(uri)
-        found = tracker.search(experiment_id, f"tags.cell_key = '{cell.key}' and tags.kind = 'cell'")
-        if any(r.data.tags.get("status") == STATUS_COMPLETE for r in found):
-            done = next(r for r in found if r.data.tags.get("status") == STATUS_COMPLETE)
-            return cls(
-                tracker, done.info.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS
-            )
+        found = tracker.cell_runs(experiment_id, cell.key)
+        if any(r.status == STATUS_COMPLETE for r in found):
+            done = next(r for r in found if r.status == STATUS_COMPLETE)
+            return cls(tracker, done.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS)
         if found:
             reopened, last = _most_advanced(tracker, found)
-            run_id = reopened.info.run_id
+            run_id = reopened.run_id
             retrying(lambda: tracker.client.update_run(run_id, status="RUNNING"), "reopening run")
         else:
             tags = {
@@ -125,9 +121,9 @@ class CellLog:
             run_id,
             last,
             flush_every=LOSS_FLUSH_SECONDS,
-            artifact_uri=reopened.info.artifact_uri,
+            artifact_uri=reopened.artifact_uri,
             params=cell.params(),
-            open_token=reopened.data.tags.get(OPEN_TOKEN) if len(found) > 1 else None,
+            open_token=reopened.tags.get(OPEN_TOKEN) if len(found) > 1 else None,
             experiment_id=experiment_id,
         )
 
@@ -261,12 +257,10 @@ class CellLog:
         if not (self.open_token and self.experiment_id):
             return []
         try:
-            query = f"tags.{OPEN_TOKEN} = '{self.open_token}'"
-            twins = [
-                r.info.run_id
-                for r in self.tracker.search(self.experiment_id, query)
-                if r.info.run_id != self.run_id
-            ]
+            made = self.tracker.find_runs(
+                self.experiment_id, tags={OPEN_TOKEN: self.open_token}, columns=BARE
+            )
+            twins = [r.run_id for r in made if r.run_id != self.run_id]
             for run_id in twins:
                 retrying(lambda run_id=run_id: self.client.delete_run(run_id), "deleting a twin run")
         except Exception as err:  # noqa: BLE001 - the run is complete: cleanup must not fail the cell

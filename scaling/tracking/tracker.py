@@ -4,16 +4,28 @@ the search and download of a sweep's cell runs."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import yaml
 
 from ..redact import redact
-from . import STATUS_COMPLETE, TrackingError
+from . import (
+    BARE,
+    EVERYTHING,
+    Columns,
+    RunRecord,
+    TrackingError,
+    TrackingStore,
+    adaptive_waves,
+    analysis_runs,
+)
 from .retry import quick_http, retrying
 from .store_template import seed_sqlite_store
 from .uri import artifact_root, check_store_exists
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # MLflow 3's experiment kind: "custom_model_development" is a model-training experiment (runs, params,
 # metrics), not a GenAI one (traces). MLflow 3.17's own UI decides its view by the sidebar's GenAI / Model
@@ -22,18 +34,13 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = (EXPERIMENT_KIND_TAG, "custom_model_development")
 
 
-@dataclass(frozen=True)
-class CellRecord:
-    run_id: str
-    status: str
-    name: str
-
-
-class Tracker:
-    """Driver- and analysis-side access to a tracking store.
+class Tracker(TrackingStore):
+    """MLflow's tracking store (the interface: scaling.tracking.TrackingStore).
 
     ``Tracker(uri)`` is the writers' (the sweep, its trials): a SQLite store not there yet is created
     (store_template). Reading commands open ``Tracker.existing(uri)``, which never creates one."""
+
+    backend = "MLflow"
 
     def __init__(self, uri: str, create: bool = True):
         from mlflow.exceptions import MlflowException
@@ -118,9 +125,9 @@ class Tracker:
 
     def sweep_run(self, experiment_id: str, sweep: str, document: dict) -> str:
         """The sweep's parent run (created once), with the resolved sweep file as an artifact."""
-        runs = self.search(experiment_id, f"tags.kind = 'sweep' and tags.sweep = '{sweep}'")
+        runs = self.find_runs(experiment_id, tags={"kind": "sweep", "sweep": sweep}, columns=BARE)
         if runs:
-            run_id = runs[0].info.run_id
+            run_id = runs[0].run_id
             retrying(lambda: self.client.update_run(run_id, status="RUNNING"), "reopening sweep run")
         else:
             run = retrying(
@@ -141,36 +148,43 @@ class Tracker:
         interrupted (a rerun reopens it)."""
         retrying(lambda: self.client.set_terminated(run_id, status), "ending sweep run")
 
-    def search(self, experiment_id: str, filter_string: str) -> list:
-        """Every run of the experiment matching the filter (all pages)."""
-        runs, token = [], None
+    def find_runs(
+        self,
+        experiment_id: str,
+        *,
+        tags: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        columns: Columns = EVERYTHING,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """The experiment's runs whose tags and params equal those given: one search_runs per 1,000 runs
+        (MLflow reads every column; ``columns`` only trims the records), or one of ``limit`` runs."""
+        query = filter_string(tags or {}, params or {})
+        if limit is not None:
+            page = retrying(
+                lambda: self.client.search_runs([experiment_id], query, max_results=limit), "searching runs"
+            )
+            return [run_record(run, columns) for run in page]
+        found, token = [], None
         while True:
             page = retrying(
-                lambda: self.client.search_runs(
-                    [experiment_id], filter_string, max_results=1000, page_token=token
-                ),
+                lambda: self.client.search_runs([experiment_id], query, max_results=1000, page_token=token),
                 "searching runs",
             )
-            runs.extend(page)
+            found.extend(run_record(run, columns) for run in page)
             token = page.token
             if not token:
-                return runs
+                return found
 
-    def runs(self, experiment: str, filter_string: str) -> list:
-        """Every run of the experiment named ``experiment`` matching the filter (all pages of one bulk
-        search); LookupError when there is no such experiment."""
-        experiment_id = self.experiment_id(experiment)
-        if experiment_id is None:
-            raise LookupError(
-                f"no MLflow experiment named {experiment!r} in {redact(self.uri)}; run the sweep first"
-            )
-        return self.search(experiment_id, filter_string)
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        history = retrying(lambda: self.client.get_metric_history(run_id, key), f"reading {key}")
+        return [(m.step, m.value) for m in history]
 
     def download(
         self, run_id: str, artifact: str, directory: str | Path, artifact_uri: str | None = None
     ) -> str:
         """Download one artifact of a run into ``directory``; its local path. With the run's
-        ``artifact_uri`` (a searched run's ``info.artifact_uri``) straight from its artifact store, without
+        ``artifact_uri`` (RunRecord.artifact_uri) straight from its artifact store, without
         asking the tracking store for the run first (half the requests of a bulk read)."""
         if artifact_uri is None:
             return retrying(
@@ -187,33 +201,64 @@ class Tracker:
         listed = retrying(lambda: self.client.list_artifacts(run_id), "listing artifacts")
         return {Path(f.path).name for f in listed if not f.is_dir}
 
-    def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
-        """The run id of the sweep's parent run, if it exists."""
-        runs = retrying(
-            lambda: self.client.search_runs(
-                [experiment_id], f"tags.kind = 'sweep' and tags.sweep = '{sweep}'", max_results=1
-            ),
-            "searching the sweep run",
-        )
-        return runs[0].info.run_id if runs else None
+    def log_outputs_run(
+        self,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, str],
+        files: list[tuple[str | Path, str | None]],
+        late: Callable[[str], list[tuple[str | Path, str | None]]] | None = None,
+    ) -> str:
+        experiment_id = self.experiment_id(experiment)
+        if experiment_id is None:
+            raise LookupError(f"no MLflow experiment named {experiment!r} in {redact(self.uri)}")
+        tags = dict(tags)
+        parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        return analysis_runs.log_outputs_run(self.client, experiment_id, run_name, tags, files, late)
 
-    def complete_keys(self, experiment_id: str) -> set[str]:
-        """The keys of the cells with a complete run."""
-        return {k for k, r in self.cell_records(experiment_id).items() if r.status == STATUS_COMPLETE}
+    def log_wave(self, run_id: str, record: dict, answers: pd.DataFrame) -> None:
+        adaptive_waves.log_wave(self.client, run_id, record, answers)
 
-    def last_loss_step(self, run_id: str) -> int:
-        """The last training step whose loss the run holds (0: none)."""
-        history = retrying(lambda: self.client.get_metric_history(run_id, "train/loss"), "reading history")
-        return max((m.step for m in history), default=0)
+    def read_waves(self, experiment_id: str, sweep: str) -> list[dict]:
+        run_id = self.sweep_parent(experiment_id, sweep)
+        return [] if run_id is None else adaptive_waves.read_waves(self.client, run_id, self.download)
 
-    def cell_records(self, experiment_id: str) -> dict[str, CellRecord]:
-        """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""
-        records: dict[str, CellRecord] = {}
-        runs = sorted(self.search(experiment_id, "tags.kind = 'cell'"), key=lambda r: r.info.start_time or 0)
-        for run in runs:
-            key, status = run.data.tags.get("cell_key"), run.data.tags.get("status", "")
-            if key and (
-                key not in records or (status == STATUS_COMPLETE and records[key].status != STATUS_COMPLETE)
-            ):
-                records[key] = CellRecord(run.info.run_id, status, run.info.run_name)
-        return records
+
+def filter_string(tags: Mapping[str, str], params: Mapping[str, str]) -> str:
+    """MLflow's search filter for runs whose tags and params equal these values (a name that is not an
+    identifier, ``model.name``, in backquotes); empty: every run."""
+    clauses = [f"tags.{quoted(k)} = '{v}'" for k, v in tags.items()]
+    clauses += [f"params.{quoted(k)} = '{v}'" for k, v in params.items()]
+    return " and ".join(clauses)
+
+
+def quoted(name: str) -> str:
+    return name if name.isidentifier() else f"`{name}`"
+
+
+def run_record(run, columns: Columns = EVERYTHING) -> RunRecord:
+    """An MLflow run (a search's, or get_run's) as the product's RunRecord, with the ``columns`` named."""
+    info, data = run.info, run.data
+    return RunRecord(
+        run_id=info.run_id,
+        name=info.run_name,
+        experiment_id=info.experiment_id,
+        cell_key=data.tags.get("cell_key"),
+        status=data.tags.get("status", ""),
+        state=info.status,
+        artifact_uri=info.artifact_uri,
+        start_time=info.start_time,
+        end_time=info.end_time,
+        tags=picked(data.tags, columns.tags),
+        params=picked(data.params, columns.params),
+        metrics=picked(data.metrics, columns.metrics),
+    )
+
+
+def picked(values: dict, names: tuple[str, ...] | None) -> dict:
+    """``values`` itself for every name (no copy), else those of ``names`` it holds."""
+    if names is None:
+        return values
+    return {name: values[name] for name in names if name in values}

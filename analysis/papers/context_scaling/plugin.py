@@ -20,8 +20,7 @@ from analysis.verdicts import answer_line, format_verdicts
 from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
-from scaling.tracking.adaptive_waves import read_waves
-from scaling.tracking.tracker import Tracker
+from scaling.tracking.backends import existing_store
 
 
 def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:
@@ -36,9 +35,9 @@ def fit_view(table: pd.DataFrame, axes=provenance.DEFAULT_AXES) -> pd.DataFrame:
 
 def adaptive_waves(uri: str, experiment: str) -> list[dict]:
     """The wave records on the sweep's parent run when it ran with --adaptive (else none)."""
-    tracker = Tracker.existing(uri)
+    tracker = existing_store(uri)
     experiment_id = tracker.experiment_id(experiment)
-    return read_waves(tracker, experiment_id, experiment) if experiment_id else []
+    return tracker.read_waves(experiment_id, experiment) if experiment_id else []
 
 
 def rule(result: AnalysisResult) -> Rule:

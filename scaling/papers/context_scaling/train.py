@@ -141,13 +141,6 @@ def _factors(steps: int, schedule: str, warmup: float, device: str) -> torch.Ten
     return torch.tensor([train.lr_factor(s) for s in range(steps)], dtype=torch.float64, device=device)
 
 
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when one is visible, else cpu; resolved once per run."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     """Mean squared error over prompts and prefix lengths n = 1..N (column 0 has no context)."""
     return (pred[:, 1:] - ys[:, 1:]).pow(2).mean()

@@ -290,12 +290,6 @@ def generate_answers(
     return answers
 
 
-def exact_match_score(answers: Sequence[str], items: Sequence[SciQItem]) -> float:
-    return float(
-        np.mean([exact_match(a, item.correct_answer) for a, item in zip(answers, items, strict=True)])
-    )
-
-
 def prompt_score_moments(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], batch_size: int = 4
 ) -> ScoreMoments:

@@ -127,10 +127,6 @@ def smollm_dir() -> Path:
     return convert(gguf, out)
 
 
-def package_version() -> str:
-    return importlib.metadata.version(PACKAGE)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Print the local directory of SmolLM2-135M-Instruct, "
