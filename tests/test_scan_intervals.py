@@ -1,7 +1,8 @@
 """The temperature scans' verdict intervals come from the units the cells log (units.parquet): a bootstrap
 over questions and Monte Carlo runs for the LLM scan; for the GPT-2 scan Student t over the prompts of one
-model or over trained models (analysis/resample.py, analysis/papers/temperature/scans.py). Two Monte Carlo runs that agree no longer give
-a zero-width interval, and a store whose cells logged no units is still analysed, its gains not judged."""
+model or over trained models (analysis/resample.py, analysis/papers/temperature/scans.py). Two Monte Carlo
+runs that agree no longer give a zero-width interval, and a store whose cells logged no units is still
+analysed, its gains not judged."""
 
 import json
 from pathlib import Path
