@@ -11,7 +11,9 @@ numbers (the kind's own verdicts), the profile it ran at and the commands that p
 file is not given, or whose experiment is not in the store, is "not run", with the reason and the commands
 that would run it.
 
-A sweep file may name its own profile, ``sweeps/fig1.yaml:repro``; the others take ``--profile``. Every
+A sweep file may name its own profile, ``sweeps/fig1.yaml:repro``; the others take ``--profile``. A part
+may be pinned to a profile (``Part.profile``: Fig. 3 on SmolLM2 is temp_llama_a/b.yaml at ``smollm``): it is
+analysed at that profile whenever its file is given. Every
 file is planned before anything is analysed: a file that is not one of the papers' sweeps, a profile it
 does not have, or two files for the same part stop the command (exit 2) before anything is written.
 """

@@ -138,6 +138,18 @@ def llm_claims(suffix: str, model: str) -> list[Claim]:
     ]
 
 
+def theory_part(part: str) -> list[Claim]:
+    """Thm. 4.6 against Monte Carlo on each panel of a theory part."""
+    return [
+        Claim(
+            part, label, f"Thm. 4.6 matches Monte Carlo (Fig. {label})", theory_claims.agreement(fig, panel)
+        )
+        for key, fig, panel, label in AGREEMENT
+        if key == part
+    ]
+
+
+# in the report's order: part by part as PAPERS lists them (analysis/paper.py)
 CLAIMS: list[Claim] = [
     *[
         Claim(
@@ -148,12 +160,7 @@ CLAIMS: list[Claim] = [
         )
         for panel, shift, what in SHIFTS
     ],
-    *[
-        Claim(
-            part, label, f"Thm. 4.6 matches Monte Carlo (Fig. {label})", theory_claims.agreement(fig, panel)
-        )
-        for part, fig, panel, label in AGREEMENT
-    ],
+    *theory_part("temp-fig1"),
     Claim(
         "temp-fig1",
         "1a",
@@ -197,18 +204,7 @@ CLAIMS: list[Claim] = [
         theory_claims.gap_grows_with_sigma,
     ),
     Claim("temp-fig2", "2c", "tau_opt rises with sigma_test", theory_claims.tau_opt_rises),
-    Claim(
-        "temp-sec44",
-        "Sec. 4.4",
-        "w ~ N(0, I), sigma = 0, Sigma_x test = c I: the optimal temperature is tau_opt = c",
-        theory_claims.sec44_tau,
-    ),
-    Claim(
-        "temp-sec44",
-        "Sec. 4.4",
-        "w ~ N(0, I), sigma = 0, Sigma_x test = c I: tau_opt fully counteracts the shift",
-        theory_claims.sec44_counteracts,
-    ),
+    *theory_part("temp-fig2"),
     Claim(
         "temp-fig4",
         "4",
@@ -222,6 +218,7 @@ CLAIMS: list[Claim] = [
         "does not recover it",
         theory_claims.linear_fails_linearized_converges,
     ),
+    *theory_part("temp-fig4"),
     *[
         Claim("temp-fig5", "5", f"a larger tau flattens the {name} weights", flattens(kind))
         for kind, name in (("softmax", "softmax"), ("linearized_softmax", "linearized softmax"))
@@ -229,8 +226,8 @@ CLAIMS: list[Claim] = [
     Claim(
         "temp-gpt2-scan",
         "6",
-        "GPT-2 under Sigma_x test = 3 I: the shift degrades it and makes its error non-monotone in l at "
-        "l <= 2d (App. K.1)",
+        "GPT-2 under Sigma_x test = 3 I: the shift degrades it and makes its error non-monotone in l for "
+        "l up to 2d (App. K.1)",
         scan_claims.fig6_precondition,
     ),
     Claim(
@@ -240,6 +237,18 @@ CLAIMS: list[Claim] = [
         scan_claims.gated(gain("6")),
     ),
     *[claim for suffix, model in LLMS for claim in llm_claims(suffix, model)],
+    Claim(
+        "temp-sec44",
+        "Sec. 4.4",
+        "w ~ N(0, I), sigma = 0, Sigma_x test = c I: the optimal temperature is tau_opt = c",
+        theory_claims.sec44_tau,
+    ),
+    Claim(
+        "temp-sec44",
+        "Sec. 4.4",
+        "w ~ N(0, I), sigma = 0, Sigma_x test = c I: tau_opt fully counteracts the shift",
+        theory_claims.sec44_counteracts,
+    ),
 ]
 
 HOW = (

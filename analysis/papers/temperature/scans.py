@@ -39,9 +39,10 @@ def scan_verdicts(
     the metric at tau = 1 and at the best tau averaged over x with 90% intervals, the gain's interval;
     for the LLM also one row per x (noisy ratio or demonstrations).
 
-    The intervals are bootstraps of the cells' ``units`` (run id -> its units.parquet; analysis/resample.py):
-    over questions and Monte Carlo runs for the LLM, over seeds and prompts for GPT-2. A panel whose cells
-    did not all log their units (cells run before they did) gets no interval and is not judged resolved."""
+    The intervals come from the cells' ``units`` (run id -> its units.parquet; analysis/resample.py): a
+    bootstrap over questions and Monte Carlo runs for the LLM, Student t over the prompts of one model or
+    over trained models for GPT-2 (whose panels add Fig. 6's precondition rows, fig6.py). A panel whose
+    cells did not all log their units (cells run before they did) gets no interval and is not judged."""
     out = []
     units = units or {}
     curves = _tau_curves(rows)
@@ -79,15 +80,10 @@ def scan_verdicts(
                 if llm
                 else "the error averaged over n"
             )
-            text = verdict_text(gain, lo, hi, what, f"tau = {best:g}")
-            if best == 1.0 and vs != 1.0:
-                text += "; " + _runner_up_text(gain, lo, hi, vs, llm)
+            text = _scan_text(gain, (lo, hi), (best, vs), what, llm)
             if unlogged and best != 1.0:
                 text = _not_judged(gain, best, what, unlogged, len(cells))
-            elif not unlogged:
-                text += "; " + covers
-            if heuristic_said:
-                text += f"; {heuristic_said}"
+            text += "".join(f"; {said}" for said in ("" if unlogged else covers, heuristic_said) if said)
             at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
             out.append(
                 verdict_row(
@@ -137,6 +133,15 @@ def heuristic_tau(rows: pd.DataFrame) -> tuple[float, str]:
         f"heuristic tau (App. J) undefined: the cells logged {logged:.3g}, a diagonal moment <= 0 (Thm. "
         "4.7's ratio needs it positive); they ran before the scans logged the per-layer moments: rerun them"
     )
+
+
+def _scan_text(gain: float, interval: tuple, taus: tuple[float, float], what: str, llm: bool) -> str:
+    """The verdict in words: the best tau against tau = 1, and the best other when tau = 1 is best."""
+    (lo, hi), (best, vs) = interval, taus
+    text = verdict_text(gain, lo, hi, what, f"tau = {best:g}")
+    if best == 1.0 and vs != 1.0:
+        text += "; " + _runner_up_text(gain, lo, hi, vs, llm)
+    return text
 
 
 def _best_and_weighed(means: pd.Series) -> tuple[float, float]:
