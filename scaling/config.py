@@ -234,7 +234,7 @@ def canonical(obj: Any) -> Any:
 
 
 def _default_made(f: dataclasses.Field) -> Any:
-    """A field's ``default_factory()``, made once within shared_configs() (a default config to compare with)."""
+    """A field's ``default_factory()``, made once within shared_configs() (the default compared with)."""
     memo = _SHARED.get()
     if memo is None:
         return f.default_factory()
