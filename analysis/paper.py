@@ -116,9 +116,17 @@ PAPERS: tuple[Paper, ...] = (
     Paper(
         "001",
         "Abedsoltan et al., Context-Scaling versus Task-Scaling in In-Context Learning",
-        tuple(
-            Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}", paper={**SILENT_STEPS, **stated})
-            for k, stated in SEED001_STATED.items()
+        (
+            *(
+                Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}", paper={**SILENT_STEPS, **stated})
+                for k, stated in SEED001_STATED.items()
+            ),
+            Part(
+                "fig4-lengths",
+                "sweeps/fig4_lengths.yaml",
+                "App. A: context lengths not trained on (Fig. 4's ReLU task)",
+                paper=SILENT_STEPS,
+            ),
         ),
         claims_context_scaling.CLAIMS,
         _seed001_how,

@@ -65,6 +65,17 @@ def rows_at(table: pd.DataFrame, level: str | None = None) -> pd.DataFrame:
     return out
 
 
+def trained_and_tested(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows at n = N (each network tested at the length it was trained up to), and, where the rows span
+    several N, every n of a model with a single N (seed 001 App. A's padded MLP: one network trained at every
+    length of the figure, tested at each), its N read as that n."""
+    several = rows["N"].nunique() > 1
+    one_N = rows.groupby("model")["N"].transform("nunique") == 1 if several else rows["n"] != rows["n"]
+    trained = rows["base"] == "model" if "base" in rows else True  # its baselines stay at n = N
+    within = rows[one_N & (rows["n"] != rows["N"]) & trained]
+    return pd.concat([rows[rows["n"] == rows["N"]], within.assign(N=within["n"])], ignore_index=True)
+
+
 def levels(table: pd.DataFrame) -> list[str]:
     """The split levels present (e.g. ['noise_std=0.1', 'noise_std=0.5'])."""
     found = {split_name(p)[1] for p in table["predictor"].unique()}
@@ -220,10 +231,10 @@ def draw_context(
     models: list[str] | None = None,
 ) -> None:
     """Error against n (every evaluated n; a line per model and N, a line style per N) or, ``diagonal``,
-    against N at n = N."""
+    against N at n = N (``trained_and_tested``: a padded MLP's own curve)."""
     rows = rows_at(table, level)
     if diagonal:
-        rows = rows[rows["n"] == rows["N"]]
+        rows = trained_and_tested(rows)
     x = "N" if diagonal else "n"
     trained = rows[rows["base"] == "model"]
     if models is not None:
@@ -364,10 +375,11 @@ def draw_task(
     level: str | None = None,
     models: list[str] | None = None,
 ) -> None:
-    """Error against T at n = N = the given N; T = inf (fresh tasks) past an axis break, joined by a dotted
-    segment; baselines that do not depend on T as flat lines."""
-    rows = rows_at(table, level)
-    rows = rows[(rows["n"] == N) & (rows["N"] == N)]
+    """Error against T at n = N = the given N (a padded MLP at n = N: ``trained_and_tested``); T = inf
+    (fresh tasks) past an axis break, joined by a dotted segment; baselines that do not depend on T as flat
+    lines."""
+    rows = trained_and_tested(rows_at(table, level))
+    rows = rows[rows["N"] == N]
     trained = rows[rows["base"] == "model"]
     if models is not None:
         trained = trained[trained["model"].isin(models)]

@@ -62,7 +62,7 @@ examples:
   python -m benchmarks                       the whole suite (under 10 minutes)
   python -m benchmarks --quick               small sizes, few repeats (~1 min)
   python -m benchmarks --only packing --only sweep_overhead
-  python -m benchmarks --gpu --smoke --out /tmp/gpu-smoke   the GPU script on tiny shapes (~1 min)
+  python -m benchmarks --gpu --smoke --out /tmp/gpu-smoke   the GPU script on tiny shapes (~2 min)
 
 exit status:
   0  every benchmark with a target met it
@@ -99,14 +99,21 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="write the measured step costs to scaling/cost_table.json",
     )
-    gpu = parser.add_argument_group("the GPU script (benchmarks/gpu.py; no Ray, no MLflow; docs/gpu.md)")
+    gpu = parser.add_argument_group("the GPU script (benchmarks/gpu.py, docs/gpu.md)")
     gpu.add_argument("--gpu", action="store_true", help="run the GPU script instead of the suite")
     gpu.add_argument("--smoke", action="store_true", help="tiny shapes on any device (a CPU: ~1 min)")
     gpu.add_argument(
         "--out", default=os.environ.get("OUT") or "gpu-results", help="where its files go ($OUT)"
     )
-    gpu.add_argument("--budget", type=float, default=None, help="seconds for all phases (default 450)")
-    gpu.add_argument("--phases", nargs="+", default=None, help="run only these phases, in this order")
+    gpu.add_argument(
+        "--budget", type=float, default=None, help="seconds for all phases (default: their limits added)"
+    )
+    gpu.add_argument(
+        "--phases",
+        nargs="+",
+        default=None,
+        help="these phases, in this order (default: device fig1 packs cost checks; sweep: in a new process)",
+    )
     gpu.add_argument("--tokenizer", default=None, help="a saved tokenizer for the LLM phase (default: chars)")
     args = parser.parse_args(argv)
     if args.phases:

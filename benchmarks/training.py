@@ -130,14 +130,18 @@ def plain_data(size: dict, gen: torch.Generator):
     return draw
 
 
-def reference_step(model: nn.Module, draw, device: torch.device):
+def reference_step(model: nn.Module, draw, device: torch.device, bf16: bool = False):
+    """The reference's training step; ``bf16``: its forward under bfloat16 autocast (the same loop in the
+    dtype a bfloat16 cell trains in: the same-dtype comparison of the GPU script)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def step():
         xs, ys = draw()
         xs, ys = xs.to(device), ys.to(device)
         optimizer.zero_grad()
-        loss = (model(xs, ys) - ys).square().mean()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            pred = model(xs, ys)
+        loss = (pred.float() - ys).square().mean()
         loss.backward()
         optimizer.step()
         float(loss.detach())

@@ -219,7 +219,12 @@ def oom_probe(size: dict, K: int, steps: int, headroom: float) -> dict:
 
 
 def pack_splits_on_card(
-    device: torch.device, size: dict = FIG1, K: int = 8, steps: int = 6, headroom: float = 1.5
+    device: torch.device,
+    size: dict = FIG1,
+    K: int = 8,
+    steps: int = 6,
+    headroom: float = 1.5,
+    timeout_s: float = 60.0,
 ) -> list[dict]:
     """A pack of K that cannot fit a capped allocator runs out of memory on the card, splits and finishes
     every member with its numbers alone (PASS: at least one split, members within PACK_TOL)."""
@@ -231,7 +236,12 @@ def pack_splits_on_card(
     )
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root)
+    try:  # a probe past its time is killed, so it cannot hold the card's memory into the later phases
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return [check("trial_pack_splits_on_card", False, f"the probe ran past {timeout_s:g} s: killed")]
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
         return [check("trial_pack_splits_on_card", False, f"the probe failed: {tail[0][:300]}")]

@@ -1,29 +1,41 @@
-"""Ray and MLflow for the lent GPU machine (docs/gpu.md, "Ray and MLflow on the GPU machine"; issue 33,
-item 5): that machine runs Python 3.12 with torch and transformers but neither Ray nor MLflow, reaches no
-package index, and one device call carries at most 64 MiB with the checkout, while Ray's wheel alone is
-~79 MB. So the wheels are downloaded here, split into carry folders of at most ``LIMIT`` bytes (a wheel
-larger than the room left is cut into numbered parts), carried one folder per call while the machine
-stays warm, and put together there.
+"""The project's Python packages for a GPU machine without internet access (docs/gpu.md): downloaded here as
+wheels for that machine's Python, carried over, installed there with no package index.
 
-    python cluster/device_wheels.py download /tmp/device-wheels   # here: pip download of WHEELS (cp312)
-    python cluster/device_wheels.py split /tmp/device-wheels       # here: .dw-1, .dw-2, ... in the checkout
-    python3 cluster/device_wheels.py join /tmp/dw .dw-1 .dw-2 ...  # there: whole wheels in /tmp/dw
+    python cluster/device_wheels.py download wheels/ --python 3.12   # here: the project's dependencies
+    python -m pip install --no-index --find-links wheels/ -r wheels/requirements.txt   # there
 
-Standard library only: ``join`` runs on the device machine before anything is installed.
+``download`` resolves the dependencies of pyproject.toml (all but torch: a GPU machine brings the CUDA
+build of torch it was set up with) for CPython ``--python`` on x86-64 Linux and writes them, with the
+``requirements.txt`` that names them, into the folder. ``--image`` downloads instead only what the lent GPU
+machine's image lacks (``IMAGE_LACKS``: Ray with Tune, MLflow with its SQL store and what they need, pinned
+to the project's tested versions, no dependencies resolved), and ``bundle`` makes of those wheels one
+compressed file under a device call's 64 MiB (docs/gpu.md, "The lent GPU machine"): installed into one
+folder here, the parts no sweep uses left out (``UNUSED``), packed with xz. ``unpack`` (standard library
+only: it runs there before anything is installed) puts the folder back:
+
+    python cluster/device_wheels.py download /tmp/device-wheels --image
+    python cluster/device_wheels.py bundle /tmp/device-wheels .dw/site.tar.xz
+    python3 cluster/device_wheels.py unpack .dw/site.tar.xz /tmp/site   # there; then PYTHONPATH=/tmp/site
 """
 
 from __future__ import annotations
 
 import argparse
+import lzma
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
+import tomllib
 from pathlib import Path
 
-LIMIT = 58 * 2**20  # per carry folder: the 64 MiB of a call less the checkout (~3 MiB) and a margin
-# What the sweep needs beyond the device image's packages (docs/gpu.md lists the image's), pinned to the
-# versions of the project's tested environment: Ray with Tune, MLflow with its SQL store, and their needs.
-WHEELS = (
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT = 58 * 2**20  # a bundle: the 64 MiB a device call carries, less the checkout (~3.3 MiB) and a margin
+# What the sweep needs beyond the lent device image's packages (its list: /work/.library/device/KINDS.md),
+# pinned to the versions of the project's tested environment: Ray with Tune, MLflow with its SQL store, and
+# their needs.
+IMAGE_LACKS = (
     "ray==2.60.0",
     "tensorboardx==2.6.5",
     "jsonschema==4.26.0",
@@ -76,63 +88,76 @@ WHEELS = (
     "skops==0.16.0",
 )
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-PART = ".part-"
+# Left out of a bundle: what a sweep never imports (checked: a sweep through Ray Tune and MLflow runs with
+# them gone, tests/test_device_wheels.py), ~150 MB of the 323 MB installed: Ray's Java workers, RLlib,
+# Serve, its LLM library and the dashboard's web pages, MLflow's web UI.
+UNUSED = (
+    "ray/jars",
+    "ray/rllib",
+    "ray/serve",
+    "ray/llm",
+    "ray/dashboard/client/build",
+    "mlflow/server/js/build",
+)
 
 
-def download(directory: Path) -> None:
-    """pip download of WHEELS for CPython 3.12 on x86-64 Linux (no dependencies resolved: they are listed)."""
+def pip_target(python: str) -> list[str]:
+    """pip's options for wheels of CPython ``python`` (e.g. 3.12) on x86-64 Linux, binaries only."""
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-        ]
-        + ["--implementation", "cp", *platforms, "-d", str(directory), *WHEELS],
-        check=True,
-    )
+    return ["--only-binary=:all:", "--python-version", python, "--implementation", "cp", *platforms]
 
 
-def split(directory: Path, out: Path, limit: int = LIMIT) -> list[Path]:
-    """The wheels of ``directory`` into folders ``out/.dw-1``, ``.dw-2``, ... of at most ``limit`` bytes
-    each, largest wheel first; a wheel larger than the room left is cut into parts ``NAME.part-000``, ...
-    that ``join`` puts together. Returns the folders."""
-    folders: list[Path] = []
-    room = 0
-    for wheel in sorted(directory.glob("*.whl"), key=lambda p: (-p.stat().st_size, p.name)):
-        data, index = wheel.read_bytes(), 0
-        while data:
-            if room == 0:
-                folders.append(out / f".dw-{len(folders) + 1}")
-                folders[-1].mkdir(parents=True, exist_ok=False)
-                room = limit
-            if index == 0 and len(data) <= room:  # the whole wheel fits
-                (folders[-1] / wheel.name).write_bytes(data)
-                room -= len(data)
-                break
-            chunk, data = data[:room], data[room:]
-            (folders[-1] / f"{wheel.name}{PART}{index:03d}").write_bytes(chunk)
-            room, index = room - len(chunk), index + 1
-    return folders
+def project_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The project's dependencies (pyproject.toml), torch left out: the GPU machine has its CUDA build."""
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return [
+        d for d in dependencies if not d.replace(" ", "").lower().startswith(("torch=", "torch>", "torch<"))
+    ]
 
 
-def join(target: Path, folders: list[Path]) -> list[Path]:
-    """The whole wheels of ``folders`` (parts put together in order) in ``target``; returns them."""
+def download(directory: Path, python: str = "3.12", image: bool = False) -> None:
+    """pip download of the project's dependencies (resolved) or, with ``image``, of IMAGE_LACKS (pinned, no
+    dependencies) for CPython ``python`` on x86-64 Linux; the first also writes requirements.txt."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wanted = list(IMAGE_LACKS) if image else project_requirements()
+    pip = [sys.executable, "-m", "pip", "download", *pip_target(python), "-d", str(directory)]
+    subprocess.run([*pip, *(["--no-deps"] if image else []), *wanted], check=True)
+    if not image:
+        (directory / "requirements.txt").write_text("\n".join(wanted) + "\n")
+
+
+def bundle(directory: Path, out: Path, python: str = "3.12", limit: int = LIMIT) -> int:
+    """The wheels of ``directory`` installed into one folder (pip --target, no dependencies resolved, no
+    bytecode), UNUSED left out, packed as ``out`` (tar, xz); its size. Raises SystemExit when it is over
+    ``limit`` (nothing written)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        site = Path(tmp) / "site"
+        wheels = sorted(str(w) for w in directory.glob("*.whl"))
+        if not wheels:
+            raise SystemExit(f"bundle: no wheels in {directory}")
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--no-index"]
+        subprocess.run([*pip, "--target", str(site), *pip_target(python), *wheels], check=True)
+        for path in UNUSED:
+            shutil.rmtree(site / path, ignore_errors=True)
+        packed = Path(tmp) / "site.tar.xz"
+        with tarfile.open(packed, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+            for entry in sorted(site.iterdir()):
+                tar.add(entry, arcname=entry.name)
+        size = packed.stat().st_size
+        if size > limit:
+            raise SystemExit(
+                f"bundle: {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB a call carries"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(packed, out)
+    return size
+
+
+def unpack(bundled: Path, target: Path) -> None:
+    """The bundle's folder into ``target`` (standard library only)."""
     target.mkdir(parents=True, exist_ok=True)
-    files = sorted((f for folder in folders for f in folder.iterdir()), key=lambda f: f.name)
-    for f in files:
-        if PART not in f.name:
-            shutil.copyfile(f, target / f.name)
-    for f in files:
-        if PART in f.name:
-            with open(target / f.name.split(PART)[0], "ab") as whole:
-                whole.write(f.read_bytes())
-    return sorted(target.glob("*.whl"))
+    with tarfile.open(bundled, "r:xz") as tar:
+        tar.extractall(target, filter="data")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,23 +165,25 @@ def main(argv: list[str] | None = None) -> int:
         prog="python cluster/device_wheels.py", description=__doc__.split("\n\n")[0]
     )
     verbs = parser.add_subparsers(dest="verb", required=True)
-    verbs.add_parser("download", help="pip download of the wheels").add_argument("directory", type=Path)
-    splitting = verbs.add_parser("split", help="the wheels into carry folders .dw-1, .dw-2, ...")
-    splitting.add_argument("directory", type=Path)
-    splitting.add_argument("--out", type=Path, default=Path("."), help="where the folders go (the checkout)")
-    joining = verbs.add_parser("join", help="on the device: whole wheels from the carried folders")
-    joining.add_argument("target", type=Path)
-    joining.add_argument("folders", type=Path, nargs="+")
+    down = verbs.add_parser("download", help="pip download of the wheels")
+    down.add_argument("directory", type=Path)
+    down.add_argument("--python", default="3.12", help="the GPU machine's Python, e.g. 3.12 (default)")
+    down.add_argument("--image", action="store_true", help="only what the lent GPU machine's image lacks")
+    packing = verbs.add_parser("bundle", help="the wheels as one file under a device call's 64 MiB")
+    packing.add_argument("directory", type=Path)
+    packing.add_argument("out", type=Path)
+    packing.add_argument("--python", default="3.12", help="the GPU machine's Python (default 3.12)")
+    unpacking = verbs.add_parser("unpack", help="there: the bundle's folder (then PYTHONPATH=TARGET)")
+    unpacking.add_argument("bundle", type=Path)
+    unpacking.add_argument("target", type=Path)
     args = parser.parse_args(argv)
     if args.verb == "download":
-        download(args.directory)
-    elif args.verb == "split":
-        for folder in split(args.directory, args.out):
-            size = sum(f.stat().st_size for f in folder.iterdir())
-            print(f"{folder} {size / 2**20:.1f} MiB")
+        download(args.directory, args.python, args.image)
+    elif args.verb == "bundle":
+        size = bundle(args.directory, args.out, args.python)
+        print(f"{args.out} {size / 2**20:.1f} MiB")
     else:
-        for wheel in join(args.target, args.folders):
-            print(wheel)
+        unpack(args.bundle, args.target)
     return 0
 
 

@@ -2,12 +2,13 @@
 
 A cell is everything that defines one result: the task and its parameters, the model and its size, the
 training budget, the evaluation, T (pretraining tasks; inf = a fresh task per prompt), N (the largest
-context length trained on) and the seed. Its key is a hash of its canonical form (fields at their
-default are left out, so adding a setting with a default keeps old keys); the key is the MLflow tag
-that makes sweeps resumable and idempotent. ``job`` names the cell's experiment kind (scaling.kinds:
-``train``, the default, trains and evaluates); a kind with settings of its own reads them from the group
-it declares (e.g. ``temperature``), held in ``settings`` and written at the top level of the cell's
-dict, as if it were a field. Resources and the sweep's name are not part of a cell.
+context length trained on: the largest of ``train.lengths`` where they are given, whatever the grid's N, so
+that one zero-padded MLP serves a grid's every N, seed 001 App. A) and the seed. Its key is a hash of its
+canonical form (fields at their default are left out, so adding a setting with a default keeps old keys);
+the key is the MLflow tag that makes sweeps resumable and idempotent. ``job`` names the cell's experiment
+kind (scaling.kinds: ``train``, the default, trains and evaluates); a kind with settings of its own reads
+them from the group it declares (e.g. ``temperature``), held in ``settings`` and written at the top level
+of the cell's dict, as if it were a field. Resources and the sweep's name are not part of a cell.
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, canonical, check, flatten, format_T, from_dict, not_in_key, to_dict, unread
+from .config import (
+    ConfigError,
+    canonical,
+    check,
+    flatten,
+    format_T,
+    from_dict,
+    not_in_key,
+    replaced,
+    to_dict,
+    unread,
+)
 from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
 from .papers.context_scaling.evaluate import EvalConfig
 from .papers.context_scaling.models import ModelConfig, model_facts
@@ -45,6 +57,8 @@ class Cell:
     settings: dict[str, Any] = field(default_factory=dict, metadata={"inline": True})
 
     def __post_init__(self):
+        if self.train.lengths:  # one model trained at these lengths, zero-padded to the largest (App. A)
+            object.__setattr__(self, "N", self.train.lengths[-1])
         check(
             self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()),
             "T",
@@ -173,7 +187,7 @@ def resolve_precision(cell: Cell, gpu: float) -> Cell:
     if cell.train.precision != "auto":
         return cell
     on_gpu = gpu > 0 and cell.train.device != "cpu" and reads_setting(cell, "train.precision")
-    train = dataclasses.replace(cell.train, precision="bfloat16" if on_gpu else "float32")
+    train = replaced(cell.train, precision="bfloat16" if on_gpu else "float32")
     return dataclasses.replace(cell, train=train)
 
 

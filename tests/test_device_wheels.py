@@ -1,8 +1,15 @@
-"""cluster/device_wheels.py: wheels split into carry folders under the device call's limit are put back
-together byte for byte on the other side."""
+"""cluster/device_wheels.py: the project's packages for a GPU machine without internet. Wheels bundled into
+one file (installed by pip into one folder, the parts no sweep uses left out, xz) are unpacked there by the
+standard library into an importable folder; a bundle over the limit is refused with nothing written; the
+offline requirements are the project's, torch left to the machine."""
 
 import importlib.util
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("device_wheels", ROOT / "cluster" / "device_wheels.py")
@@ -10,18 +17,64 @@ device_wheels = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(device_wheels)
 
 
-def test_wheels_split_under_the_limit_join_to_the_same_bytes(tmp_path):
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    sizes = {"ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl": 2500, "mlflow-3.17.2-py3-none-any.whl": 900}
-    sizes.update({f"small{i}-1.0-py3-none-any.whl": 120 + i for i in range(5)})
-    for name, size in sizes.items():
-        (wheels / name).write_bytes(bytes((i * 7 + len(name)) % 251 for i in range(size)))
-    folders = device_wheels.split(wheels, tmp_path / "checkout", limit=1000)
-    assert [f.name for f in folders] == [f".dw-{i}" for i in range(1, len(folders) + 1)]
-    assert all(sum(f.stat().st_size for f in folder.iterdir()) <= 1000 for folder in folders)
-    assert len(folders) == -(-sum(sizes.values()) // 1000)  # folders filled, parts where a wheel spills
-    joined = device_wheels.join(tmp_path / "there", folders)
-    assert sorted(w.name for w in joined) == sorted(sizes)
-    for wheel in joined:
-        assert wheel.read_bytes() == (wheels / wheel.name).read_bytes()
+def wheel(directory: Path, name: str, files: dict[str, str]) -> Path:
+    """A real (pure-Python) wheel of package ``name`` 1.0 holding ``files``."""
+    info = f"{name}-1.0.dist-info"
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    contents = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{f},,\n" for f in [*contents, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as zipped:
+        for name_, text in {**contents, f"{info}/RECORD": record}.items():
+            zipped.writestr(name_, text)
+    return path
+
+
+@pytest.fixture
+def wheels(tmp_path) -> Path:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheel(folder, "ray", {"ray/__init__.py": "VERSION = 'r'\n", "ray/jars/big.jar": "x" * 5000})
+    wheel(folder, "mlflow", {"mlflow/__init__.py": "", "mlflow/server/js/build/index.html": "<html/>"})
+    wheel(folder, "mlflow_skinny", {"mlflow/tracking.py": "URI = 'sqlite'\n"})  # the same package, merged
+    return folder
+
+
+def test_a_bundle_unpacks_there_into_an_importable_folder_without_the_unused_parts(wheels, tmp_path):
+    out = tmp_path / "checkout" / ".dw" / "site.tar.xz"
+    size = device_wheels.bundle(wheels, out, python="3.12")
+    assert out.stat().st_size == size
+    target = tmp_path / "there"
+    unpacked = subprocess.run(
+        [sys.executable, str(ROOT / "cluster" / "device_wheels.py"), "unpack", str(out), str(target)],
+        capture_output=True,
+        text=True,
+    )
+    assert unpacked.returncode == 0, unpacked.stderr
+    code = "import ray, mlflow.tracking; print(ray.VERSION, mlflow.tracking.URI)"
+    found = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)},
+                           capture_output=True, text=True)  # fmt: skip
+    assert found.stdout.split() == ["r", "sqlite"], found.stderr
+    assert (
+        not (target / "ray" / "jars").exists()
+        and not (target / "mlflow" / "server" / "js" / "build").exists()
+    )
+    assert (target / "ray-1.0.dist-info").is_dir()
+
+
+def test_a_bundle_over_the_limit_is_refused_and_nothing_is_written(wheels, tmp_path):
+    out = tmp_path / ".dw" / "site.tar.xz"
+    with pytest.raises(SystemExit, match="over the 0 MiB a call carries"):
+        device_wheels.bundle(wheels, out, limit=100)
+    assert not out.exists()
+
+
+def test_the_offline_requirements_are_the_projects_but_torch():
+    wanted = device_wheels.project_requirements()
+    assert not [r for r in wanted if r.startswith("torch")]
+    assert any(r.startswith("ray[tune]") for r in wanted) and any(r.startswith("mlflow") for r in wanted)
+    assert any(r.startswith("transformers") for r in wanted)
+    assert set(device_wheels.pip_target("3.12")) >= {"--only-binary=:all:", "--python-version", "3.12"}

@@ -202,20 +202,30 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
         *CLUSTER_YAML,
     ),
     "docker push <registry>/icl-scaling:0.1.0": ("needs a registry", *CLUSTER_YAML),
-    "python cluster/device_wheels.py download /tmp/device-wheels": (
-        "downloads ~130 MB of wheels for the lent GPU machine",
+    "python cluster/device_wheels.py download wheels --python 3.12": (
+        "downloads the project's dependencies (hundreds of MB) from the package index",
         "tests/test_device_wheels.py",
-        "splits wheels into carry folders and joins them to the same bytes",
+        "the offline requirements are the project's, torch left to the GPU machine",
     ),
-    "python cluster/device_wheels.py split /tmp/device-wheels --out .": (
-        "needs the downloaded wheels, and writes carry folders into the checkout",
+    "python -m pip install --no-index --find-links wheels -r wheels/requirements.txt": (
+        "needs the downloaded wheels, and installs into the environment",
         "tests/test_device_wheels.py",
-        "splits wheels into carry folders and joins them to the same bytes",
+        "the offline requirements are the project's, torch left to the GPU machine",
     ),
-    "printf '/.dw-*/\\n' >> .git/info/exclude": (
-        "edits the checkout's git settings (for the GPU machine's carry folders)",
+    "cp gpu-results/cost_table_cuda.json scaling/": (
+        "needs a GPU run's table (it would replace the shipped one)",
+        "tests/test_gpu_plan.py",
+        "the dry run's GPU-hours from a measured table, and the shipped table is a real card's",
+    ),
+    "python cluster/device_wheels.py download /tmp/device-wheels --image": (
+        "downloads 111 MB of wheels for the lent GPU machine",
         "tests/test_device_wheels.py",
-        "the carry folders that line keeps out of git",
+        "bundles real wheels, unpacks and imports them, the unused parts left out",
+    ),
+    "python cluster/device_wheels.py bundle /tmp/device-wheels .dw/site.tar.xz": (
+        "needs the downloaded wheels (13 minutes of xz on this VM), and writes into the checkout",
+        "tests/test_device_wheels.py",
+        "bundles real wheels, unpacks and imports them, the unused parts left out",
     ),
 }
 # Programs run as written (cheap, and writing only into the working directory or /tmp); any other

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scaling.plan import load_plan
 from scaling.sweep.__main__ import main
@@ -47,9 +48,17 @@ def models(plan):
 def test_fig1_gpt2_against_the_vectorised_mlp_on_linear_regression():
     plan = cells("fig1")
     assert tasks(plan) == {("linear", 8, 0.22)}
-    assert models(plan) == {("gpt2", "gpt2", 8, 8, ""), ("mlp", "mlp", 1024, "vectorised", "")}
+    assert models(plan) == {
+        ("gpt2", "gpt2", 8, 8, ""),
+        ("mlp", "mlp", 1024, "vectorised", ""),
+        ("mlp_padded", "mlp", 1024, "vectorised", ""),
+    }
     assert {c.model.n_embd for c in plan if c.model.arch == "gpt2"} == {256}
     assert {c.N for c in plan} == {5, 10, 20, 30, 40}
+    # App. A: one MLP per (T, seed) for every length of the figure, zero-padded to the largest
+    padded = [c for c in plan if c.model.label == "mlp_padded"]
+    assert {(c.N, c.train.lengths) for c in padded} == {(40, (5, 10, 20, 30, 40))}
+    assert len(padded) == len({(c.T, c.seed) for c in plan})
     assert {1e5, 1e6} <= {c.T for c in plan} and math.inf in {c.T for c in plan}
 
 
@@ -111,6 +120,9 @@ def test_fig7_mlps_on_vectorised_input_features_and_both():
     }
     assert {5, 10, 20, 30, 40, 60, 80} <= {c.N for c in plan}
     assert {1e5} <= {c.T for c in plan} and len({c.T for c in plan}) >= 5
+    padded = {(c.model.inputs, c.model.feature_map) for c in plan if c.model.label.endswith("_padded")}
+    assert padded == {(c.model.inputs, c.model.feature_map) for c in plan}, "each MLP has App. A's twin"
+    assert {(c.N, c.train.lengths) for c in plan if c.train.lengths} == {(80, (5, 10, 20, 30, 40, 60, 80))}
 
 
 def test_fig8_gpt2_and_sgpt_on_linear_and_relu_tasks():
@@ -131,8 +143,8 @@ def test_full_profile_is_the_reference_recipe_and_quick_runs_on_cpus(figure):
     assert all(p.cell.train.steps <= 5000 for p in plan.cells)
 
 
-@pytest.mark.parametrize("figure, d", [("fig1", 4), ("fig7", 8)])
-def test_repro_profiles_run_on_cpus_with_the_papers_mlp_on_its_own_recipe(figure, d):
+@pytest.mark.parametrize("figure, d, seeds", [("fig1", 4, 5), ("fig7", 8, 3)])
+def test_repro_profiles_run_on_cpus_with_the_papers_mlp_on_its_own_recipe(figure, d, seeds):
     plan = load_plan(SWEEPS / f"{figure}.yaml", "repro")
     assert plan.name == f"{figure}-repro"
     assert all(p.resources.gpu == 0 for p in plan.cells), "repro profiles run on CPUs"
@@ -141,7 +153,17 @@ def test_repro_profiles_run_on_cpus_with_the_papers_mlp_on_its_own_recipe(figure
     assert all(c.train.schedule == "cosine" and c.train.lr == 3e-3 for c in mlps)
     assert {c.task.d for c in cells(figure, "repro")} == {d}
     assert {5, 10} <= {c.N for c in mlps} and {16, math.inf} <= {c.T for c in mlps}
-    assert {c.seed for c in mlps} == {0, 1}
+    assert {c.seed for c in mlps} == set(range(seeds))
+    padded = [c for c in mlps if c.train.lengths]
+    assert padded and all(c.N == c.train.lengths[-1] and c.train.lengths[0] == 5 for c in padded)
+
+
+@pytest.mark.parametrize("profile", ["quick", "repro"])
+@pytest.mark.parametrize("figure", FIGURES)
+def test_every_cpu_profile_has_the_three_seeds_a_verdict_needs(figure, profile):
+    if profile not in yaml.safe_load((SWEEPS / f"{figure}.yaml").read_text())["profiles"]:
+        pytest.skip(f"{figure} has no {profile} profile")
+    assert len({c.seed for c in cells(figure, profile)}) >= 3
 
 
 @pytest.mark.parametrize("profile", ["", "quick"])
@@ -161,3 +183,18 @@ def test_dry_run_lists_every_cell_and_creates_nothing(figure, profile, tmp_path,
     assert f"totals: {len(planned)} pending" in out
     assert all(p.cell.name in out for p in planned)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("profile", ["", "quick"])
+def test_app_a_lengths_sweep_trains_gpt2_and_sgpt_between_untested_lengths(profile):
+    """sweeps/fig4_lengths.yaml: GPT-2 and SGPT on Fig. 4's ReLU task, the loss at lengths 1, 11, ..., 91
+    (quick: 1, 6, 11, 16) alone, tested at lengths between them too, 3 seeds."""
+    plan = [p.cell for p in load_plan(SWEEPS / "fig4_lengths.yaml", profile).cells]
+    assert {c.model.arch for c in plan} == {"gpt2", "sgpt"} and len({c.seed for c in plan}) == 3
+    assert {c.task.family for c in plan} == {"relu_net"}
+    for c in plan:
+        assert c.N == c.train.lengths[-1] and c.train.curriculum.points_start == 0
+        untested = set(c.eval.n) - set(c.train.lengths)
+        assert untested and all(c.train.lengths[0] < n < c.N for n in untested)
+    if not profile:
+        assert {(c.task.d, c.T, c.train.steps, c.N) for c in plan} == {(20, 2e6, 500000, 91)}

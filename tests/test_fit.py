@@ -24,6 +24,7 @@ from scaling.judge.power_law import (
     form_named,
     huber,
     predicted_err,
+    starting_grid,
 )
 
 INF = math.inf
@@ -314,3 +315,28 @@ def test_no_worker_is_forked_while_another_thread_runs():
     beside = refit_in_subprocess(2, thread=True)
     assert not beside["pool"]
     assert beside["row"] == refit_in_subprocess(1)["row"]
+
+
+@pytest.mark.parametrize("fixed_e", [None, math.log(0.05)])
+def test_the_own_lbfgsb_driver_gives_scipys_iterates_bit_for_bit(fixed_e):
+    """scaling.judge.lbfgsb drives scipy's routine itself (3x fewer wrappers per refit): on joint-form
+    problems with bootstrap weights, from the starting grid and from far off, converging or stopped by
+    maxiter, it returns minimize's optimum, loss, success and message exactly."""
+    from scaling.judge import lbfgsb
+
+    assert lbfgsb.own_driver()  # this project's scipy: the fast path is the one tested
+    rng = np.random.default_rng(3)
+    logx = np.log(rng.choice([5.0, 10, 20, 40, 80], size=(60, 2)))
+    n, T = np.exp(logx).T
+    logy = np.log(0.05 + 2 * n**-0.7 + T**-0.4) + rng.normal(0, 0.05, 60)
+    problem = Problem(logx - logx.mean(0), logx.mean(0), logy, fixed_e, 1e-3)
+    starts = [*starting_grid(problem), rng.normal(0, 3, problem.n_free)]
+    stopped = 0
+    for start in starts:
+        weights = rng.integers(0, 3, 60).astype(float)
+        for maxiter in (1000, 3):
+            args = (problem.loss_and_grad, start, (weights,), problem.bounds(), maxiter, 1e-12, 1e-10)
+            ours, theirs = lbfgsb._driven(*args), lbfgsb._scipy(*args)
+            assert np.array_equal(ours[0], theirs[0]) and ours[1:] == theirs[1:]
+            stopped += "ITERATIONS REACHED LIMIT" in ours[3]
+    assert stopped >= len(starts)  # maxiter=3 stops every run early

@@ -35,6 +35,7 @@ TINY = {  # sweep file -> the "tiny" profile added to it
         "models": {
             "gpt2": {"n_layer": 1, "n_head": 1, "n_embd": 16, "resources": {"cpu": 1, "gpu": 0}},
             "mlp": {"width": 16, "resources": {"cpu": 1, "gpu": 0}},
+            "mlp_padded": {"width": 16, "resources": {"cpu": 1, "gpu": 0}, "train": {"lengths": [5, 10]}},
         },
         "grid": {"T": [16, "inf"], "N": [10], "seed": [0]},
     },
@@ -105,12 +106,12 @@ def test_a_claim_whose_sweep_ran_shows_its_numbers_profile_and_commands(report, 
     assert shlex.split(gd["sweep_command"]) == ["python", "-m", "scaling.sweep", files["stat_gd.yaml"], *tail]
     assert shlex.split(gd["analysis_command"]) == ["python", "-m", "analysis", files["stat_gd.yaml"], *tail]
     fig1 = table[table["figure"] == "fig1"]
-    assert len(fig1) == 4 and "not run" not in set(fig1["status"])
+    assert len(fig1) == 6 and "not run" not in set(fig1["status"])
     assert all("err/zero" in e or "drop" in e or "interval" in e for e in fig1["evidence"]), fig1["evidence"]
     # each row names its size beside the paper's, for the models it reads
-    assert all(
-        s.startswith("d 4 (paper not stated in Fig. 1; App. C 8); N 10 (paper 5-40") for s in fig1["size"]
-    )
+    assert all(s.startswith("d 4 (paper not stated in Fig. 1; App. C 8); N 10 (paper ") for s in fig1["size"])
+    padded = fig1[fig1["claim"].str.contains("zero-padded")]
+    assert len(padded) == 2 and all("N 10 (paper 40)" in s for s in padded["size"]), padded["size"]
     gpt2 = fig1[fig1["claim"].str.startswith("GPT-2")]
     assert all("width gpt2 16 (paper 256)" in s and "mlp" not in s for s in gpt2["size"]), gpt2["size"]
     fig1 = table[table["figure"] == "temp-fig1"]

@@ -24,7 +24,7 @@ def test_a_row_names_each_size_beside_the_papers_and_per_model_where_models_diff
 def test_what_the_paper_states_replaces_the_files_own_setting_and_is_said_once():
     part = PARTS["fig1"][1]
     text = size_text(str(SWEEPS / "fig1.yaml"), "repro", (), part.paper, part.sizes)
-    assert "steps gpt2 3000, mlp 12000 (paper not stated; Garg et al. 500000)" in text
+    assert "steps gpt2 3000, mlp 12000, mlp_padded 12000 (paper not stated; Garg et al. 500000)" in text
     assert "T 16, 256, inf (paper 1e5, 1e6 in B" in text
 
 

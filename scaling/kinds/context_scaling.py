@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..checkpoints import behind
-from ..config import format_T
+from ..config import check, format_T
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.models import model_facts
 from ..papers.context_scaling.stacked import PackTrainer
@@ -165,13 +165,27 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
             log.log_metrics(GRAPH_REPLAYS, [(trainer.step, stacked.replayed)])
 
 
+def check_cell(cell) -> None:
+    """``train.lengths`` (the loss at given context lengths alone: App. A's MLP zero-padded to the largest,
+    its transformers trained at 1, 11, ..., 91) trains the models a pack can mask: MLPs and transformers
+    (a transformer with lengths trains alone: ``packable``)."""
+    check(
+        not cell.train.lengths or cell.model.arch in ("mlp", "gpt2", "sgpt"),
+        "train.lengths",
+        f"only mlp, gpt2 and sgpt cells train at given context lengths, not {cell.model.arch}",
+    )
+
+
 def cost(cell) -> CellCost:
     """Training FLOPs, seconds and peak memory of the cell from its model's facts and the cost table."""
     return training_cost(cell)
 
 
 def packable(cell) -> bool:
-    """Whether the cell's model can train stacked with others (scaling.papers.context_scaling.stacked)."""
+    """Whether the cell's model can train stacked with others (scaling.papers.context_scaling.stacked): a
+    transformer trained at given lengths trains alone (the stacked transformers take the prefix loss)."""
+    if cell.train.lengths and cell.model.arch != "mlp":
+        return False
     return model_facts(cell.model.arch).packable(cell.model)
 
 
@@ -180,6 +194,7 @@ TRAIN = Kind(
     run=run,
     label=label,
     analysis="analysis.papers.context_scaling.plugin:TRAINING",
+    check=check_cell,
     cost=cost,
     packable=packable,
     run_pack=run_pack,

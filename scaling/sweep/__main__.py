@@ -79,6 +79,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded local Ray")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs of the embedded local Ray")
     parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="with --dry-run: the GPUs to give the wall time on (default: --num-gpus, else the cluster's"
+        " or this machine's count)",
+    )
+    parser.add_argument(
         "--max-cells",
         type=int,
         default=None,
@@ -116,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             address=args.address,
             num_cpus=args.num_cpus,
             num_gpus=args.num_gpus,
+            gpus=args.gpus,
             autoscaling=args.autoscaling,
             verbose=args.verbose,
         )

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from typing import TextIO
 
+import torch
+
 from ..checkpoints import CheckpointStore
+from ..cluster import read_node_types
 from ..cost import describe_compute
 from ..gpu_plan import describe_gpu
 from ..leases import Leases
 from ..plan import Plan
 
 
-def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
-    """The --dry-run table: one line per cell with its resources and state."""
+def describe_plan(
+    plan: Plan, status: dict[str, str], out: TextIO, gpus: tuple[int | None, str] = (None, "")
+) -> None:
+    """The --dry-run table: one line per cell with its resources and state, then the compute on a CPU and
+    on the measured GPU (its wall time on ``gpus``: a count and where it comes from; None: unknown)."""
     out.write(
         f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
         f"{f' (profile {plan.profile})' if plan.profile else ''}\n"
@@ -26,7 +32,25 @@ def describe_plan(plan: Plan, status: dict[str, str], out: TextIO) -> None:
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
     out.write(describe_compute(plan) + "\n")
-    out.write(describe_gpu(plan) + "\n")
+    out.write(describe_gpu(plan, gpus=gpus[0], gpus_from=gpus[1]) + "\n")
+
+
+def gpus_to_plan(run) -> tuple[int | None, str]:
+    """The GPUs --dry-run gives the wall time on, and where the count comes from: --gpus, --num-gpus, the
+    GPUs the `ray up` cluster's autoscaler may start, this machine's; (None, "") when none is known."""
+    options = run.options
+    if options.gpus:
+        return options.gpus, "--gpus"
+    if options.num_gpus:
+        return options.num_gpus, "--num-gpus"
+    if run.head is not None:
+        types = read_node_types()
+        count = sum(int(t.resources.get("GPU", 0)) * t.max_workers for t in types if t.resources)
+        if count:
+            return count, "the GPUs the cluster's autoscaler may start"
+    if torch.cuda.is_available():
+        return torch.cuda.device_count(), "this machine's GPUs"
+    return None, ""
 
 
 def cell_states(

@@ -21,7 +21,7 @@ from pyarrow import fs as pafs
 from .. import storage as stores
 from ..checkpoints import CheckpointStore, behind
 from ..cluster import describe, ray_up_head, read_node_types
-from ..guards import check_address, check_flags, probe_storage
+from ..guards import check_address, check_flags, check_whole, probe_storage
 from ..leases import Leases, driver_id
 from ..plan import Plan, SweepError, load_plan
 from ..progress import next_commands, quiet_ray, summary_lines
@@ -29,7 +29,7 @@ from ..redact import TRACKING_URI_ENV, has_secret, redact
 from ..tracking import TrackingError, TrackingStore
 from ..tracking.backends import existing_store, open_store
 from ..tracking.uri import database_has_store, is_database, local_store_path, resolve_tracking_uri
-from .dry_run import cell_states, describe_adaptive, describe_plan
+from .dry_run import cell_states, describe_adaptive, describe_plan, gpus_to_plan
 from .run import RunOptions, SweepOutcome, SweepRun
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ def plan_run(
     written."""
     started = time.monotonic()
     check_flags(options.num_cpus, options.num_gpus, options.max_cells)
+    check_whole("--gpus", options.gpus, 1)
     plan = load_plan(path, profile, overrides, options.max_cells)
     run = SweepRun(path, profile, overrides, options, out, started, plan, address=options.address)
     run.policy = adaptive_policy(plan, path) if options.adaptive else None
@@ -201,7 +202,8 @@ def check_sweep_name(run: SweepRun) -> None:
 def describe_run(run: SweepRun) -> SweepOutcome:
     """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
     behind = frozenset(behind_the_storage(run))
-    describe_plan(run.plan, cell_states(run.plan, run.complete, run.store_uri, behind), run.out)
+    states = cell_states(run.plan, run.complete, run.store_uri, behind)
+    describe_plan(run.plan, states, run.out, gpus_to_plan(run))
     if run.policy is not None:
         describe_adaptive(run.policy, run.out)
     return SweepOutcome(len(run.plan.cells), len(run.complete))

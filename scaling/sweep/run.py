@@ -45,6 +45,7 @@ class RunOptions:
     address: str | None = None  # join this Ray cluster ('auto' or host:port); None: a new local Ray
     num_cpus: int | None = None  # CPUs of the embedded local Ray
     num_gpus: int | None = None  # GPUs of the embedded local Ray
+    gpus: int | None = None  # --dry-run's wall time on this many GPUs (None: --num-gpus, the cluster's, ...)
     autoscaling: bool = False  # the cluster adds nodes on demand: no check that every cell fits a node
     verbose: bool = False  # also show Ray's and Ray Tune's own messages and banners
     live: bool | None = None  # the live view (None: when the output is a terminal)

@@ -41,8 +41,8 @@ class StackedMembers:
     Linear layer becomes one batched matrix product over the members' stacked weights, and so does each
     product of its backward pass, written out here (a tiny model's step is a few dozen tensor operations,
     and autograd's bookkeeping would cost as much as the arithmetic). Member k's gradient is that of its
-    own prefix loss (scaling.papers.context_scaling.train.prefix_loss), as autograd computes it; tests compare
-    the two.
+    own prefix loss (scaling.papers.context_scaling.train.prefix_loss, or lengths_loss under
+    ``train.lengths``), as autograd computes it; tests compare the two.
     """
 
     def __init__(self, members: Sequence[CellTrainer]):
@@ -66,6 +66,7 @@ class StackedMembers:
             }  # name -> (K, ...)
         self.optimizer = StackedAdam(self.params, members, pack_factors(members))
         self.step = members[0].step
+        self.kept = kept_columns(members[0])  # None: the prefix loss
         self.graph = pack_graph(self, members)
         bf16 = members[0].cell.train.precision == "bfloat16"
         self.dtype = torch.bfloat16 if bf16 else torch.float32  # autocast's matmul dtype
@@ -130,8 +131,12 @@ class StackedMembers:
                     self.params[layer[1]].to(self.dtype).transpose(1, 2),
                 )
         diff = h.reshape(K, B, P).float() - ys  # (K, B, P)
-        diff[:, :, 0] = 0  # column 0: no context, no loss
-        count = B * (P - 1)
+        if self.kept is None:
+            diff[:, :, 0] = 0  # column 0: no context, no loss
+            count = B * (P - 1)
+        else:  # train.lengths: the loss at those columns alone (lengths_loss)
+            diff = diff * self.kept
+            count = B * len(self.members[0].cell.train.lengths)
         losses = diff.pow(2).sum(dim=(1, 2)) / count  # prefix_loss per member
         grad = (diff * (2 / count)).reshape(K, B * P, 1).to(self.dtype)  # d loss_k / d output
         grads = {}
@@ -169,6 +174,16 @@ class StackedMembers:
                 p.copy_(self.params[name][k])
             member.set_step(self.step)
         self.optimizer.write_back(self.members)
+
+
+def kept_columns(member: CellTrainer) -> torch.Tensor | None:
+    """(P,) 1 at the columns of ``train.lengths`` and 0 elsewhere, on the member's device (the pack's members
+    share their training settings: scaling.packing.pack_signature); None for the prefix loss."""
+    if member.columns is None:
+        return None
+    kept = torch.zeros(member.points, device=member.device)
+    kept[member.columns] = 1.0
+    return kept
 
 
 def stack(members: Sequence[CellTrainer]) -> "StackedMembers | StackedTransformer":

@@ -1,9 +1,10 @@
 """Train and evaluate one cell (no Ray, no MLflow): seed 001 App. A, Garg et al.'s training recipe.
 
 The loss is the mean over prompts and over prefix lengths n = 1..N of the squared error predicting
-y_{n+1} from the first n pairs (App. A, "Problem formulation"). Adam with a constant learning rate (Garg et
-al.), or with a linear warm-up and a cosine decay to 0 (``TrainConfig.schedule``); the rate is a pure
-function of the step.
+y_{n+1} from the first n pairs (App. A, "Problem formulation"), or over the context lengths
+``train.lengths`` alone (App. A's single zero-padded MLP for all the figure's lengths, tested at them).
+Adam with a constant learning rate (Garg et al.), or with a linear warm-up and a cosine decay to 0
+(``TrainConfig.schedule``); the rate is a pure function of the step.
 Everything a resumed run needs (model, optimiser, step) is in ``state_dict``; the batch of step s is a
 pure function of (seed, s), so a run resumed from a checkpoint ends with the same numbers as one that
 never stopped. On CUDA (``train.cuda_graphs``) a step of the cell's steady shape is captured once as a CUDA
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pandas as pd
@@ -97,6 +98,14 @@ class TrainConfig:
     # 6000 steps, constant lr 1e-3 0.71 in 10000 (sweeps/fig1.yaml's repro profile says more).
     schedule: str = "constant"
     warmup: float = field(default=0.05, metadata={"applies": lambda t: t.schedule != "constant"})
+    # the context lengths the loss is taken at (seed 001 App. A: "we always trained a single MLP for all
+    # context lengths by zero-padding to the largest context length", Fig. 1's "trained and tested on the same
+    # set of context lengths: 5, 10, 20, 30, and 40"): one model trained on prompts of each of these lengths,
+    # an MLP's vectorised input zero-padded to the largest, which is the cell's N (scaling.cells.Cell), and
+    # tested at them unless eval.n says otherwise (App. A's GPT-2, "trained on context lengths from 1 to 100
+    # with a step size of 10", tested between them: sweeps/fig4_lengths.yaml). Empty (the default): every
+    # prefix 1..N, the loss of eq. 2
+    lengths: tuple[int, ...] = ()
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
@@ -107,6 +116,16 @@ class TrainConfig:
         check_choice(self.cuda_graphs, "cuda_graphs", ("auto", "on", "off"))
         check_choice(self.schedule, "schedule", ("constant", "cosine"))
         check(0 <= self.warmup < 1, "warmup", f"must be a fraction of the steps in [0, 1), got {self.warmup}")
+        check(
+            all(n >= 1 for n in self.lengths) and list(self.lengths) == sorted(set(self.lengths)),
+            "lengths",
+            f"context lengths >= 1, increasing, each once (empty: every prefix), got {list(self.lengths)}",
+        )
+        check(
+            not (self.lengths and self.curriculum.points_start),
+            "lengths",
+            "a model trained at given context lengths takes no points curriculum (points_start: 0)",
+        )
         check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             "device",
@@ -146,6 +165,19 @@ def prefix_loss(pred: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return (pred[:, 1:] - ys[:, 1:]).pow(2).mean()
 
 
+def lengths_loss(pred: torch.Tensor, ys: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over prompts and the context lengths ``columns`` (``train.lengths`` on the
+    device): column n predicts y_n from the n pairs before it, so it is the prompt of length n, its
+    vectorised input zero-padded to the cell's N."""
+    return (pred[:, columns] - ys[:, columns]).pow(2).mean()
+
+
+def length_columns(train: TrainConfig, device: torch.device) -> torch.Tensor | None:
+    """``train.lengths`` as an index tensor on ``device`` (made once, so that a captured CUDA graph reads
+    it), None for the prefix loss."""
+    return torch.tensor(train.lengths, dtype=torch.long, device=device) if train.lengths else None
+
+
 class CellTrainer:
     """The training state of one cell: pool, model, optimiser and step, checkpointable at any step.
 
@@ -172,6 +204,7 @@ class CellTrainer:
         # torch.optim.Adam(fused=True)'s kernel and state without torch.optim's ~1.1 s import
         # (scaling.papers.context_scaling.adam)
         self.optimizer = FusedAdam(self.model.parameters(), lr=cell.train.lr)
+        self.columns = length_columns(cell.train, self.device)  # None: every prefix
         self.step = 0
         self.graphs = graphs_on(cell.train.cuda_graphs, self.device) if graphs is None else graphs
         self.rates = DeviceRates([cell.train.lr], self.lr_factors(), 0) if self.graphs else None
@@ -230,7 +263,11 @@ class CellTrainer:
         self.model.train()
         with self._autocast():
             pred = self.model(xs, ys)
-        loss = prefix_loss(pred.float(), ys)
+        loss = (
+            prefix_loss(pred.float(), ys)
+            if self.columns is None
+            else lengths_loss(pred.float(), ys, self.columns)
+        )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.rates is None:
@@ -281,6 +318,8 @@ class CellTrainer:
     def evaluate(self) -> pd.DataFrame:
         """Curves of the model and every baseline on the cell's (possibly shifted) evaluation prompts."""
         config = self.cell.eval
+        if self.cell.train.lengths and not config.n:  # tested at the lengths it was trained at (App. A)
+            config = replace(config, n=self.cell.train.lengths)
         family = make_family(self.cell.task, config.shift)
         baselines, skipped = applicable_baselines(config.baselines, self.cell.task, pool=self.pool)
         prompts = fresh_prompts(family, config.prompts, self.points, self.cell.seed, device=self.device)

@@ -1,0 +1,117 @@
+"""The database store's fast search (scaling.tracking.database) finds what MLflow's search_runs finds: the
+same runs in the same order with the same params, tags and metrics, on a real SQLite store holding a deleted
+run, a failed run, twin runs of one cell, runs without a name, a NaN metric, runs of one start time and a
+second experiment."""
+
+import math
+
+import pytest
+
+from scaling.table import TABLE_READS
+from scaling.tracking import BARE, Columns
+from scaling.tracking.backends import existing_store, open_store
+from scaling.tracking.database import DatabaseTracker
+from scaling.tracking.tracker import Tracker
+
+
+def cell_run(client, experiment, key, params, status="complete", start=None, name=None, losses=()):
+    tags = {"kind": "cell", "sweep": "s", "cell_key": key, "status": status}
+    run = client.create_run(experiment, run_name=name, tags=tags, start_time=start)
+    run_id = run.info.run_id
+    for k, v in params.items():
+        client.log_param(run_id, k, v)
+    for step, value in enumerate(losses):
+        client.log_metric(run_id, "train/loss", value, step=step)
+    client.log_metric(run_id, "eval/err", 0.5)
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store of two experiments: in the first a sweep's parent run and its cell runs, one of each kind
+    a real sweep leaves behind."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('fast') / 'mlflow.db'}"
+    tracker = Tracker(uri)
+    client = tracker.client
+    first = tracker.experiment_id("s", create=True)
+    other = tracker.experiment_id("t", create=True)
+    client.create_run(first, run_name="sweep s", tags={"kind": "sweep", "sweep": "s"})
+    for seed in range(3):
+        cell_run(
+            client,
+            first,
+            f"k{seed}",
+            {"T": "16", "N": "4", "seed": str(seed), "model.arch": "mlp"},
+            losses=(1.0, 0.5 + seed),
+        )
+    failed = cell_run(client, first, "kf", {"T": "inf", "N": "4", "seed": "0"}, status="failed")
+    client.set_tag(failed, "error", "Traceback ...\nValueError: boom")
+    client.set_terminated(failed, "FAILED")
+    cell_run(client, first, "twin", {"T": "16", "N": "8", "seed": "0"}, status="running", start=1000)
+    cell_run(client, first, "twin", {"T": "16", "N": "8", "seed": "0"}, start=1000)  # one start time
+    cell_run(client, first, "nameless", {"T": "2", "N": "4", "seed": "0"}, name="")
+    deleted = cell_run(client, first, "gone", {"T": "16", "N": "4", "seed": "9"})
+    client.delete_run(deleted)
+    nan = cell_run(client, first, "nan", {"T": "4", "N": "4", "seed": "1", "model.name": "it's"})
+    client.log_metric(nan, "eval/err", math.nan)
+    cell_run(client, other, "k0", {"T": "16", "N": "4", "seed": "0"})
+    return uri, first, other
+
+
+QUERIES = [  # (search, how many runs of the first experiment it finds)
+    ({}, 9),
+    ({"tags": {"kind": "cell"}}, 8),
+    ({"tags": {"kind": "cell", "status": "complete"}}, 6),
+    ({"tags": {"kind": "cell"}, "params": {"T": "16"}}, 5),
+    ({"tags": {"kind": "cell"}, "params": {"T": "16", "N": "4"}, "columns": BARE}, 3),
+    ({"tags": {"kind": "cell"}, "params": {"model.arch": "mlp"}}, 3),
+    ({"tags": {"cell_key": "twin", "kind": "cell"}}, 2),
+    ({"tags": {"kind": "sweep", "sweep": "s"}, "columns": BARE, "limit": 1}, 1),
+    ({"tags": {"kind": "cell"}, "limit": 2}, 2),
+    ({"tags": {"kind": "cell"}, "columns": TABLE_READS}, 8),
+    ({"tags": {"kind": "cell"}, "columns": Columns(params=("job", "T"), metrics=("eval/err",), tags=())}, 8),
+    ({"tags": {"kind": "nothing"}}, 0),
+    ({"params": {"seed": "9"}}, 0),  # only the deleted run has it
+]
+
+
+@pytest.mark.parametrize("query,count", QUERIES, ids=[str(q) for q, _ in QUERIES])
+def test_the_fast_search_finds_what_mlflow_finds(store, query, count):
+    uri, first, other = store
+    fast, mlflow = DatabaseTracker.existing(uri), Tracker.existing(uri)
+    for experiment in (first, other):
+        expected = mlflow.find_runs(experiment, **query)
+        found = fast.find_runs(experiment, **query)
+        assert [comparable(r) for r in found] == [comparable(r) for r in expected]
+        if experiment == first:
+            assert len(found) == count
+
+
+def comparable(record):
+    """A record's fields and the order of its keys (a table's columns follow them), NaN made comparable."""
+    metrics = [(k, "nan" if math.isnan(v) else v) for k, v in record.metrics.items()]
+    return (
+        *(getattr(record, f) for f in ("run_id", "name", "experiment_id", "cell_key", "status", "state")),
+        *(getattr(record, f) for f in ("artifact_uri", "start_time", "end_time")),
+        list(record.tags.items()),
+        list(record.params.items()),
+        metrics,
+    )
+
+
+def test_the_fast_search_reads_what_the_store_holds(store):
+    uri, first, _ = store
+    runs = DatabaseTracker.existing(uri).find_runs(first, tags={"kind": "cell"})
+    keys = [r.cell_key for r in runs]
+    assert "gone" not in keys and keys.count("twin") == 2 and len(runs) == 8
+    by_key = {r.cell_key: r for r in runs if r.cell_key != "twin"}
+    assert by_key["kf"].state == "FAILED" and by_key["kf"].tags["error"].endswith("boom")
+    assert math.isnan(by_key["nan"].metrics["eval/err"]) and by_key["nan"].params["model.name"] == "it's"
+    assert by_key["k2"].metrics["train/loss"] == 2.5  # the latest value
+    assert by_key["nameless"].name  # MLflow names a run created without one
+
+
+def test_database_stores_get_the_fast_search(store):
+    uri = store[0]
+    assert type(existing_store(uri)) is DatabaseTracker and type(open_store(uri)) is DatabaseTracker
+    assert type(open_store("http://127.0.0.1:1")) is Tracker  # a server: MLflow's paged search
