@@ -11,7 +11,9 @@ numbers (the kind's own verdicts), the profile it ran at and the commands that p
 file is not given, or whose experiment is not in the store, is "not run", with the reason and the commands
 that would run it.
 
-A sweep file may name its own profile, ``sweeps/fig1.yaml:repro``; the others take ``--profile``. Every
+A sweep file may name its own profile, ``sweeps/fig1.yaml:repro``; the others take ``--profile``. A part
+may be pinned to a profile (``Part.profile``: Fig. 3 on SmolLM2 is temp_llama_a/b.yaml at ``smollm``): it is
+analysed at that profile whenever its file is given. Every
 file is planned before anything is analysed: a file that is not one of the papers' sweeps, a profile it
 does not have, or two files for the same part stop the command (exit 2) before anything is written.
 """
@@ -62,6 +64,9 @@ class Part:
     title: str
     sizes: tuple[str, ...] = TRAINED
     paper: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    # a part that is its sweep file at this one profile (Fig. 3 on SmolLM2: temp_llama_b.yaml at smollm; its
+    # key is that experiment's name), analysed whenever its file is given; None: the file at the report's
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,12 @@ PAPERS: tuple[Paper, ...] = (
         "a report on Bai et al., Transformers as Statisticians",
         (
             Part("stat-gd", "sweeps/stat_gd.yaml", "Sec. 3: in-context gradient descent", ("d", "N")),
-            Part("stat-selection", "sweeps/stat_selection.yaml", "Sec. 4: in-context algorithm selection"),
+            Part(
+                "stat-selection",
+                "sweeps/stat_selection.yaml",
+                "Sec. 4: in-context algorithm selection",
+                ("d", "N"),  # the claims read the constructions, not the GPT-2 trained beside them
+            ),
         ),
         claims_statisticians.CLAIMS,
         lambda request: claims_statisticians.HOW,
@@ -170,6 +180,23 @@ PAPERS: tuple[Paper, ...] = (
                 ("llm",),
                 LLAMA,
             ),
+            *[
+                Part(
+                    f"temp-llama-{panel}-smollm",
+                    f"sweeps/temp_llama_{panel}.yaml",
+                    f"Figure 3{panel} on SmolLM2-135M-Instruct (this CPU; the smollm profile)",
+                    ("llm",),
+                    LLAMA,
+                    profile="smollm",
+                )
+                for panel in ("a", "b")
+            ],
+            Part(
+                "temp-sec44",
+                "sweeps/temp_sec44.yaml",
+                "Sec. 4.4: tau_opt = c under Sigma_x test = c I (w ~ N(0, I), sigma = 0)",
+                THEORY,
+            ),
         ),
         claims_temperature.CLAIMS,
         lambda request: claims_temperature.HOW,
@@ -204,7 +231,11 @@ def split_spec(spec: str, profile: str) -> tuple[str, str]:
 
 
 def part_of(name: str, profile: str) -> tuple[Paper, Part] | None:
-    """The paper and part of an experiment name (fig1-quick -> seed 001's fig1), None when no paper's."""
+    """The paper and part of an experiment name (fig1-quick -> seed 001's fig1; temp-llama-b-smollm at
+    profile smollm -> its own part), None when no paper's."""
+    pinned = PARTS.get(name)
+    if pinned and pinned[1].profile is not None and pinned[1].profile == profile:
+        return pinned
     key = name[: -len(profile) - 1] if profile and name.endswith(f"-{profile}") else name
     return PARTS.get(key) or PARTS.get(layout_name(key))
 
@@ -238,8 +269,7 @@ def analyse_figures(sweeps: list[str], request: Request) -> dict[str, Figure]:
     analysed (AnalysisError, nothing written: a file no paper's part runs, two files for one part, a bad
     profile). A part not given keeps its own sweep file and the request's profile, to say how to run it."""
     figures = {
-        key: Figure(part, part.sweep, profile_of(part.sweep, request.profile))
-        for key, (_, part) in PARTS.items()
+        key: Figure(part, part.sweep, own_profile(part, request.profile)) for key, (_, part) in PARTS.items()
     }
     planned = []
     for spec in sweeps:
@@ -251,6 +281,7 @@ def analyse_figures(sweeps: list[str], request: Request) -> dict[str, Figure]:
         if any(f.part == part for f, _, _ in planned):
             raise AnalysisError(f"{path}: a second sweep file for {part.key} ({part.title}); give one")
         planned.append((Figure(part, path, profile, source.name), side, source))
+    planned += pinned_parts(planned, figures, request)
     for figure, side, source in planned:
         figures[figure.name] = figure
         try:
@@ -258,6 +289,31 @@ def analyse_figures(sweeps: list[str], request: Request) -> dict[str, Figure]:
         except AnalysisError as err:
             figure.reason = str(err)
     return figures
+
+
+def own_profile(part: Part, profile: str) -> str:
+    """The profile a part runs at: its own (a pinned part), else the request's where its file has it."""
+    return part.profile if part.profile is not None else profile_of(part.sweep, profile)
+
+
+def pinned_parts(planned: list, figures: dict[str, Figure], request: Request) -> list:
+    """The parts pinned to a profile (``Part.profile``) whose sweep file was given but not at that profile:
+    planned at it, from the given file; a part that cannot be planned keeps why in its figure."""
+    given = {declared_name(figure.sweep): figure.sweep for figure, _, _ in planned}
+    done = {figure.part.key for figure, _, _ in planned}
+    out = []
+    for key, (_, part) in PARTS.items():
+        path = given.get(declared_name(str(ROOT / part.sweep)))
+        if part.profile is None or key in done or path is None:
+            continue
+        side = replace(request, sweep=path, profile=part.profile, experiment=None, overrides=(), layout=None)
+        try:
+            source = resolve(side)
+        except AnalysisError as err:
+            figures[key] = Figure(part, path, part.profile, reason=str(err))
+            continue
+        out.append((Figure(part, path, part.profile, source.name), side, source))
+    return out
 
 
 def profile_of(sweep: str, profile: str) -> str:

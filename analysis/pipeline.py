@@ -20,10 +20,12 @@ import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import yaml
 
+from scaling.cells import Cell
 from scaling.config import missing_paths_noted
 from scaling.judge import provenance
 from scaling.kinds.registry import kind
@@ -43,15 +45,16 @@ from .report import write_report
 class Source:
     """What to read: the experiment, the sweep document (for the report), the planned cells of a sweep file
     (key -> run name; None for an experiment name: every cell run in it counts) and their kinds (None: read
-    from the experiment's runs), the grid axes, and the ``--set`` overrides (a sweep file's, planning its
-    cells; an experiment's, picking one variant)."""
+    from the experiment's runs), the grid axes, the ``--set`` overrides (a sweep file's, planning its
+    cells; an experiment's, picking one variant) and the planned cells themselves (their settings are
+    worked out only where the experiment holds other cells to tell apart from them: ``settings``)."""
 
     name: str
     document: dict
     planned: dict[str, str] | None
     axes: tuple[str, ...]
     overrides: tuple[str, ...] = ()
-    settings: pd.DataFrame | None = None  # the planned cells' settings: cell_key, model, param.*
+    cells: tuple[Cell, ...] = ()
     jobs: frozenset[str] | None = None
     # local files the sweep names and this machine lacks (a model's weights): what running it needs first;
     # reading its runs needs none of them (scaling.config.check_path)
@@ -79,6 +82,16 @@ def variant_folder(name: str, variant: tuple[str, ...]) -> str:
         folder = f"{name}+{hashlib.sha256(' '.join(variant).encode()).hexdigest()[:12]}"
     return folder
 
+    def settings(self) -> pd.DataFrame | None:
+        """The planned cells' settings (cell_key, model, param.*; None without planned cells): their
+        params, 0.2 s a 1,000 cells, asked for only when complete cells of other variants need naming."""
+        if not self.cells:
+            return None
+        settings = pd.DataFrame(
+            [{"cell_key": c.key, **{f"param.{k}": v for k, v in c.params().items()}} for c in self.cells]
+        )
+        return settings.assign(model=settings.get("param.model.name", ""))
+
 
 def resolve(request: Request) -> Source:
     """The source of a sweep file (planned once, with the request's profile and overrides, as the sweep ran)
@@ -92,19 +105,13 @@ def resolve(request: Request) -> Source:
     except SweepError as err:
         raise AnalysisError(str(err)) from None
     axes = dict.fromkeys(a for p in plan.cells for a in p.axes)
-    settings = pd.DataFrame(
-        [
-            {"cell_key": p.cell.key, **{f"param.{k}": v for k, v in p.cell.params().items()}}
-            for p in plan.cells
-        ]
-    )
     return Source(
         plan.name,
         plan.document,
         {p.cell.key: p.name for p in plan.cells},
         tuple(dict.fromkeys([*provenance.DEFAULT_AXES[:4], *axes])),
         tuple(request.overrides),
-        settings.assign(model=settings.get("param.model.name", "")),
+        tuple(p.cell for p in plan.cells),
         frozenset(p.cell.job for p in plan.cells),
         tuple(lacks),
         plan.variant,
@@ -139,11 +146,11 @@ def restrict_to_plan(
     table: pd.DataFrame,
     missing: pd.DataFrame,
     planned: dict[str, str],
-    settings: pd.DataFrame | None = None,
+    settings: Callable[[], pd.DataFrame | None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Only the sweep file's cells: the experiment's other complete cells (cells since removed from the file,
     or made with other ``--set`` overrides) are left out with a note naming the settings in which they differ
-    from the planned cells (``settings``, else the planned cells found complete), and planned cells that
+    from the planned cells (``settings()``, else the planned cells found complete), and planned cells that
     never started are listed as missing."""
     others = table[~table["cell_key"].isin(planned)]
     table = table[table["cell_key"].isin(planned)].reset_index(drop=True)
@@ -156,8 +163,10 @@ def restrict_to_plan(
             if k not in seen
         ]
     )
-    mine = settings if settings is not None else table
-    note = provenance.other_variants(others, mine) if len(others) else ""
+    note = ""
+    if len(others):
+        mine = settings() if settings is not None else None
+        note = provenance.other_variants(others, mine if mine is not None else table)
     return table, pd.concat([missing, never], ignore_index=True), [note] if note else []
 
 

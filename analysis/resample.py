@@ -1,18 +1,27 @@
-"""Bootstrap intervals of the temperature scans' verdicts (analysis/papers/temperature/scans.py), over the
-units the scans log in ``units.parquet`` (scaling.papers.temperature.jobs.JobResult.units).
+"""Intervals of the temperature scans' verdicts (analysis/papers/temperature/scans.py), over the units the
+scans log in ``units.parquet`` (scaling.papers.temperature.jobs.JobResult.units), each method for a scan's
+structure, its coverage measured by simulating that structure (tests/scan_coverage_study.py, checked by
+tests/test_scan_coverage.py; the table is in docs/temperature.md):
 
-- ``crossed``: the LLM scan. Every Monte Carlo run answers every test question, so the scores form a
-  (run, question) grid per x; a resample draws runs and questions with replacement, independently (a
-  two-way bootstrap: it counts the run-by-question interaction twice, so it errs wide, not narrow). Two runs
-  that agree still leave the questions to resample: the interval no longer collapses to a point.
-- ``nested``: the GPT-2 scan. Each cell (a seed: its own model when trained in the job, and its own prompts)
-  holds its prompts' errors; a resample draws cells with replacement, then prompts within each drawn cell.
+- ``crossed``: the LLM scan, one model. Every Monte Carlo run answers every test question, so the scores
+  form a (run, question) grid per x; a resample draws runs and questions with replacement, independently
+  (a two-way bootstrap). A run's noisy labels are drawn afresh for every question, so a run shares nothing
+  across questions and the run factor adds width: simulated coverage of a nominal 90% is 90-96% (2 or 12
+  runs, 24 or 87 questions, 1 or 6 x). Two runs that agree still leave the questions to resample: the
+  interval no longer collapses to a point. It covers the questions' and the labels' sampling for this model.
+- ``over_prompts``: the GPT-2 scan of one model (a checkpoint, another sweep's run) on several prompt seeds
+  (its cells): the prompts pool, Student t over them (simulated 88-92% at 3, 5 and 10 prompt seeds). It
+  covers the test prompts' sampling for that model, not retraining. (The bootstrap over cells then prompts
+  used before ran wide here, 94-98%: it counted the prompts' noise twice.)
+- ``over_models``: the GPT-2 scan whose cells each trained their own model: Student t over the cells'
+  means (simulated 88-91% at 3, 5 and 10 models; the bootstrap over cells then prompts used before held
+  72% at 3, 79-81% at 5 and 84-86% at 10, as tests/coverage_study.py found for the verdicts), none with
+  fewer than 3. It covers retraining and the prompts.
 
-Both take several named arrays of the same shape (tau = 1, the best tau, their difference) and resample
-them with the same draws, so a difference is paired. The statistic is the mean over x (LLM) or over cells
-(GPT-2) of the mean over the resampled units, which with every unit once is the curves' value; the
-interval is the percentile interval at ``level``. A fixed ``seed`` makes the intervals the same on every
-run of the analysis.
+Each takes several named arrays of the same shape (tau = 1, the best tau, their difference) and treats
+them alike (the same draws for the bootstrap), so a difference is paired. The value is the mean over x
+(LLM) or over cells (GPT-2) of the mean over the units: the curves' value. The bootstrap's interval is the
+percentile interval at ``level`` from a fixed ``seed``: the same store gives the same intervals.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from scaling.judge.verdicts import t_interval
 
 Triple = tuple[float, float, float]  # value (every unit once), interval lo, hi
 
@@ -63,29 +74,38 @@ def crossed(
     return out
 
 
-def nested(
-    values: Mapping[str, Sequence[np.ndarray]], resamples: int, seed: int = 0, level: float = 0.9
-) -> dict[str, Triple]:
-    """Name -> (mean, lo, hi) of per-cell unit arrays (one 1-d array per cell, the same cells and lengths
-    under every name). The mean is over cells of the mean over each cell's (resampled) units."""
+def _same_cells(values: Mapping[str, Sequence[np.ndarray]]) -> None:
     lengths = {tuple(len(a) for a in arrays) for arrays in values.values()}
     if len(lengths) != 1 or not next(iter(lengths)):
-        raise ValueError("nested needs the same cells, with the same number of units, under every name")
-    sizes = lengths.pop()
-    cells = len(sizes)
-    rng = np.random.default_rng(seed)
-    chosen = rng.integers(cells, size=(resamples, cells))  # cells drawn with replacement
-    totals = {name: np.zeros(resamples) for name in values}
-    for slot in range(cells):
-        for cell, size in enumerate(sizes):
-            rows = np.flatnonzero(chosen[:, slot] == cell)
-            if not len(rows):
-                continue
-            weights = _counts(rng, size, len(rows)) / size  # (rows, units): a resample's mean weights
-            for name, arrays in values.items():
-                totals[name][rows] += weights @ np.asarray(arrays[cell], dtype=float)
+        raise ValueError("the same cells, with the same number of units, are needed under every name")
+
+
+def over_prompts(values: Mapping[str, Sequence[np.ndarray]], level: float = 0.9) -> dict[str, Triple]:
+    """Name -> (mean, lo, hi) of per-cell unit arrays when every cell scans one and the same model (a
+    checkpoint, or another sweep's run) on its own prompts: the cells' prompts are independent draws of
+    the one test distribution, so they pool, and the interval is Student t over the pooled prompts. It
+    covers the test prompts' sampling for that model, not what another training run would give."""
+    _same_cells(values)
     out = {}
     for name, arrays in values.items():
-        value = float(np.mean([np.mean(a) for a in arrays]))
-        out[name] = (value, *_percentiles(totals[name] / cells, level))
+        pooled = np.concatenate([np.asarray(a, float) for a in arrays])
+        lo, hi = t_interval(pooled, level, min_seeds=2)
+        out[name] = (float(pooled.mean()), float(lo), float(hi))
+    return out
+
+
+def over_models(
+    values: Mapping[str, Sequence[np.ndarray]], level: float = 0.9, min_seeds: int = 3
+) -> dict[str, Triple]:
+    """Name -> (mean, lo, hi) of per-cell unit arrays when each cell trained its own model (a seed): the
+    models are the independent units, each cell's mean over its prompts one value (its prompts' noise in
+    it), and the interval is Student t over the cells' means (scaling.judge.verdicts.t_interval, the
+    verdicts' method): it covers retraining and the prompts. Fewer than ``min_seeds`` cells: no interval
+    (NaN)."""
+    _same_cells(values)
+    out = {}
+    for name, arrays in values.items():
+        means = np.array([np.mean(a) for a in arrays], float)
+        lo, hi = t_interval(means, level, min_seeds)
+        out[name] = (float(means.mean()), float(lo), float(hi))
     return out

@@ -21,7 +21,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, canonical, check, flatten, format_T, from_dict, not_in_key, to_dict, unread
+from .config import (
+    ConfigError,
+    canonical,
+    check,
+    flatten,
+    format_T,
+    from_dict,
+    not_in_key,
+    replaced,
+    to_dict,
+    unread,
+)
 from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
 from .papers.context_scaling.evaluate import EvalConfig
 from .papers.context_scaling.models import ModelConfig, model_facts
@@ -176,7 +187,7 @@ def resolve_precision(cell: Cell, gpu: float) -> Cell:
     if cell.train.precision != "auto":
         return cell
     on_gpu = gpu > 0 and cell.train.device != "cpu" and reads_setting(cell, "train.precision")
-    train = dataclasses.replace(cell.train, precision="bfloat16" if on_gpu else "float32")
+    train = replaced(cell.train, precision="bfloat16" if on_gpu else "float32")
     return dataclasses.replace(cell, train=train)
 
 

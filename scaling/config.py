@@ -16,7 +16,7 @@ import functools
 import math
 import types
 import typing
-from typing import Any
+from typing import Any, Iterator
 
 
 class ConfigError(ValueError):
@@ -60,7 +60,7 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
         _, item = typing.get_args(kind)
         return {str(k): _coerce(v, item, _join(where, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(kind):
-        return from_dict(kind, value, where)
+        return _nested(kind, value, where)
     if kind is Any:
         return value
     if kind is bool:
@@ -120,6 +120,67 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
         raise ConfigError(_join(where, err.where), str(err).split(": ", 1)[-1]) from None
 
 
+# Within shared_configs(): (class, where, settings) -> the config built from them, and id -> (config, its
+# canonical form); None outside
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("shared_configs", default=None)
+
+
+@contextlib.contextmanager
+def shared_configs() -> Iterator[None]:
+    """Within this block, equal settings nested in a config (a cell's task, model, training, evaluation) are
+    built once and shared, frozen, by every config holding them, and each shared config's canonical form is
+    worked out once: a plan of 10,000 cells over a lattice of T, N and seed builds its few distinct groups of
+    settings once each, not 10,000 times. The results are the same objects' equals; outside the block every
+    call builds afresh (a file a setting names may appear between two plans)."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _nested(cls: type, data: Any, where: str) -> Any:
+    """``from_dict`` of a config nested in another, shared within shared_configs()."""
+    memo = _SHARED.get()
+    key = _frozen(data) if memo is not None else None
+    if key is None or not _is_frozen(cls):
+        return from_dict(cls, data, where)
+    key = (cls, where, key)
+    if key not in memo:
+        memo[key] = from_dict(cls, data, where)
+    return memo[key]
+
+
+def _is_frozen(cls: type) -> bool:
+    return bool(getattr(cls, "__dataclass_params__", None) and cls.__dataclass_params__.frozen)
+
+
+def _frozen(data: Any) -> Any:
+    """A hashable, type-exact form of YAML-shaped ``data`` (1, 1.0 and True stay apart; order kept); None for
+    anything else (such data is never shared)."""
+    if isinstance(data, dict):
+        items = tuple((k, _frozen(v)) for k, v in data.items())
+        return None if any(v is None for _, v in items) else ("dict", items)
+    if isinstance(data, (list, tuple)):
+        items = tuple(_frozen(v) for v in data)
+        return None if any(v is None for v in items) else (type(data).__name__, items)
+    if data is None or isinstance(data, (str, int, float, bool)):
+        return (type(data).__name__, data)
+    return None
+
+
+def replaced(obj: Any, **changes: Any) -> Any:
+    """``dataclasses.replace(obj, **changes)``, shared within shared_configs() (each cell's training
+    settings with their precision resolved: one object for all)."""
+    memo = _SHARED.get()
+    if memo is None:
+        return dataclasses.replace(obj, **changes)
+    key = ("replaced", id(obj), tuple(sorted(changes.items())))
+    if key not in memo:
+        memo[key] = (obj, dataclasses.replace(obj, **changes))  # obj kept: its id stays its own
+    return memo[key][1]
+
+
 def to_dict(obj: Any) -> Any:
     """Plain, YAML-safe form of a config (dataclasses -> dicts, tuples -> lists, inf -> 'inf')."""
     if dataclasses.is_dataclass(obj):
@@ -163,6 +224,28 @@ def canonical(obj: Any) -> Any:
     whose default (``auto``) resolves at planning to one of them, so the key of a resolved cell is that of the
     cells keyed before the setting could be ``auto`` (TrainConfig.precision: ``float32``).
     """
+    memo = _SHARED.get()
+    if memo is not None and dataclasses.is_dataclass(obj) and _is_frozen(type(obj)):
+        key = ("canonical", id(obj))
+        if key not in memo:
+            memo[key] = (obj, _canonical(obj))  # obj kept: its id stays its own
+        return memo[key][1]
+    return _canonical(obj)
+
+
+def _default_made(f: dataclasses.Field) -> Any:
+    """A field's ``default_factory()``, made once within shared_configs() (the default compared with)."""
+    memo = _SHARED.get()
+    if memo is None:
+        return f.default_factory()
+    key = ("default", id(f))
+    if key not in memo:
+        memo[key] = (f, f.default_factory())
+    return memo[key][1]
+
+
+def _canonical(obj: Any) -> Any:
+    """canonical, worked out."""
     if dataclasses.is_dataclass(obj):
         out = {}
         for f in dataclasses.fields(obj):
@@ -182,7 +265,7 @@ def canonical(obj: Any) -> Any:
                 continue
             if value in f.metadata.get("keyed_as_default", ()):
                 continue
-            if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
+            if f.default_factory is not dataclasses.MISSING and value == _default_made(f):
                 continue
             value = canonical(value)
             if value != {}:  # a group holding only defaults and non-key fields

@@ -48,7 +48,7 @@ import yaml
 
 from .adaptive_settings import AdaptiveSettings, check_against_lattice
 from .cells import Cell, resolve_precision
-from .config import ConfigError, check, from_dict
+from .config import ConfigError, check, from_dict, shared_configs
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds.registry import kind_of_group
 from .papers.context_scaling.models import ModelConfig, model_facts
@@ -543,8 +543,9 @@ def plan_document(
     presets = _model_presets(document.get("models"), at)
     axes = checked_axes(document, presets, at, max_cells)
     lattice = _Lattice(defaults, presets, document.get("grid"), bases)
-    check_each_axis_value(lattice, axes, at)
-    cells = expand(lattice, axes, resources, at)
+    with shared_configs():  # the lattice's cells share their equal groups of settings
+        check_each_axis_value(lattice, axes, at)
+        cells = expand(lattice, axes, resources, at)
     variant = variant_of((overrides or {}).values())
     return Plan(
         name=name,

@@ -139,7 +139,8 @@ def test_attention_temperature_and_score_moments_equal_gpt2models():
         assert not ours.backbone.recording
     a, b = moments
     assert (a.n_offdiag, a.n_diag) == (b.n_offdiag, b.n_diag) == (2 * 4 * 2 * 14 * 13 // 2, 2 * 4 * 2 * 14)
-    assert a.heuristic_tau == pytest.approx(b.heuristic_tau, rel=1e-5)
+    assert a.diag_first_moment == pytest.approx(b.diag_first_moment, rel=1e-5)
+    assert a.offdiag_second_moment == pytest.approx(b.offdiag_second_moment, rel=1e-5)
     for ours_layer, hf_layer in zip(a.per_layer, b.per_layer):
         assert ours_layer == pytest.approx(hf_layer, rel=1e-5)
 

@@ -317,7 +317,8 @@ def test_prompt_score_moments_on_prompts(tiny_lm, train, test_items):
     moments = prompt_score_moments(model, tokenizer, prompts, batch_size=2)
     lengths = [len(tokenizer(p)["input_ids"]) for p in prompts]
     assert moments.n_diag == sum(lengths) * 4 * 2  # tokens x heads x layers, padding excluded
-    assert math.isfinite(moments.heuristic_tau)
+    assert math.isfinite(moments.diag_first_moment)
+    assert math.isfinite(moments.heuristic_tau) == (moments.diag_first_moment > 0)  # else undefined
     assert tokenizer.padding_side == "right"
 
 

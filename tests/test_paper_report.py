@@ -114,10 +114,13 @@ def test_a_claim_whose_sweep_ran_shows_its_numbers_profile_and_commands(report, 
     assert len(padded) == 2 and all("N 10 (paper 40)" in s for s in padded["size"]), padded["size"]
     gpt2 = fig1[fig1["claim"].str.startswith("GPT-2")]
     assert all("width gpt2 16 (paper 256)" in s and "mlp" not in s for s in gpt2["size"]), gpt2["size"]
-    shifts = table[table["figure"] == "temp-fig1"]
+    fig1 = table[table["figure"] == "temp-fig1"]
+    assert set(fig1["status"]) <= {"reproduced", "not reproduced", "inconclusive"}  # every row judged
+    shifts = fig1[fig1["claim"].str.startswith("tau_opt (Thm 4.7) gives")]
     assert list(shifts["panel"]) == ["1a", "1b", "1c"]
     assert all("tau_opt = " in e and "90% interval" in e for e in shifts["evidence"])
-    assert set(shifts["status"]) <= {"reproduced", "not reproduced", "inconclusive"}
+    agree = fig1[fig1["claim"].str.startswith("Thm. 4.6 matches Monte Carlo")]
+    assert list(agree["panel"]) == ["1a", "1b", "1c"] and agree["evidence"].str.contains("points agree").all()
     assert "fig1-tiny" in page and "stat-gd-tiny" in page and "data:image/png;base64," in page
 
 
@@ -145,7 +148,7 @@ def test_a_claim_whose_sweep_did_not_run_says_so_with_the_command_to_run_it(repo
         f"python -m scaling.sweep {files['temp_fig4.yaml']} --profile own"
     )
     selection = table[table["figure"] == "stat-selection"]
-    assert set(selection["status"]) == {"not run"} and len(selection) == 2
+    assert set(selection["status"]) == {"not run"} and len(selection) == 5  # eq. 4.4, 2 levels x 2
     assert "to run: <code>python -m scaling.sweep sweeps/stat_selection.yaml" in page
 
 

@@ -1,7 +1,8 @@
-"""The temperature scans' verdict intervals come from a bootstrap over the units the cells log
-(units.parquet): questions and Monte Carlo runs for the LLM scan, prompts and seeds for the GPT-2 scan
-(analysis/resample.py, analysis/papers/temperature/scans.py). Two Monte Carlo runs that agree no longer give
-a zero-width interval, and a store whose cells logged no units is still analysed, its gains not judged."""
+"""The temperature scans' verdict intervals come from the units the cells log (units.parquet): a bootstrap
+over questions and Monte Carlo runs for the LLM scan; for the GPT-2 scan Student t over the prompts of one
+model or over trained models (analysis/resample.py, analysis/papers/temperature/scans.py). Two Monte Carlo
+runs that agree no longer give a zero-width interval, and a store whose cells logged no units is still
+analysed, its gains not judged."""
 
 import json
 from pathlib import Path
@@ -51,21 +52,21 @@ def test_crossed_bootstrap_resamples_runs_too():
     assert value == pytest.approx(2 / 3) and lo < value < hi
 
 
-def test_nested_bootstrap_resamples_seeds_then_prompts():
+def test_one_model_pools_its_prompt_seeds_and_trained_models_are_the_units():
     rng = np.random.default_rng(1)
-    same = [rng.normal(1.0, 0.1, 200)] * 2  # two seeds that agree: the prompts still spread
-    value, lo, hi = resample.nested({"gain": same}, resamples=500)["gain"]
+    same = [rng.normal(1.0, 0.1, 200)] * 2  # two prompt seeds of one model: their prompts pool
+    value, lo, hi = resample.over_prompts({"gain": same})["gain"]
     assert lo < value < hi and hi - lo < 0.05
-    apart = [rng.normal(1.0, 0.1, 200), rng.normal(0.0, 0.1, 200)]  # seeds that disagree: wide
-    value, lo, hi = resample.nested({"gain": apart}, resamples=500)["gain"]
-    assert value == pytest.approx(0.5, abs=0.02) and lo < 0.1 and hi > 0.9
+    apart = [rng.normal(1.0, 0.1, 200), rng.normal(0.0, 0.1, 200), rng.normal(0.5, 0.1, 200)]
+    value, lo, hi = resample.over_models({"gain": apart})["gain"]  # three trained models that disagree
+    assert value == pytest.approx(0.5, abs=0.02) and lo < -0.3 and hi > 1.3  # t(2) over 3 means: wide
 
 
 def test_bootstrap_refuses_arrays_that_do_not_line_up():
     with pytest.raises(ValueError, match="one shape"):
         resample.crossed({"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 2, 4))}, 10)
     with pytest.raises(ValueError, match="same cells"):
-        resample.nested({"a": [np.zeros(3)], "b": [np.zeros(4)]}, 10)
+        resample.over_prompts({"a": [np.zeros(3)], "b": [np.zeros(4)]})
 
 
 # ----------------------------------------------------------------------------- the LLM scan end to end

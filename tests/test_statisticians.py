@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from scaling.papers.context_scaling.tasks import Prompts
 from scaling.papers.statisticians.constructions import gd_transformer, selection_transformer
-from scaling.papers.statisticians.predictors import OutOfBound, prefix_predictions
+from scaling.papers.statisticians.predictors import (
+    OutOfBound,
+    SelectionReader,
+    prefix_predictions,
+    selection_readout,
+)
 from scaling.papers.statisticians.reference import (
     explicit_gd,
     indicators,
@@ -159,3 +165,33 @@ def test_padded_prefix_batches_equal_each_prefix_alone():
         for n in (0, 1, 7, 14):  # and eq. 2.2 by hand
             H = tokens(model.slots, xs[:, : n + 1], ys[:, : n + 1], indicators(n, fraction))
             assert torch.allclose(model(H)[:, n, model.slots.at(read)], alone[:, n], rtol=0, atol=1e-12)
+
+
+def test_eq44_holds_on_every_prefix_and_the_check_can_fail():
+    """selection_readout checks eq. 4.4 on every prefix (the selected prediction's validation loss within
+    gamma of the best algorithm's, the weights on the near-best alone); its own algorithms' slots are GD on
+    the training part. Checked with a smaller gamma than the transformer keeps, the same outputs break
+    eq. 4.4 where two algorithms apart are combined: the check is not vacuous."""
+    d, n, steps, eta, lambdas = 4, 16, 12, 0.15, [1e-3, 0.1, 1.0, 10.0]
+    xs, ys = prompts(8, n, d, seed=3)
+    model = selection_transformer(d, steps, eta, lambdas, gamma=0.5)
+    reads = ["fhat", "f0", "f3"]
+    out = selection_readout(model, xs, ys, reads, gamma=0.5, val_fraction=0.5)
+    assert torch.equal(out.slots["fhat"], prefix_predictions(model, xs, ys, "fhat", 0.5))
+    train, _ = validation_split(n, 0.5)
+    w = explicit_gd(xs[:, :n], ys[:, :n], indicators(n, 0.5)[:-1] == 1, steps, eta, lambdas[3])
+    assert torch.allclose(out.slots["f3"][:, n], (w * xs[:, n]).sum(-1), rtol=0, atol=1e-10)
+    assert out.holds.all() and out.excess[:, 2:].max() <= 0 and out.excess[:, 0].isnan().all()
+    assert (out.kept[:, 2:] >= 2).any()  # some prefixes combine algorithms
+    strict = selection_readout(model, xs, ys, reads, gamma=1e-6, val_fraction=0.5)
+    broken = ~strict.holds[out.kept >= 2]  # (where two algorithms tie within 1e-6, it still holds)
+    assert broken.sum() >= 10 and broken.double().mean() > 0.9 and strict.holds[out.kept == 1].all()
+
+    reader = SelectionReader(model, reads, 0.5, 0.5)
+    whole = Prompts(xs, ys, {})
+    for start in (0, 4, 0):  # batches as evaluate slices them; a batch seen again is not rerun
+        part = whole.slice(start, start + 4)
+        assert torch.equal(reader.predictor("f0")(part), out.slots["f0"][start : start + 4])
+    checks = reader.checks()
+    assert len(reader.readouts) == 2 and checks["violations"] == 0 and checks["checked"] == 8 * n
+    assert checks["max_excess"] <= 0 and 0 < checks["mixed"] < 1

@@ -2,6 +2,7 @@
 profiles cut further by --set) through a real local Ray and a throwaway SQLite MLflow, then their
 analysis plug-in (figures, verdicts, report, logged as an analysis run)."""
 
+import copy
 import re
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from analysis import claims
+from analysis.papers.statisticians import claims as claims_statisticians
 from analysis.pipeline import analyse
 from analysis.plugin import Request
 from scaling.plan import SweepError, load_plan
@@ -53,12 +56,13 @@ def test_construction_sweeps_run_and_are_analysed(store, tmp_path):
     selection = run_sweep(
         str(SWEEPS / "stat_selection.yaml"),
         "quick",
-        small + ("construction.steps=4", "train.steps=30"),
+        small + ("construction.steps=4", "train.steps=30", "grid.seed=[0,1,2]"),
         tracking_uri=uri,
         storage=storage,
     )
-    assert selection.ok and len(selection.completed) == 1
-    client, (run,) = cell_runs(uri, "stat-selection-quick")
+    assert selection.ok and len(selection.completed) == 3
+    client, runs = cell_runs(uri, "stat-selection-quick")
+    run = runs[0]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
         "cell.yaml",
         "curves.parquet",
@@ -71,11 +75,15 @@ def test_construction_sweeps_run_and_are_analysed(store, tmp_path):
         "model",
         "gd_ridge(lam=0.05)",
         "gd_ridge(lam=1.25)",
+        "selection_algorithm(lam=0.05)",
+        "selection_algorithm(lam=1.25)",
+        "ridge_selection",
         "ridge_per_level",
         "ridge",
     ):
         assert {name, f"{name}|noise_std=0.1", f"{name}|noise_std=0.5"} <= names, name
     assert run.data.metrics["selection_vs_best_single"] > 0
+    assert run.data.metrics["eq44_violations"] == 0 and run.data.metrics["eq44_checked"] == 32 * 5
 
     out = tmp_path / "analysis"
     result = analyse(Request(None, "stat-gd-quick", tracking_uri=uri, out=out / "gd", bootstrap=20))
@@ -87,7 +95,26 @@ def test_construction_sweeps_run_and_are_analysed(store, tmp_path):
     assert {p.name for p in result.files} >= {"selection.png", "verdicts.csv", "report.html"}
     subjects = set(result.verdicts["subject"])
     for level in ("noise_std=0.1", "noise_std=0.5"):
-        assert {f"{level} vs ridge_per_level", f"{level} vs ridge", f"{level} vs model"} <= subjects
+        same = {f"{level} vs best own algorithm", f"{level} vs ridge_selection"}
+        assert same | {f"{level} vs ridge_per_level", f"{level} vs ridge", f"{level} vs model"} <= subjects
+    said = result.verdicts.set_index("subject")["verdict"]
+    assert "sees all n examples" in said["noise_std=0.1 vs ridge_per_level"]
+    assert "sees all" not in said["noise_std=0.1 vs ridge_selection"]
+    assert said["eq. 4.4"].startswith("eq. 4.4 holds of 480 prompt prefixes over 3 cells")
+
+    # seed 003's protocol: eq. 4.4 directly, the selection against what sees its data, with intervals
+    rows = claims.evaluate({"stat-selection": result}, claims=claims_statisticians.CLAIMS[1:])
+    assert list(rows["panel"]) == ["eq. 4.4"] + ["Sec. 4"] * 4
+    assert rows["status"].iloc[0] == "reproduced"
+    for row in rows.iloc[1:].itertuples():
+        assert row.status in {"reproduced", "not reproduced", "inconclusive"}, row.evidence
+        assert re.search(r"ratio \d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\] over 3 seeds", row.evidence), row.evidence
+        assert "gd_ridge" not in row.evidence and "ridge_per_level" not in row.evidence
+    assert "selection_algorithm(lam=0.05)" in rows["evidence"].iloc[1]  # sigma = 0.1: the small lambda
+    two = copy.copy(result)  # the same cells less a seed: 2 seeds give no interval
+    two.table = result.table[result.table["seed"].astype(int) < 2]
+    rows = claims.evaluate({"stat-selection": two}, claims=claims_statisticians.CLAIMS[2:])
+    assert (rows["status"] == "inconclusive").all() and rows["evidence"].str.contains("too few seeds").all()
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,14 @@
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from analysis.papers.temperature import scans
 from scaling.papers.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
 from scaling.papers.temperature.patch import (
     attention_modules,
@@ -209,8 +211,11 @@ def test_moments_match_direct_computation(arch, capture):
     moments = score_moments(model, [inputs])
     assert moments.offdiag_second_moment == pytest.approx(expected_second, rel=1e-5)
     assert moments.diag_first_moment == pytest.approx(expected_first, rel=1e-5)
-    assert moments.heuristic_tau == pytest.approx(expected_second / expected_first, rel=1e-5)
-    assert heuristic_tau(model, [inputs]) == pytest.approx(moments.heuristic_tau, rel=1e-9)
+    if expected_first > 0:
+        assert moments.heuristic_tau == pytest.approx(expected_second / expected_first, rel=1e-5)
+        assert heuristic_tau(model, [inputs]) == pytest.approx(moments.heuristic_tau, rel=1e-9)
+    else:  # undefined: Thm. 4.7's ratio needs a positive diagonal moment
+        assert math.isnan(moments.heuristic_tau) and math.isnan(heuristic_tau(model, [inputs]))
     real = int(inputs["attention_mask"].sum())
     assert moments.n_diag == real * 4 * 2  # real tokens x heads x layers
     assert len(moments.per_layer) == 2
@@ -281,6 +286,38 @@ def test_garg_tokens_interleave_and_pad():
     assert torch.equal(tokens, expected)
 
 
+def test_heuristic_tau_is_undefined_when_the_diagonal_moment_is_not_positive():
+    """A GPT-2 whose keys are its queries negated scores every token against itself below zero (s_ii =
+    -|q_i|^2): App. J's tau, standing for Thm. 4.7's ratio that needs a positive denominator, is undefined
+    (NaN, not a negative temperature), and the per-layer moments show where; the analysis says so in
+    words, as it does for cells that logged only a negative tau (before the moments)."""
+    model = tiny_gpt2("sdpa")
+    width = model.config.n_embd
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight[:, width : 2 * width] = -block.attn.c_attn.weight[:, :width]
+            block.attn.c_attn.bias[width : 2 * width] = -block.attn.c_attn.bias[:width]
+    moments = score_moments(model, [batch()])
+    assert moments.diag_first_moment < 0 and all(diag < 0 for _, diag in moments.per_layer)
+    assert math.isnan(moments.heuristic_tau) and math.isnan(moments.columns()["tau_heuristic"])
+    assert "tau_heuristic" not in moments.summary() and moments.summary()["score_diag_m1"] < 0
+    assert (
+        moments.layers_text().startswith("layer 0: off-diagonal E[s^2] ")
+        and "layer 1:" in moments.layers_text()
+    )
+
+    rows = pd.DataFrame([{"run_id": "r", "x": 1.0, **moments.columns()}])
+    value, said = scans.heuristic_tau(rows)
+    assert math.isnan(value) and said.startswith(
+        "heuristic tau (App. J) undefined: the diagonal scores' mean"
+    )
+    assert "per layer: layer 0: off-diagonal" in said
+    value, said = scans.heuristic_tau(pd.DataFrame({"tau_heuristic": [-4.85]}))  # logged before the moments
+    assert math.isnan(value) and "undefined: the cells logged -4.85" in said and "rerun" in said
+    positive = pd.DataFrame({"run_id": ["r"], "x": [1.0], "score_diag_m1": [0.5], "score_offdiag_m2": [2.0]})
+    assert scans.heuristic_tau(positive) == (4.0, "heuristic tau (App. J) = 4")
+
+
 def test_garg_model_takes_temperature_and_moments(garg_checkpoint):
     _, run_dir = garg_checkpoint
     model = load_garg_gpt2(run_dir, **GARG_SIZES)
@@ -291,7 +328,7 @@ def test_garg_model_takes_temperature_and_moments(garg_checkpoint):
     assert torch.equal(model.predict(xs, ys), base)
     moments = score_moments(model, [{"xs": xs, "ys": ys}])
     assert moments.n_diag == 4 * 16 * 2 * 2  # prompts x tokens x heads x layers
-    assert math.isfinite(moments.heuristic_tau)
+    assert math.isfinite(moments.heuristic_tau) == (moments.diag_first_moment > 0)  # else undefined
 
 
 def test_garg_strict_load_rejects_missing_weights(garg_checkpoint, tmp_path):

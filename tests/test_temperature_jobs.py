@@ -253,7 +253,8 @@ def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_check
     result = run_job(cell, CPU)
     curves = result.curves
     assert CONTRACT | {"tau", "x", "panel", "step"} <= set(curves.columns)
-    assert set(curves["predictor"]) == {"tau=0.5", "tau=1", "tau=2", "zero"} and unique_steps(curves)
+    assert set(curves["predictor"]) == {"tau=0.5", "tau=1", "tau=2", "zero", "unshifted/tau=1"}
+    assert unique_steps(curves)
     assert curves["panel"].iloc[0] == "x_scale=1.73205,task_scale=1.73205"
     # The cell's evaluation prompts scored by the model itself, normalised by E[y^2] = Tr(3 I) = 9.
     prompts = fresh_prompts(make_family(cell.task, ShiftConfig(**shift)), 64, 6, 0)
@@ -266,10 +267,20 @@ def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_check
     assert np.allclose(zero, (prompts.ys[:, 1:].double() ** 2).mean(0).numpy() / 9.0, rtol=1e-5)
     means = curves[curves["predictor"].str.startswith("tau=")].groupby("tau")["err"].mean()
     assert result.summary["tau_best"] == means.idxmin() == best_tau(curves)
-    assert math.isfinite(result.summary["tau_heuristic"]) and result.weights is None
+    assert ("tau_heuristic" in result.summary) == (result.summary["score_diag_m1"] > 0)  # App. J's tau
+    assert result.weights is None
     # units.parquet: each prompt's error averaged over n, per tau; their mean is the curve's mean over n
-    units = result.units
-    assert list(units.columns) == ["tau", "prompt", "err"] and len(units) == 3 * 64
+    assert list(result.units.columns) == ["tau", "prompt", "err", "n", "shifted"]
+    units = result.units[result.units["n"].isna()]
+    assert len(units) == 3 * 64 and units["shifted"].all()
+    # and Fig. 6's precondition: tau = 1's error per prompt and n, under the shift (the curve) and without it
+    per_n = result.units[result.units["n"].notna()]
+    assert len(per_n) == 2 * 64 * 5 and (per_n["tau"] == 1.0).all()
+    shifted = per_n[per_n["shifted"]].groupby("n")["err"].mean().to_numpy()
+    assert np.allclose(shifted, curves[curves["predictor"] == "tau=1"].sort_values("n")["err"], rtol=1e-9)
+    plain = per_n[~per_n["shifted"]].groupby("n")["err"].mean().to_numpy()
+    unshifted = curves[curves["predictor"] == "unshifted/tau=1"].sort_values("n")
+    assert np.allclose(plain, unshifted["err"], rtol=1e-9) and unshifted["tau"].isna().all()
     assert np.allclose(units.groupby("tau")["err"].mean(), means.sort_index(), rtol=1e-9)
     one = units[units["tau"] == 1.0].sort_values("prompt")["err"].to_numpy()
     assert np.allclose(one, (sq[:, 1:] / 9.0).mean(1).numpy(), rtol=1e-5)
@@ -334,7 +345,8 @@ def test_llm_scan_on_the_tiny_model_and_fixture(tiny_llm):
     assert sorted(curves["step"].unique()) == [0, 1] and (curves["n"] == 2).all()
     assert np.allclose(curves["err"], 1 - curves["em"]) and (curves["prompts"] == 6).all()
     assert np.allclose(curves["err_hi"] - curves["err"], curves["em_std"])
-    assert result.summary["tau_best"] in (0.5, 2.0) and math.isfinite(result.summary["tau_heuristic"])
+    assert result.summary["tau_best"] in (0.5, 2.0)
+    assert ("tau_heuristic" in result.summary) == (result.summary["score_diag_m1"] > 0)  # App. J's tau
     # units.parquet: whether each run answered each question; their mean is the curves' exact match
     units = result.units
     assert list(units.columns) == ["tau", "x", "run", "question", "correct"] and len(units) == 2 * 2 * 2 * 3

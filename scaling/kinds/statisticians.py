@@ -13,12 +13,18 @@ per-noise-level rows of scaling.papers.context_scaling.evaluate, beside the base
   explicit GD| over every prompt and context length (exact construction: ~1e-12).
 - ``selection_transformer`` (Sec. 4): K = len(``lambdas``) ridge GD-transformers on the first part of
   each prompt, the validation-loss layer on its last ``val_fraction``, the three selection layers with
-  ``gamma``. Curves: ``selection``, ``gd_ridge(lam=<v>)`` (each of its K algorithms alone, on all the
-  examples), ``model`` (with ``train_model: true``: the cell's model trained as a training cell
-  would train it, e.g. a GPT-2 with ``attention: relu``), then the baselines (e.g. ``ridge_per_level``,
-  ``ridge``: the Bayes mixture posterior, ``ridge_validation``: post-ICL validation with exact ridge).
-  Summary: ``selection_vs_best_single``, the selection's mean error over n over that of its best single
-  algorithm (< 1: it beats every fixed lambda).
+  ``gamma``. Curves: ``selection``; what sees the same data (each prompt's first part fits, its last
+  ``val_fraction`` validates): ``selection_algorithm(lam=<v>)`` (its K algorithms, read from its own
+  slots) and ``ridge_selection`` (post-ICL validation with exact ridge at its lambdas, no refit);
+  ``gd_ridge(lam=<v>)`` (each of its K algorithms alone, on all the examples: twice the training data),
+  ``model`` (with ``train_model: true``: the cell's model trained as a training cell would train it, e.g.
+  a GPT-2 with ``attention: relu``), then the baselines (e.g. ``ridge_per_level``, ``ridge``: the Bayes
+  mixture posterior, ``ridge_validation``: post-ICL validation with exact ridge on a lambda grid, refitted
+  on all the examples). Summary: ``selection_vs_best_single``, the selection's mean error over n over
+  that of its best single algorithm on all the examples, and eq. 4.4 checked on every prompt and scored
+  prefix (``eq44_checked``, ``eq44_violations``, ``eq44_max_excess``: the selected prediction's
+  validation loss less the best algorithm's plus gamma, <= 0 when it holds; ``eq44_mixed``: the fraction
+  of prefixes that combine two or more algorithms), also columns of the curves.
 """
 
 from __future__ import annotations
@@ -33,18 +39,26 @@ import torch
 
 from ..config import check, check_choice
 from ..cost import CellCost, training_cost
-from ..papers.context_scaling.baselines import LINEAR, applicable_baselines
+from ..papers.context_scaling.baselines import LINEAR, applicable_baselines, ridge_validation
 from ..papers.context_scaling.evaluate import context_grid, evaluate
 from ..papers.context_scaling.models import model_facts
 from ..papers.context_scaling.tasks import fresh_prompts, make_family
 from ..papers.context_scaling.train import CellTrainer
 from ..papers.statisticians.constructions import BOUND, gd_transformer, selection_transformer
-from ..papers.statisticians.predictors import transformer_predictor
+from ..papers.statisticians.predictors import SelectionReader, transformer_predictor
 from ..papers.statisticians.reference import prefix_gd_weights, prefix_ridge_weights
 from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
 
-CONSTRUCTED = ("constructed", "explicit_gd", "gd_limit", "selection", "gd_ridge")
+CONSTRUCTED = (
+    "constructed",
+    "explicit_gd",
+    "gd_limit",
+    "selection",
+    "gd_ridge",
+    "selection_algorithm",
+    "ridge_selection",
+)
 
 
 @dataclass(frozen=True)
@@ -181,17 +195,36 @@ def trained_model(cell, trial):
     return trainer.model_predictor(), trainer.model.state_dict()
 
 
+def same_data_predictors(cell, selection) -> dict:
+    """The predictors that see what the selection transformer sees, each prompt's first part to fit and
+    its last ``val_fraction`` to validate (``selection``: its SelectionReader): the transformer's own K
+    algorithms (``selection_algorithm(lam=<v>)``, its f_k slots) and post-ICL validation with exact ridge
+    at its lambdas on the same split, no refit (``ridge_selection``: the construction without GD's
+    early stopping)."""
+    c = cell.construction
+    out = {
+        f"selection_algorithm(lam={lam:g})": selection.predictor(f"f{k}") for k, lam in enumerate(c.lambdas)
+    }
+    options = {"lambdas": c.lambdas, "val_fraction": c.val_fraction, "refit": False}
+    return out | {"ridge_selection": ridge_validation(cell.task, options)}
+
+
 def run_selection(cell, trial) -> dict[str, Any]:
-    """The selection transformer beside each of its K algorithms alone, the baselines and (train_model)
-    the cell's trained model, on the same prompts; logs curves (and the model's weights)."""
+    """The selection transformer beside its K algorithms on the same training part, exact-ridge post-ICL
+    validation on the same split, each algorithm alone on all the examples, the baselines and
+    (train_model) the cell's trained model, on the same prompts; checks eq. 4.4 on every prompt and
+    scored prefix; logs curves (and the model's weights)."""
     c, d = cell.construction, cell.task.d
     grid = context_grid(cell.eval, cell.N)
     family, prompts = cell_prompts(cell, trial.device)
     predictors, weights = {}, None
     if c.train_model:
         predictors["model"], weights = trained_model(cell, trial)
-    selection = selection_transformer(d, c.steps, c.eta, c.lambdas, c.gamma, c.bound).to(trial.device)
-    predictors["selection"] = transformer_predictor(selection, "fhat", c.val_fraction, c.bound, grid)
+    model = selection_transformer(d, c.steps, c.eta, c.lambdas, c.gamma, c.bound).to(trial.device)
+    reads = ["fhat"] + [f"f{k}" for k in range(len(c.lambdas))]
+    selection = SelectionReader(model, reads, c.gamma, c.val_fraction, c.bound, grid)
+    predictors["selection"] = selection.predictor("fhat")
+    predictors |= same_data_predictors(cell, selection)
     for lam in c.lambdas:
         single = gd_transformer(d, c.steps, c.eta, lam, c.bound).to(trial.device)
         predictors[f"gd_ridge(lam={lam:g})"] = transformer_predictor(
@@ -201,13 +234,14 @@ def run_selection(cell, trial) -> dict[str, Any]:
     whole = curves[~curves["predictor"].str.contains("|", regex=False)]
     means = whole.groupby("predictor")["err"].mean()
     singles = means[[f"gd_ridge(lam={lam:g})" for lam in c.lambdas]]
-    summary = {"selection_vs_best_single": float(means["selection"] / singles.min())}
+    eq44 = {f"eq44_{name}": value for name, value in selection.checks().items()}
+    summary = {"selection_vs_best_single": float(means["selection"] / singles.min()), **eq44}
     with tempfile.TemporaryDirectory() as tmp:
         path = None
         if weights is not None:
             path = Path(tmp) / "model.pt"
             torch.save(weights, path)
-        trial.log.finish(cell, curves.assign(L=c.steps), path, summary, metric_key=metric_key)
+        trial.log.finish(cell, curves.assign(L=c.steps, **eq44), path, summary, metric_key=metric_key)
     return {"step": 0, "progress": 1.0, "finished": 1, **summary}
 
 

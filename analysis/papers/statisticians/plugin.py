@@ -11,8 +11,10 @@ logged as a ``kind=analysis`` run. The figure depends on the curves present:
   at the largest L relative to the closed form.
 - ``selection``: cells with a ``selection`` curve (the selection_transformer kind, sweep b): error
   against n per noise level: the selection transformer, each of its K algorithms alone, the baselines
-  and the trained model. Verdicts: per noise level the selection's mean error over n relative to the
-  per-level ridge, the Bayes mixture, its best single algorithm and the trained model.
+  and the trained model. Verdicts: per noise level the selection's mean error over n relative to what
+  sees its data (its own algorithms on its training part, exact-ridge post-ICL validation on its split),
+  then to what sees all of each prompt (the per-level ridge, the Bayes mixture, the trained model, its
+  algorithms alone), labelled so; and eq. 4.4 over every prompt and prefix.
 """
 
 from __future__ import annotations
@@ -24,13 +26,24 @@ from analysis.plugin import Analysis, AnalysisError, AnalysisResult
 
 EXACT = 1e-8  # the constructed GD "equals" explicit GD when no difference exceeds this
 GD_CURVES = {"constructed": "constructed transformer", "explicit_gd": "explicit GD", "gd_limit": "GD limit"}
-SELECTION_ORDER = ("selection", "model", "ridge_per_level", "ridge", "ridge_validation", "least_squares")
+SELECTION_ORDER = (
+    "selection",
+    "ridge_selection",
+    "model",
+    "ridge_per_level",
+    "ridge",
+    "ridge_validation",
+    "least_squares",
+)
+SAME_DATA = "selection_algorithm("  # the selection's own algorithms, fitted on its training part
+ALL_DATA = "gd_ridge("  # each algorithm alone on all the examples: twice the selection's training data
 LABELS = {
     "selection": "selection transformer",
+    "ridge_selection": "post-ICL validation, exact ridge (same data)",
     "model": "trained model",
     "ridge_per_level": "ridge per noise level",
     "ridge": "Bayes mixture posterior",
-    "ridge_validation": "post-ICL validation (exact ridge)",
+    "ridge_validation": "post-ICL validation (exact ridge, lambda grid, refitted on all)",
     "least_squares": "least squares",
 }
 
@@ -147,7 +160,7 @@ def split_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def selection_names(rows: pd.DataFrame) -> list[str]:
     names = set(rows["base"])
-    singles = sorted(n for n in names if n.startswith("gd_ridge("))
+    singles = sorted(n for n in names if n.startswith((ALL_DATA, SAME_DATA)))
     return [n for n in SELECTION_ORDER if n in names and n != "least_squares"] + singles
 
 
@@ -161,7 +174,7 @@ def selection_figure(rows: pd.DataFrame) -> plt.Figure:
             curve = part[part["base"] == name].groupby("n")[["err", "err_lo", "err_hi"]].mean()
             if curve.empty:
                 continue
-            style = "--" if name.startswith("gd_ridge(") else "-"
+            style = {ALL_DATA: "--", SAME_DATA: ":"}.get(name.split("(")[0] + "(", "-")
             width = 2.2 if name == "selection" else 1.2
             line = ax.plot(
                 curve.index, curve["err"], style, lw=width, marker=".", label=LABELS.get(name, name)
@@ -178,49 +191,71 @@ def selection_figure(rows: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def comparison_row(where: str, subject: str, sel: float, other: float, label: str) -> dict:
+    gap = sel / other - 1
+    return {
+        "figure": "selection",
+        "subject": f"{where} vs {subject}",
+        "value": gap,
+        "verdict": f"{where}: selection {1 + gap:.2f}x {label} ({other:.3g})",
+    }
+
+
+def level_verdicts(where: str, mean: pd.Series) -> list[dict]:
+    """One level's comparisons of the selection's mean error over n: first with what sees its data (its
+    own algorithms on its training part, exact-ridge post-ICL validation on its split), then with what
+    sees all of each prompt (twice its training data: a bound no selector on half the data reaches)."""
+    sel, out = float(mean["selection"]), []
+    own = mean[[n for n in mean.index if n.startswith(SAME_DATA)]]
+    if len(own):
+        label = f"its best own algorithm on the same training part, {own.idxmin()}"
+        out.append(comparison_row(where, "best own algorithm", sel, float(own.min()), label))
+    if "ridge_selection" in mean:
+        label = "post-ICL validation with exact ridge on the same split"
+        out.append(comparison_row(where, "ridge_selection", sel, float(mean["ridge_selection"]), label))
+    all_data = " (sees all n examples: twice the selection's training data)"
+    for name, label in (
+        ("ridge_per_level", "the per-level ridge"),
+        ("ridge", "the Bayes mixture"),
+        ("model", "the trained model"),
+    ):
+        if name in mean:
+            out.append(comparison_row(where, name, sel, float(mean[name]), label + all_data))
+    singles = mean[[n for n in mean.index if n.startswith(ALL_DATA)]]
+    if len(singles):
+        label = f"its best single algorithm {singles.idxmin()}{all_data}"
+        out.append(comparison_row(where, "best single", sel, float(singles.min()), label))
+    return out
+
+
+def eq44_verdict(rows: pd.DataFrame) -> list[dict]:
+    """Eq. 4.4 over every cell: the selected prediction's validation loss within gamma of the best
+    algorithm's on every prompt and scored prefix (the cells' eq44_* columns; none before they logged it)."""
+    if "eq44_checked" not in rows or rows["eq44_checked"].isna().all():
+        return []
+    cells = rows.drop_duplicates("cell_key")
+    checked, bad = int(cells["eq44_checked"].sum()), int(cells["eq44_violations"].sum())
+    excess, mixed = float(cells["eq44_max_excess"].max()), float(cells["eq44_mixed"].mean())
+    holds = "holds" if bad == 0 else f"FAILS on {bad}"
+    return [
+        {
+            "figure": "selection",
+            "subject": "eq. 4.4",
+            "value": float(bad),
+            "verdict": f"eq. 4.4 {holds} of {checked} prompt prefixes over {len(cells)} cells: the selected "
+            f"prediction's validation loss less (the best algorithm's + gamma) is at most {excess:.3g} "
+            f"(<= 0 holds); {mixed:.0%} of the prefixes combine two or more algorithms",
+        }
+    ]
+
+
 def selection_verdicts(rows: pd.DataFrame) -> list[dict]:
     out = []
     levels = sorted(set(rows["level"]) - {""}) or [""]
     for level in levels:
         mean = rows[rows["level"] == level].groupby("base")["err"].mean()
-        sel = float(mean["selection"])
-        where = level or "all prompts"
-        if "ridge_per_level" in mean:
-            gap = sel / float(mean["ridge_per_level"]) - 1
-            out.append(
-                {
-                    "figure": "selection",
-                    "subject": f"{where} vs ridge_per_level",
-                    "value": gap,
-                    "verdict": f"{where}: the selection transformer's mean error over n is {1 + gap:.2f}x"
-                    f" the per-level ridge's ({sel:.3g} vs {float(mean['ridge_per_level']):.3g})",
-                }
-            )
-        singles = mean[[n for n in mean.index if n.startswith("gd_ridge(")]]
-        for name, label in (("ridge", "the Bayes mixture"), ("model", "the trained model")):
-            if name in mean:
-                gap = sel / float(mean[name]) - 1
-                out.append(
-                    {
-                        "figure": "selection",
-                        "subject": f"{where} vs {name}",
-                        "value": gap,
-                        "verdict": f"{where}: selection {1 + gap:.2f}x {label} ({float(mean[name]):.3g})",
-                    }
-                )
-        if len(singles):
-            best = singles.idxmin()
-            gap = sel / float(singles.min()) - 1
-            out.append(
-                {
-                    "figure": "selection",
-                    "subject": f"{where} vs best single",
-                    "value": gap,
-                    "verdict": f"{where}: selection {1 + gap:.2f}x its best single algorithm"
-                    f" {best} ({float(singles.min()):.3g})",
-                }
-            )
-    return out
+        out += level_verdicts(level or "all prompts", mean)
+    return out + eq44_verdict(rows)
 
 
 # ----------------------------------------------------------------------------- the plug-in

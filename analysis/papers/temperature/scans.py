@@ -1,7 +1,9 @@
 """The verdicts and figures of seed 004's tau scans: a GPT-2 on shifted linear regression (Fig. 6) and a
-causal LM on SciQ with noisy demonstrations (Fig. 3). A scan's verdict intervals are bootstraps of the
-cells' units (analysis/resample.py): seeds and prompts (GPT-2), test questions and Monte Carlo runs (LLM);
-its gain is resolved only when that interval excludes zero."""
+causal LM on SciQ with noisy demonstrations (Fig. 3). A scan's verdict intervals come from the cells' units
+(analysis/resample.py), by the scan's structure: one GPT-2 on several prompt seeds, Student t over the
+pooled prompts (it covers the prompts' sampling for that model); a GPT-2 trained per cell, Student t over
+the trained models (3 or more); the LLM, a bootstrap over test questions and Monte Carlo runs. A gain is
+resolved only when that interval excludes zero, and each verdict says what its interval covers."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pandas as pd
 from analysis import resample
 from analysis.plots import plt
 
+from .fig6 import precondition_rows
 from .verdict_rows import verdict_row, verdict_text
 
 
@@ -36,9 +39,10 @@ def scan_verdicts(
     the metric at tau = 1 and at the best tau averaged over x with 90% intervals, the gain's interval;
     for the LLM also one row per x (noisy ratio or demonstrations).
 
-    The intervals are bootstraps of the cells' ``units`` (run id -> its units.parquet; analysis/resample.py):
-    over questions and Monte Carlo runs for the LLM, over seeds and prompts for GPT-2. A panel whose cells
-    did not all log their units (cells run before they did) gets no interval and is not judged resolved."""
+    The intervals come from the cells' ``units`` (run id -> its units.parquet; analysis/resample.py): a
+    bootstrap over questions and Monte Carlo runs for the LLM, Student t over the prompts of one model or
+    over trained models for GPT-2 (whose panels add Fig. 6's precondition rows, fig6.py). A panel whose
+    cells did not all log their units (cells run before they did) gets no interval and is not judged."""
     out = []
     units = units or {}
     curves = _tau_curves(rows)
@@ -46,12 +50,13 @@ def scan_verdicts(
         cells = rows.loc[rows["panel"] == panel, ["run_id", "seed"]].drop_duplicates("run_id")
         logged = {r: units.get(r) for r in cells["run_id"]}
         unlogged = sorted(rows.attrs.get("runs", {}).get(r, r) for r, u in logged.items() if u is None)
-        heuristic = (
-            float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
-            if "tau_heuristic" in rows
-            else np.nan
-        )
+        heuristic, heuristic_said = heuristic_tau(rows[rows["panel"] == panel])
+        covers = "" if unlogged else coverage_text(rows, cells, logged, llm)
         points = [(None, part)]
+        if not llm and not unlogged:
+            out += precondition_rows(
+                rows[rows["panel"] == panel], cells, logged, trained_per_cell(rows), panel
+            )
         if llm:
             points += [(x, part[part["x"] == x]) for x in sorted(part["x"].unique())]
         for x, sub in points:
@@ -67,7 +72,7 @@ def scan_verdicts(
             elif llm:
                 i1, iv, ig = _llm_intervals(cells, logged, vs, list(common), resamples)
             else:
-                i1, iv, ig = _gpt2_intervals(cells, logged, vs, resamples)
+                i1, iv, ig = _gpt2_intervals(cells, logged, vs, trained_per_cell(rows))
             ib = i1 if best == 1.0 else iv
             lo, hi = ig[1], ig[2]
             what = (
@@ -75,13 +80,10 @@ def scan_verdicts(
                 if llm
                 else "the error averaged over n"
             )
-            text = verdict_text(gain, lo, hi, what, f"tau = {best:g}")
-            if best == 1.0 and vs != 1.0:
-                text += "; " + _runner_up_text(gain, lo, hi, vs, llm)
+            text = _scan_text(gain, (lo, hi), (best, vs), what, llm)
             if unlogged and best != 1.0:
                 text = _not_judged(gain, best, what, unlogged, len(cells))
-            if math.isfinite(heuristic):
-                text += f"; heuristic tau (App. J) = {heuristic:.3g}"
+            text += "".join(f"; {said}" for said in ("" if unlogged else covers, heuristic_said) if said)
             at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
             out.append(
                 verdict_row(
@@ -105,6 +107,41 @@ def scan_verdicts(
                 )
             )
     return out
+
+
+def heuristic_tau(rows: pd.DataFrame) -> tuple[float, str]:
+    """The App. J heuristic tau of a panel's cells and the words for it: the mean off-diagonal second
+    moment over the mean diagonal first moment of their scores at tau = 1, "undefined" when that diagonal
+    moment is not positive (Thm. 4.7's ratio needs it positive), with the per-layer moments (of the first
+    cell). Cells that logged only tau_heuristic (before the moments): its value, undefined when <= 0."""
+    if "score_diag_m1" in rows and rows["score_diag_m1"].notna().any():
+        cells = rows.dropna(subset=["score_diag_m1"]).drop_duplicates(["run_id", "x"])
+        diag, off = float(cells["score_diag_m1"].mean()), float(cells["score_offdiag_m2"].mean())
+        if diag > 0:
+            return off / diag, f"heuristic tau (App. J) = {off / diag:.3g}"
+        layers = str(cells["score_layers"].iloc[0]) if "score_layers" in cells else ""
+        return math.nan, (
+            f"heuristic tau (App. J) undefined: the diagonal scores' mean is {diag:.3g} <= 0 (Thm. 4.7's "
+            f"ratio needs it positive; off-diagonal E[s^2] {off:.3g}); per layer: {layers}"
+        )
+    if "tau_heuristic" not in rows or rows["tau_heuristic"].isna().all():
+        return math.nan, ""
+    logged = float(rows["tau_heuristic"].mean())
+    if logged > 0:
+        return logged, f"heuristic tau (App. J) = {logged:.3g}"
+    return math.nan, (
+        f"heuristic tau (App. J) undefined: the cells logged {logged:.3g}, a diagonal moment <= 0 (Thm. "
+        "4.7's ratio needs it positive); they ran before the scans logged the per-layer moments: rerun them"
+    )
+
+
+def _scan_text(gain: float, interval: tuple, taus: tuple[float, float], what: str, llm: bool) -> str:
+    """The verdict in words: the best tau against tau = 1, and the best other when tau = 1 is best."""
+    (lo, hi), (best, vs) = interval, taus
+    text = verdict_text(gain, lo, hi, what, f"tau = {best:g}")
+    if best == 1.0 and vs != 1.0:
+        text += "; " + _runner_up_text(gain, lo, hi, vs, llm)
+    return text
 
 
 def _best_and_weighed(means: pd.Series) -> tuple[float, float]:
@@ -171,18 +208,65 @@ def _llm_intervals(
     return drawn["one"], drawn["best"], drawn["gain"]
 
 
+def coverage_text(
+    rows: pd.DataFrame, cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], llm: bool
+) -> str:
+    """What a scan panel's intervals cover, in words, from its cells' units."""
+    frames = [scan_units(units[r]) for r in cells["run_id"]]
+    if llm:
+        questions = max(int(f["question"].max()) + 1 for f in frames)
+        runs = sum(f["run"].nunique() for f in frames)
+        return (
+            f"intervals: 90% bootstrap over the {questions} test questions and {runs} Monte Carlo runs of "
+            "one model, crossed (they cover the questions' and the noisy labels' sampling for this model)"
+        )
+    prompts = int((frames[0]["tau"] == frames[0]["tau"].iloc[0]).sum())
+    if trained_per_cell(rows) and len(frames) < 3:
+        return f"intervals: none, {len(frames)} trained model(s) (a seed each): too few seeds (3 needed)"
+    return "intervals: " + gpt2_coverage(rows, len(frames), prompts)
+
+
+def scan_units(frame: pd.DataFrame) -> pd.DataFrame:
+    """A GPT-2 scan cell's units of the tau scan (each prompt's error averaged over n), without Fig. 6's
+    per-n precondition rows (analysis/papers/temperature/fig6.py); an LLM cell's as they are."""
+    return frame[frame["n"].isna()] if "n" in frame and "prompt" in frame else frame
+
+
+def trained_per_cell(rows: pd.DataFrame) -> bool:
+    """Whether each GPT-2 scan cell trained its own model (``temperature.train_model``); otherwise every cell
+    scans one model (a checkpoint, another sweep's run) on its own prompt seed."""
+    column = "param.temperature.train_model"
+    return column in rows and rows[column].astype(str).str.lower().isin(["true", "1"]).any()
+
+
+def gpt2_coverage(rows: pd.DataFrame, cells: int, prompts: int) -> str:
+    """What a GPT-2 scan's intervals cover, in words (analysis/resample.py says why each method)."""
+    if trained_per_cell(rows):
+        return (
+            f"90% Student t interval over {cells} trained models (one per seed, each on its own "
+            f"{prompts} prompts): it covers retraining and the prompts"
+        )
+    return (
+        f"90% Student t interval over the {cells * prompts} prompts of one model ({cells} prompt seeds x "
+        f"{prompts}): it covers the test prompts' sampling for this model, not retraining"
+    )
+
+
 def _gpt2_intervals(
-    cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], best: float, resamples: int
+    cells: pd.DataFrame, units: Mapping[str, pd.DataFrame], best: float, trained: bool
 ) -> tuple[tuple, tuple, tuple]:
-    """(error at tau = 1, at the best tau, their gain) as (value, lo, hi): the nested bootstrap over cells
-    (seeds) and, within each, its prompts' errors averaged over n."""
+    """(error at tau = 1, at the best tau, their gain) as (value, lo, hi), from each cell's prompts' errors
+    averaged over n (paired between the taus): Student t over the cells' means when each trained its own
+    model (resample.over_models; fewer than 3: no interval), else over the pooled prompts of the one model
+    (resample.over_prompts)."""
     per_tau: dict[float, list[np.ndarray]] = {1.0: [], best: []}
     for run_id in cells["run_id"]:
-        frame = units[run_id]
+        frame = scan_units(units[run_id])
         for tau in per_tau:
             per_tau[tau].append(frame[frame["tau"] == tau].sort_values("prompt")["err"].to_numpy(float))
     gain = [a - b for a, b in zip(per_tau[1.0], per_tau[best], strict=True)]
-    drawn = resample.nested({"one": per_tau[1.0], "best": per_tau[best], "gain": gain}, resamples)
+    values = {"one": per_tau[1.0], "best": per_tau[best], "gain": gain}
+    drawn = resample.over_models(values) if trained else resample.over_prompts(values)
     return drawn["one"], drawn["best"], drawn["gain"]
 
 
@@ -198,11 +282,7 @@ def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
         best = float(means.idxmin())
         taus = sorted(part["tau"].unique())
         colours = plt.cm.coolwarm(np.linspace(0, 1, len(taus)))
-        heuristic = (
-            float(rows.loc[rows["panel"] == panel, "tau_heuristic"].mean())
-            if "tau_heuristic" in rows
-            else np.nan
-        )
+        heuristic, said = heuristic_tau(rows[rows["panel"] == panel])
         for tau, colour in zip(taus, colours):
             one = part[part["tau"] == tau].sort_values("x")
             y = 1 - one["err"] if llm else one["err"]
@@ -231,7 +311,13 @@ def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
             top = 1.3 * float(part["err_hi"].fillna(part["err"]).max())
             for name, b in base.groupby("predictor"):
                 b = b.groupby("n")["err"].mean()
-                label = f"{name} (baseline{', above the frame in places' if b.max() > top else ''})"
+                above = ", above the frame in places" if b.max() > top else ""
+                if str(name).startswith("unshifted"):  # Fig. 6's precondition: the model without the shift
+                    ax.plot(
+                        b.index, b.values, color="black", ls="--", lw=1.2, label=f"tau = 1 unshifted{above}"
+                    )
+                    continue
+                label = f"{name} (baseline{above})"
                 ax.plot(b.index, b.values, color="grey", ls=":", lw=1.5, label=label)
             if math.isfinite(top) and top > 0:
                 ax.set_ylim(0, top)
@@ -242,8 +328,9 @@ def draw_scan(rows: pd.DataFrame, title: str, llm: bool) -> plt.Figure:
             ax.set_xlabel("noisy ratio" if panel == "noisy_ratio" else "number of demonstrations")
             ax.set_ylabel("exact match")
             ax.set_title(f"Fig. 3{'b' if panel == 'noisy_ratio' else 'a'}")
-        if math.isfinite(heuristic):
-            ax.plot([], [], " ", label=f"heuristic tau (App. J) = {heuristic:.3g}")
+        if said:
+            label = f"heuristic tau (App. J) = {heuristic:.3g}" if math.isfinite(heuristic) else said[:60]
+            ax.plot([], [], " ", label=label)
         ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

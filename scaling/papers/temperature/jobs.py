@@ -24,7 +24,7 @@ the tau whose curve has the least mean error over its points.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ import torch
 
 from ...config import from_dict
 from ..context_scaling.baselines import applicable_baselines
-from ..context_scaling.evaluate import evaluate
+from ..context_scaling.evaluate import context_grid, evaluate, squared_errors
 from ..context_scaling.models import ModelConfig, build_model
 from ..context_scaling.tasks import fresh_prompts, make_family
 from ..context_scaling.train import CellTrainer
@@ -45,7 +45,9 @@ Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for 
 # = exact match; gpt2_scan, one row per (tau, evaluation prompt), err = the prompt's normalised squared
 # error averaged over the context lengths scored (the mean over prompts of which is the curves' mean over n)
 LLM_UNIT_COLUMNS = ["tau", "x", "run", "question", "correct"]
-GPT2_UNIT_COLUMNS = ["tau", "prompt", "err"]
+# gpt2_scan's rows of the tau scan have n NaN and shifted True; under an input shift, Fig. 6's precondition
+# adds tau = 1's error per prompt and n (n the context length), under the shift and without it (shifted)
+GPT2_UNIT_COLUMNS = ["tau", "prompt", "err", "n", "shifted"]
 
 
 @dataclass
@@ -213,8 +215,10 @@ def gpt2_scan(cell, device, report=None, sweep_model=None) -> JobResult:
     sqrt(d) on the project's beta ~ N(0, I/d)), scored as a training cell's evaluation is, with the
     baselines of cell.eval. Columns: predictor ("tau=<tau>" or a baseline; split rows add
     "|<meta>=<value>"), n = step, err (normalised by the shifted E[y^2]), err_lo, err_hi (bootstrap),
-    prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor).
-    Summary: tau_best (least mean error over n), tau_heuristic (App. J score moments at tau = 1)."""
+    prompts, tau (NaN for baselines), x (= n), panel (the shift), curve (= predictor), and the App. J
+    score moments at tau = 1 (patch.ScoreMoments.columns: tau_heuristic, NaN when undefined, the pooled
+    moments and the per-layer ones in words).
+    Summary: tau_best (least mean error over n), the moments and tau_heuristic where defined."""
     model, weights = model_to_scan(cell, device, report, sweep_model)
     return scan_gpt2(cell, model, device, weights)
 
@@ -255,16 +259,60 @@ def scan_gpt2(cell, model: torch.nn.Module, device, weights: dict | None = None)
     )
     first = prompts.slice(0, min(len(prompts), cell.eval.batch_size))
     moments = score_moments(model, [{"xs": first.xs, "ys": first.ys}])
-    summary = {"tau_best": best_tau(curves), "tau_heuristic": moments.heuristic_tau}
-    curves = curves.assign(tau_heuristic=moments.heuristic_tau)  # beside the curves, for the analysis
-    units = pd.concat(
-        [
-            pd.DataFrame({"tau": tau, "prompt": np.arange(len(per_prompt[name])), "err": per_prompt[name]})
-            for name, tau in taus.items()
-        ],
-        ignore_index=True,
-    )[GPT2_UNIT_COLUMNS]
+    summary = {"tau_best": best_tau(curves), **moments.summary()}
+    units = [
+        pd.DataFrame({"tau": tau, "prompt": np.arange(len(per_prompt[name])), "err": per_prompt[name]})
+        for name, tau in taus.items()
+    ]
+    reference = input_reference(cell.eval.shift)
+    if reference != cell.eval.shift:  # Fig. 6's precondition: the model without the input shift
+        unshifted, per_n = precondition_curves(cell, at_temperature(1.0), reference, prompts, device)
+        curves = pd.concat([curves, unshifted.assign(panel=curves["panel"].iloc[0])], ignore_index=True)
+        units += per_n
+    curves = curves.assign(**moments.columns())  # beside the curves, for the analysis
+    units = pd.concat(units, ignore_index=True).reindex(columns=GPT2_UNIT_COLUMNS)
+    units["shifted"] = units["shifted"].fillna(True).astype(bool)
     return JobResult(curves, summary, weights, units)
+
+
+def input_reference(shift):
+    """``eval.shift`` with the inputs as in training (x_mean 0, x_scale 1), its task and noise kept (a Garg
+    et al. checkpoint's task_scale matches its training, not a shift): what Fig. 6's precondition, that the
+    input shift degrades the model, compares with."""
+    return replace(shift, x_mean=0.0, x_scale=1.0)
+
+
+def precondition_curves(cell, predict, reference, prompts, device) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """The model at tau = 1 without the input shift (curve ``unshifted/tau=1``: the same random draws,
+    Sigma_x as in training), and the units of Fig. 6's precondition: each prompt's normalised squared error
+    at every scored n at tau = 1, under the shift (``prompts``) and without it (rows tau, prompt, n, err,
+    shifted)."""
+    family = make_family(cell.task, reference)
+    plain = fresh_prompts(family, cell.eval.prompts, cell.N + 1, cell.seed, device=device)
+    name = "unshifted/tau=1"
+    curves = evaluate({name: predict}, plain, family.y_second_moment(), cell.eval, cell.N, cell.seed, family)
+    curves = curves.assign(tau=np.nan, x=curves["n"], step=curves["n"], curve="unshifted")
+    grid = context_grid(cell.eval, cell.N)
+    shifted_family = make_family(cell.task, cell.eval.shift)
+    units = []
+    for shifted, these, norm in (
+        (True, prompts, shifted_family.y_second_moment()),
+        (False, plain, family.y_second_moment()),
+    ):
+        errors = (squared_errors(predict, these, cell.eval.batch_size)[:, grid] / norm).numpy()  # (P, G)
+        P, G = errors.shape
+        units.append(
+            pd.DataFrame(
+                {
+                    "tau": 1.0,
+                    "prompt": np.repeat(np.arange(P), G),
+                    "n": np.tile(np.asarray(grid, float), P),
+                    "err": errors.reshape(-1),
+                    "shifted": shifted,
+                }
+            )
+        )
+    return curves, units
 
 
 # ----------------------------------------------------------------------------- LLM scan (Fig. 3)
@@ -276,8 +324,9 @@ def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
     Columns: predictor ("tau=<tau>"), n (demonstrations), step (n for panel demos, index of x for
     noisy_ratio), x, err (= 1 - exact match), err_lo / err_hi (err -+ one standard deviation over the
     mc_runs Monte Carlo runs, as the paper's error bars), prompts (questions x runs), em, em_std, tau,
-    noisy_ratio, tau_heuristic (App. J at tau = 1 on this x's prompts), panel, curve.
-    Summary: tau_best, tau_heuristic (over the prompts of every x pooled)."""
+    noisy_ratio, the App. J score moments at tau = 1 on this x's prompts (tau_heuristic, NaN when undefined,
+    score_offdiag_m2, score_diag_m1, score_layers: patch.ScoreMoments.columns), panel, curve.
+    Summary: tau_best, the moments over the prompts of every x pooled (tau_heuristic where defined)."""
     # both import transformers and scikit-learn (seconds): only an LLM scan loads them
     from .llm_icl import (
         load_causal_lm,
@@ -307,7 +356,7 @@ def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
         prompt_set = PromptSet.build(tokenizer, train, test, demos, ratio, t.mc_runs, cell.seed)
         prompts = prompt_set.run_prompts(0)
         all_prompts += prompts
-        heuristic = prompt_score_moments(model, tokenizer, prompts, t.batch_size).heuristic_tau
+        moments = prompt_score_moments(model, tokenizer, prompts, t.batch_size).columns()
         for tau in t.taus:
             result = prompt_set.exact_match(model, tokenizer, tau, t.max_new_tokens, t.batch_size)
             x = float(k if t.panel == "demos" else ratio)
@@ -331,7 +380,7 @@ def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
                     "em_std": result.std,
                     "tau": float(tau),
                     "noisy_ratio": ratio,
-                    "tau_heuristic": heuristic,
+                    **moments,
                     "panel": t.panel,
                     "curve": f"tau={tau:g}",
                 }
@@ -340,6 +389,6 @@ def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
             if report:
                 report({"step": done, "progress": done / (len(points) * len(t.taus))})
     curves = pd.DataFrame(rows)
-    pooled = prompt_score_moments(model, tokenizer, all_prompts, t.batch_size).heuristic_tau
+    pooled = prompt_score_moments(model, tokenizer, all_prompts, t.batch_size)
     units = pd.DataFrame(units, columns=LLM_UNIT_COLUMNS)
-    return JobResult(curves, {"tau_best": best_tau(curves), "tau_heuristic": pooled}, units=units)
+    return JobResult(curves, {"tau_best": best_tau(curves), **pooled.summary()}, units=units)

@@ -10,8 +10,10 @@ flex) receives it, so dividing `scaling` by tau gives softmax(q k^T / (tau sqrt(
 
 App. J: the optimal temperature of Thm 4.7 is read as a ratio of moments of the pre-softmax scores
 s_ij = q_i . k_j / sqrt(d_k): the second moment over off-diagonal entries (i != j) divided by the first
-moment over diagonal entries (i = j). In a causal model only the entries a query may attend to exist,
-so the off-diagonal entries are j < i inside the causal window (padding excluded). The scores are
+moment over diagonal entries (i = j); undefined (NaN) when that first moment is not positive, as Thm.
+4.7's ratio is (its minimiser needs a positive denominator), and the per-layer moments say where it went
+negative. In a causal model only the entries a query may attend to exist, so the off-diagonal entries are
+j < i inside the causal window (padding excluded). The scores are
 read through a registered attention function (SDPA returns no attention weights), with the eager
 additive mask registered under the same name so the causal and padding mask stay in force.
 """
@@ -96,8 +98,34 @@ class ScoreMoments:
 
     @property
     def heuristic_tau(self) -> float:
-        """App. J: second moment of off-diagonal scores over first moment of diagonal ones."""
+        """App. J: second moment of off-diagonal scores over first moment of diagonal ones; NaN (undefined)
+        when the diagonal moment is not positive: Thm. 4.7's ratio, which it stands for, needs a positive
+        denominator (the tau that minimises a / tau^2 - b / tau exists only for b > 0)."""
+        if not self.diag_first_moment > 0:
+            return math.nan
         return self.offdiag_second_moment / self.diag_first_moment
+
+    def layers_text(self) -> str:
+        """The per-layer moments in words: 'layer 0: off-diagonal E[s^2] 1.2, diagonal E[s] -0.45; ...'."""
+        return "; ".join(
+            f"layer {k}: off-diagonal E[s^2] {off:.3g}, diagonal E[s] {diag:.3g}"
+            for k, (off, diag) in enumerate(self.per_layer)
+        )
+
+    def columns(self) -> dict[str, float | str]:
+        """What a scan logs beside its curves: the heuristic tau (NaN when undefined), the pooled moments
+        and the per-layer ones in words."""
+        return {
+            "tau_heuristic": self.heuristic_tau,
+            "score_offdiag_m2": self.offdiag_second_moment,
+            "score_diag_m1": self.diag_first_moment,
+            "score_layers": self.layers_text(),
+        }
+
+    def summary(self) -> dict[str, float]:
+        """The scalars a scan logs as metrics: the moments, and the heuristic tau where it is defined."""
+        out = {"score_offdiag_m2": self.offdiag_second_moment, "score_diag_m1": self.diag_first_moment}
+        return out | ({"tau_heuristic": self.heuristic_tau} if self.diag_first_moment > 0 else {})
 
 
 @dataclass
