@@ -14,13 +14,15 @@ report names that run). Nothing goes into the output folder when the request can
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pandas as pd
 import yaml
@@ -37,6 +39,7 @@ from scaling.tracking.backends import existing_store
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
+from .aside import Aside
 from .plugin import Analysis, AnalysisError, AnalysisResult, Request
 from .report import write_report
 
@@ -293,11 +296,13 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
     source = source or resolve(request)
     plugin = plugin or plugin_for(source, uri)
     folder = Path(request.out) if request.out else Path("analysis_out") / source.folder
-    result = judged(read(source, uri, folder.resolve()), plugin, request)
-    drawn = plugin.figures(result)
-    write_tables(result)
-    for stem, fig in drawn.items():
-        result.files += plots.save(fig, result.out / stem)
+    result = read(source, uri, folder.resolve())
+    result.plugin, result.request = plugin, request
+    with figures_aside(result) as figures:
+        result = judged(result, plugin, request)
+        saved = figures()
+        write_tables(result)
+        result.files += saved()
     report = write_report(result, result.out / "report.html")
     if request.log:
 
@@ -307,6 +312,48 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
         result.run_id = log_analysis(uri, source.name, result, report=named)
     result.files.append(report)
     return result
+
+
+@contextlib.contextmanager
+def figures_aside(result: AnalysisResult) -> Iterator[Callable[[], Callable[[], list[Path]]]]:
+    """``drawn()``: the plug-in's figures drawn (their notes added to the result), giving ``saved()``: their
+    files in the output folder. Where the plug-in's figures read the table alone they are drawn and saved
+    from the start of the block in a forked process (analysis/aside.py), into a folder of their own that
+    ``saved`` moves in; else ``drawn`` draws them and ``saved`` saves them, as one process does. Nothing of
+    them reaches the output folder when the block fails."""
+    aside, beside = None, None
+    if result.plugin.figures_from_table:
+        beside = Path(tempfile.mkdtemp(prefix="analysis-figures-"))
+        aside = Aside(lambda: figures_saved(result, beside))
+
+    def drawn() -> Callable[[], list[Path]]:
+        made = aside.result() if aside is not None else None
+        if made is None:  # not forked, or the child failed: drawn here, where an error is met
+            figures, out = result.plugin.figures(result), result.out
+            return lambda: [path for stem, fig in figures.items() for path in plots.save(fig, out / stem)]
+        files, notes = made
+        result.notes += notes
+        return lambda: moved(files, result.out)
+
+    try:
+        yield drawn
+    finally:
+        if aside is not None:
+            aside.result()  # reaped, whatever happened
+            shutil.rmtree(beside, ignore_errors=True)
+
+
+def figures_saved(result: AnalysisResult, folder: Path) -> tuple[list[Path], list[str]]:
+    """The plug-in's figures drawn and saved (PNG and SVG) into ``folder``, and the notes drawing added."""
+    before = len(result.notes)
+    drawn = result.plugin.figures(result)
+    files = [path for stem, fig in drawn.items() for path in plots.save(fig, folder / stem)]
+    return files, result.notes[before:]
+
+
+def moved(files: list[Path], folder: Path) -> list[Path]:
+    """The files moved into ``folder`` (which exists), in order; their new paths."""
+    return [Path(shutil.move(path, folder / path.name)) for path in files]
 
 
 def log_analysis(

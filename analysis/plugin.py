@@ -171,3 +171,6 @@ class Analysis:
     # further report sections after the figures, as (heading, HTML)
     sections: Callable[[AnalysisResult], list[tuple[str, str]]] = lambda result: []
     summary: Callable[[AnalysisResult], list[str]] = answer_and_verdicts  # printed after an analysis
+    # the figures read the table alone (not setup's reads, fits or verdicts): drawn and saved in a process
+    # of their own while the fits and verdicts are worked out (analysis/aside.py)
+    figures_from_table: bool = False
