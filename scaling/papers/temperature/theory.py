@@ -445,20 +445,3 @@ def simulated_optimal_temperature(
     tau = float(num / den)
     influence = (p * p - tau * p * r) / den  # d tau along each prompt
     return tau, float(influence.std() / math.sqrt(n_prompts))
-
-
-def simulated_error(
-    predict: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    test: PromptDistribution,
-    l: int,
-    n_prompts: int,
-    generator: torch.Generator,
-    chunk: int = 2000,
-) -> tuple[float, float]:
-    """(mean squared query error, standard error) of `predict(xs, ys) -> (B,)` on fresh test prompts (raw)."""
-    sqs = []
-    for start in range(0, n_prompts, chunk):
-        xs, ys, _ = sample_prompts(test, min(chunk, n_prompts - start), l, generator)
-        sqs.append((predict(xs, ys) - ys[:, -1]) ** 2)
-    sq = torch.cat(sqs)
-    return float(sq.mean()), float(sq.std() / math.sqrt(n_prompts))
