@@ -66,6 +66,16 @@ class Source:
     # --set that pick cells; () for the sweep as its file says
     variant: tuple[str, ...] = ()
 
+    def settings(self) -> pd.DataFrame | None:
+        """The planned cells' settings (cell_key, model, param.*; None without planned cells): their
+        params, 0.2 s a 1,000 cells, asked for only when complete cells of other variants need naming."""
+        if not self.cells:
+            return None
+        settings = pd.DataFrame(
+            [{"cell_key": c.key, **{f"param.{k}": v for k, v in c.params().items()}} for c in self.cells]
+        )
+        return settings.assign(model=settings.get("param.model.name", ""))
+
     @property
     def folder(self) -> str:
         """Its output folder's name: the experiment's, and a variant's own beside it
@@ -84,16 +94,6 @@ def variant_folder(name: str, variant: tuple[str, ...]) -> str:
     if len(folder) > 120:
         folder = f"{name}+{hashlib.sha256(' '.join(variant).encode()).hexdigest()[:12]}"
     return folder
-
-    def settings(self) -> pd.DataFrame | None:
-        """The planned cells' settings (cell_key, model, param.*; None without planned cells): their
-        params, 0.2 s a 1,000 cells, asked for only when complete cells of other variants need naming."""
-        if not self.cells:
-            return None
-        settings = pd.DataFrame(
-            [{"cell_key": c.key, **{f"param.{k}": v for k, v in c.params().items()}} for c in self.cells]
-        )
-        return settings.assign(model=settings.get("param.model.name", ""))
 
 
 def resolve(request: Request) -> Source:
