@@ -77,7 +77,7 @@ class Card:
     note: str = ""
 
     def describe(self) -> str:
-        """ "22.0 GiB (A10G, the autoscaler's node type gpu.a10g.spot)", and its note."""
+        """The plan line's words: '22.0 GiB cards (A10G, the autoscaler's node type gpu.a10g.spot)'."""
         note = f"; {self.note}" if self.note else ""
         return f"{self.memory_bytes / GIB:.1f} GiB cards ({self.name}, {self.where}{note})"
 
@@ -111,10 +111,12 @@ def known_card(accelerator: str, where: str, resources: dict[str, float] | None)
 
 
 def accelerator_of(resources: dict[str, float] | None, instance_type: str = "") -> str | None:
-    """The card a node (type) has: its ``accelerator_type:X`` resource, else its AWS instance family's."""
-    for name in resources or {}:
-        if name.startswith("accelerator_type:"):
-            return name.split(":", 1)[1]
+    """The card a node (type) has: its ``accelerator_type:X`` resource (of several, one of a single size
+    first: the A100-80G a user added beside Ray's A100), else its AWS instance family's."""
+    named = [name.split(":", 1)[1] for name in resources or {} if name.startswith("accelerator_type:")]
+    named.sort(key=lambda card: (card not in KNOWN_CARDS, bool(KNOWN_CARDS.get(card, (0, ""))[1])))
+    if named:
+        return named[0]
     return INSTANCE_CARDS.get(str(instance_type).split(".")[0]) if instance_type else None
 
 

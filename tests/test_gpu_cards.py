@@ -11,7 +11,16 @@ import torch
 import yaml
 from ray.autoscaler._private.util import prepare_config
 
-from scaling.cards import GIB, KNOWN_CARDS, Cards, known_card, parse_memory, run_cards, type_cards
+from scaling.cards import (
+    GIB,
+    KNOWN_CARDS,
+    Cards,
+    accelerator_of,
+    known_card,
+    parse_memory,
+    run_cards,
+    type_cards,
+)
 from scaling.cluster import node_types
 from scaling.cost import load_gpu_table
 from scaling.gpu_plan import gpu_packs
@@ -104,6 +113,8 @@ def test_a_card_of_two_sizes_plans_for_the_smaller_and_says_so():
     card = known_card("A100", "node 10.0.0.5", None)
     assert card.memory_bytes < 40 * GIB and "pass --gpu-memory" in card.note
     assert known_card("unknown-card", "node", None) is None
+    both = {"GPU": 1, "accelerator_type:A100": 1, "accelerator_type:A100-80G": 1}  # Ray's and the user's
+    assert accelerator_of(both) == "A100-80G" and accelerator_of({"GPU": 1}, "p5.48xlarge") == "H100"
 
 
 @pytest.fixture

@@ -54,7 +54,13 @@ def cards_to_plan(run) -> Cards | None:
 
 
 def machine_card() -> Card:
-    """The smallest of this machine's CUDA cards."""
+    """The smallest of this machine's CUDA cards, its memory read as a run reads a live node's (NVML: the
+    same plan), else as torch reports it."""
+    from .card_probe import node_card_memory  # imports Ray: only on a machine with CUDA
+
+    measured = node_card_memory()
+    if measured is not None:
+        return Card(measured[0], measured[1], "this machine's GPU")
     cards = range(torch.cuda.device_count())
     memory, index = min((torch.cuda.get_device_properties(i).total_memory, i) for i in cards)
     return Card(float(memory), torch.cuda.get_device_name(index), "this machine's GPU")
