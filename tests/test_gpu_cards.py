@@ -3,6 +3,7 @@ stated --gpu-memory, else the cluster's cards (the GPU nodes alive in Ray, the a
 else the CUDA cost table's card, said in the plan line and by --dry-run. The planner runs on the real
 sweep files; the live nodes are a real local Ray's."""
 
+import io
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from scaling.gpu_plan import gpu_packs
 from scaling.packing import device_pack_size
 from scaling.plan import load_plan
 from scaling.sweep.__main__ import main
+from scaling.sweep.phases import run_sweep
 from scaling.sweep.tune_rounds import trial_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +119,7 @@ def test_a_card_of_two_sizes_plans_for_the_smaller_and_says_so():
     assert accelerator_of(both) == "A100-80G" and accelerator_of({"GPU": 1}, "p5.48xlarge") == "H100"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def gpu_ray():
     """A real local Ray whose one node has a (logical) A10G: Ray names a node's card so when it starts."""
     ray.init(
@@ -140,3 +142,18 @@ def test_a_live_gpu_nodes_card(gpu_ray):
     (card,) = live_cards(timeout=60)
     assert card.name == "A10G" and card.memory_bytes == KNOWN_CARDS["A10G"][0]
     assert card.where.startswith("node ") and card.resources["GPU"] == 1
+
+
+def test_a_run_plans_its_packs_for_the_live_nodes_card_and_says_so(gpu_ray, tmp_path, tiny_sweep):
+    """The driver's plan line on a cluster whose GPU node is an A10G: the two GPT-2 cells (half a GPU each)
+    planned for the A10G, not for the cost table's H100, and trained."""
+    tiny_sweep["models"]["gpt2"]["resources"] = {"cpu": 0.5, "gpu": 0.5}
+    tiny_sweep["grid"] = {"model": ["gpt2"], "T": [4, "inf"], "seed": [0]}
+    tiny_sweep["defaults"]["train"]["steps"] = 10
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_sweep))
+    out = io.StringIO()
+    uri = f"sqlite:///{tmp_path}/m.db"
+    outcome = run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path / "runs"), out=out)
+    assert outcome.ok and len(outcome.completed) == 2, out.getvalue()
+    assert "[tiny] GPU packs planned for 22.0 GiB cards (A10G, node " in out.getvalue()
