@@ -105,6 +105,20 @@ def test_sweep_estimate_adds_cells_up():
     assert both.cells == 2 and both.flops == pytest.approx(4 * one.flops)
     assert both.seconds == pytest.approx(4 * one.seconds) and both.peak_bytes == one.peak_bytes
     assert "FLOP" in both.line("cpu")
+    assert both.borrowed == () and "not in the cost table" not in both.line("cpu")
+
+
+def test_an_architecture_the_cost_table_has_not_measured_is_said_to_be_costed_with_gpt2s_fit():
+    """The smoke sweep's MLP has no row in the table: its steps are costed at GPT-2's fixed 46 ms a step
+    (55 of --dry-run's 72 minutes; at --set train.steps=300 its 18 cells, 17 of them in 3 packs, trained in
+    about 35 s of wall time against 4.1 minutes costed): said, as an upper bound."""
+    mlp = Cell.from_dict(
+        {"model": {"arch": "mlp", "width": 64}, "N": 8, "task": {"d": 3}, "train": {"steps": 100}}
+    )
+    assert "mlp" not in load_table()["fit"]
+    estimate = sweep_estimate([mlp])
+    assert estimate.borrowed == ("mlp",)
+    assert "mlp: not in the cost table, costed with GPT-2's fit" in estimate.line("cpu")
 
 
 def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured():
