@@ -33,9 +33,10 @@ from scaling.plan import add_set_argument
 from scaling.redact import redact
 from scaling.tracking import TrackingError
 
+from .claims import tally
 from .compare import compare
 from .figures import LAYOUTS
-from .paper import analyse_figures, write_paper
+from .paper import PAPERS, analyse_figures, commands, write_paper
 from .pipeline import analyse
 from .plugin import AnalysisError, Request
 
@@ -159,15 +160,33 @@ def request_of(args: argparse.Namespace) -> Request:
     )
 
 
+def paper_summary(figures: dict, claims, page: Path, request: Request) -> list[str]:
+    """What ``--paper`` prints: the claims' tally per paper, where the report is, what to run next (the
+    first part not run, the report); each claim with its numbers or reason is in the report."""
+    at = f" ({request.profile} profile)" if request.profile else ""
+    lines = [f"reproduction report{at}: {tally(claims)}"]
+    for paper in PAPERS:
+        parts = [figures[part.key] for part in paper.parts]
+        ran = sum(f.result is not None for f in parts)
+        rows = claims[claims["paper"] == paper.seed]
+        lines.append(f"  seed {paper.seed}: {tally(rows)} ({ran} of {len(parts)} parts in the store)")
+    waiting = [f for f in figures.values() if f.result is None]
+    if waiting:
+        lines.append("the report gives each claim not run with its reason and the commands that run it")
+    lines += [f"wrote {page} and claims.csv", "next:"]
+    if waiting:
+        lines.append(f"  {commands(waiting[0], request)[0]}   # {waiting[0].part.title}, not run")
+    return [*lines, f"  open {page}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     request = request_of(args)
     try:
         if args.paper:
-            page, claims = write_paper(analyse_figures(args.paper, request), request, args.paper)
-            for row in claims.itertuples():
-                print(f"{row.paper} {row.panel:>6} {row.status:<15} {row.claim}: {row.evidence}")
-            print(f"wrote {page}")
+            figures = analyse_figures(args.paper, request)
+            page, claims = write_paper(figures, request, args.paper)
+            print("\n".join(paper_summary(figures, claims, page, request)))
             return 0
         if args.compare or len(args.experiment) == 2:
             pair = [source(s) for s in args.compare] if args.compare else [(None, e) for e in args.experiment]

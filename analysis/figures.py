@@ -15,6 +15,11 @@ left out, a panel whose wanted value is absent from the sweep).
 - fig5: error vs N (train = test) per task.  fig6: error vs N per task at the sweep's fixed T.
 - fig7: as fig8 with (B) at T = 1e5 only: MLPs on vectorised input, on psi_K features, on both.
 - smoke: fig1's panels at the values the sweep has, plus the generic figures.
+
+Every figure plots the verdicts' measure, err/zero: each error (and its band) divided by the zero
+predictor's error on the same prompts (same cell, n and noise level; scaling.judge.verdicts), so a value
+read off a figure is the value the report's text quotes; the zero predictor is the dotted 1. A table
+without the zero predictor's rows keeps the error / E[y^2] the cells log (the same 1 in expectation).
 """
 
 from __future__ import annotations
@@ -210,6 +215,27 @@ def layout_named(name: str) -> Callable[..., Drawn]:
     return LAYOUTS[name]
 
 
+def over_zero(frame: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` in the verdicts' measure (its attrs' ``measure``: "err/zero"): err, err_lo and err_hi divided
+    by the zero predictor's error in ``table`` on the same prompts (cell, n and noise level: ``zero`` or
+    ``zero|<level>``), when every row has it; else as it is (measure "err": error / E[y^2])."""
+    if frame.empty or not {"cell_key", "n", "predictor"} <= set(table.columns):
+        return frame
+    level = table["predictor"].astype(str).str.partition("|")
+    zeros = (
+        table[level[0] == "zero"].assign(_level=level[2]).groupby(["cell_key", "n", "_level"])["err"].mean()
+    )
+    keys = pd.MultiIndex.from_arrays(
+        [frame["cell_key"], frame["n"], frame["predictor"].astype(str).str.partition("|")[2]]
+    )
+    zero = zeros.reindex(keys).to_numpy()
+    if not (pd.notna(zero) & (zero > 0)).all():
+        return frame
+    scaled = frame.assign(**{c: frame[c] / zero for c in ("err", "err_lo", "err_hi") if c in frame})
+    scaled.attrs = {**frame.attrs, "measure": "err/zero"}
+    return scaled
+
+
 def draw(
     table: pd.DataFrame, experiment: str, layout: str | None = None, scans: pd.DataFrame | None = None
 ) -> Drawn:
@@ -218,6 +244,7 @@ def draw(
     name = layout or layout_name(experiment)
     title = name if name not in ("generic",) else experiment
     scans = scans if scans is not None else pd.DataFrame(columns=["n", "lam", "predictor"])
+    table, scans = over_zero(table, table), over_zero(scans, table)
     if name in SCANS:
         drawn = layout_named(name)(table, title, scans=scans)
     else:

@@ -14,16 +14,21 @@ report names that run). Nothing goes into the output folder when the request can
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pandas as pd
 import yaml
 
 from scaling.cells import Cell
+from scaling.config import missing_paths_noted
 from scaling.judge import provenance
 from scaling.kinds.registry import kind
 from scaling.plan import SweepError, load_plan
@@ -34,6 +39,7 @@ from scaling.tracking.backends import existing_store
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
+from .aside import Aside
 from .plugin import Analysis, AnalysisError, AnalysisResult, Request
 from .report import write_report
 
@@ -53,6 +59,12 @@ class Source:
     overrides: tuple[str, ...] = ()
     cells: tuple[Cell, ...] = ()
     jobs: frozenset[str] | None = None
+    # local files the sweep names and this machine lacks (a model's weights): what running it needs first;
+    # reading its runs needs none of them (scaling.config.check_path)
+    lacks: tuple[str, ...] = ()
+    # the variant read: a sweep file's --set that change cells (scaling.plan.variant_of), an experiment's
+    # --set that pick cells; () for the sweep as its file says
+    variant: tuple[str, ...] = ()
 
     def settings(self) -> pd.DataFrame | None:
         """The planned cells' settings (cell_key, model, param.*; None without planned cells): their
@@ -64,25 +76,48 @@ class Source:
         )
         return settings.assign(model=settings.get("param.model.name", ""))
 
+    @property
+    def folder(self) -> str:
+        """Its output folder's name: the experiment's, and a variant's own beside it
+        ('smoke+train.steps=200+grid.T=16-64'), so a variant never writes over the sweep's report."""
+        return variant_folder(self.name, self.variant)
+
+
+def variant_folder(name: str, variant: tuple[str, ...]) -> str:
+    """``name`` and each ``KEY=VALUE`` of the variant, joined by '+', the values' brackets, commas and
+    spaces written '-' (a name over 120 characters ends in a hash of the variant instead)."""
+    parts = []
+    for assignment in variant:
+        key, _, value = (part.strip() for part in assignment.partition("="))
+        parts.append(f"{key}={re.sub(r'[^A-Za-z0-9._-]+', '-', value).strip('-')}")
+    folder = "+".join([name, *parts])
+    if len(folder) > 120:
+        folder = f"{name}+{hashlib.sha256(' '.join(variant).encode()).hexdigest()[:12]}"
+    return folder
+
 
 def resolve(request: Request) -> Source:
     """The source of a sweep file (planned once, with the request's profile and overrides, as the sweep ran)
     or of an experiment name."""
     if request.experiment:
-        return Source(request.experiment, {}, None, provenance.DEFAULT_AXES, tuple(request.overrides))
+        overrides = tuple(request.overrides)
+        return Source(request.experiment, {}, None, provenance.DEFAULT_AXES, overrides, variant=overrides)
     try:
-        plan = load_plan(request.sweep, request.profile, request.overrides)
+        with missing_paths_noted() as lacks:
+            plan = load_plan(request.sweep, request.profile, request.overrides)
     except SweepError as err:
         raise AnalysisError(str(err)) from None
     axes = dict.fromkeys(a for p in plan.cells for a in p.axes)
     return Source(
         plan.name,
         plan.document,
-        {p.cell.key: p.cell.name for p in plan.cells},
+        {p.cell.key: p.name for p in plan.cells},
         tuple(dict.fromkeys([*provenance.DEFAULT_AXES[:4], *axes])),
         tuple(request.overrides),
         tuple(p.cell for p in plan.cells),
         frozenset(p.cell.job for p in plan.cells),
+        tuple(lacks),
+        plan.variant,
     )
 
 
@@ -156,16 +191,31 @@ def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*provenance.DEFAULT_AXES, *map(str, grid)]))
 
 
+def sweep_file_of(uri: str, experiment: str) -> str:
+    """The sweep file an experiment ran (its ``sweep_file`` tag), as a path from here when sweeps/ holds it;
+    'SWEEP.yaml' when the store does not say."""
+    tracker = existing_store(uri)
+    experiment_id = tracker.experiment_id(experiment)
+    name = tracker.experiment_tags(experiment_id).get("sweep_file") if experiment_id else None
+    if not name:
+        return "SWEEP.yaml"
+    return f"sweeps/{name}" if (Path("sweeps") / name).is_file() else name
+
+
 def pooled(table: pd.DataFrame, source: Source, uri: str) -> tuple[pd.DataFrame, tuple[str, ...], list[str]]:
     """An experiment's cells that may be pooled (the ``--set`` variant asked for), its grid axes and a note;
     fails when the cells differ beyond the grid axes (scaling.judge.provenance)."""
-    axes = grid_axes(uri, source.name)
+    axes, models = grid_axes(uri, source.name), set(table["model"]) if len(table) else set()
     try:
         table = provenance.select(table, source.overrides).reset_index(drop=True)
-        provenance.check_poolable(table, axes, source.name)
+        provenance.check_poolable(table, axes, source.name, sweep_file_of(uri, source.name))
     except provenance.PoolingError as err:
         raise AnalysisError(str(err)) from None
-    return table, axes, [f"the cells with {', '.join(source.overrides)}"] if source.overrides else []
+    notes = [f"the cells with {', '.join(source.overrides)}"] if source.overrides else []
+    dropped = sorted(models - set(table["model"]))  # a --set one model's preset overrides: said, not silent
+    if dropped:
+        notes.append(f"no cell of {', '.join(dropped)} has {', '.join(source.overrides)}: left out")
+    return table, axes, notes
 
 
 def read(source: Source, uri: str, out: Path) -> AnalysisResult:
@@ -175,7 +225,8 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     try:
         table, missing = load_table(uri, name)
     except LookupError as err:
-        raise AnalysisError(str(err)) from None
+        needs = f"; before it can run, this machine needs: {'; '.join(source.lacks)}" if source.lacks else ""
+        raise AnalysisError(f"{err}{needs}") from None
     attrs = dict(table.attrs)
     notes: list[str] = []
     axes = source.axes
@@ -199,7 +250,11 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     result = AnalysisResult(
         name, out, table, missing, tracking_uri=uri, document=source.document, scans=scans, axes=axes
     )
+    result.variant = source.variant
     result.notes += notes
+    if source.lacks:
+        lacks = "; ".join(source.lacks)
+        result.notes.append(f"running this sweep again needs what this machine lacks: {lacks}")
     return result
 
 
@@ -240,12 +295,14 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
     uri = resolve_tracking_uri(request.tracking_uri)
     source = source or resolve(request)
     plugin = plugin or plugin_for(source, uri)
-    folder = Path(request.out) if request.out else Path("analysis_out") / source.name
-    result = judged(read(source, uri, folder.resolve()), plugin, request)
-    drawn = plugin.figures(result)
-    write_tables(result)
-    for stem, fig in drawn.items():
-        result.files += plots.save(fig, result.out / stem)
+    folder = Path(request.out) if request.out else Path("analysis_out") / source.folder
+    result = read(source, uri, folder.resolve())
+    result.plugin, result.request = plugin, request
+    with figures_aside(result) as figures:
+        result = judged(result, plugin, request)
+        saved = figures()
+        write_tables(result)
+        result.files += saved()
     report = write_report(result, result.out / "report.html")
     if request.log:
 
@@ -257,13 +314,57 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
     return result
 
 
+@contextlib.contextmanager
+def figures_aside(result: AnalysisResult) -> Iterator[Callable[[], Callable[[], list[Path]]]]:
+    """``drawn()``: the plug-in's figures drawn (their notes added to the result), giving ``saved()``: their
+    files in the output folder. Where the plug-in's figures read the table alone they are drawn and saved
+    from the start of the block in a forked process (analysis/aside.py), into a folder of their own that
+    ``saved`` moves in; else ``drawn`` draws them and ``saved`` saves them, as one process does. Nothing of
+    them reaches the output folder when the block fails."""
+    aside, beside = None, None
+    if result.plugin.figures_from_table:
+        beside = Path(tempfile.mkdtemp(prefix="analysis-figures-"))
+        aside = Aside(lambda: figures_saved(result, beside))
+
+    def drawn() -> Callable[[], list[Path]]:
+        made = aside.result() if aside is not None else None
+        if made is None:  # not forked, or the child failed: drawn here, where an error is met
+            figures, out = result.plugin.figures(result), result.out
+            return lambda: [path for stem, fig in figures.items() for path in plots.save(fig, out / stem)]
+        files, notes = made
+        result.notes += notes
+        return lambda: moved(files, result.out)
+
+    try:
+        yield drawn
+    finally:
+        if aside is not None:
+            aside.result()  # reaped, whatever happened
+            shutil.rmtree(beside, ignore_errors=True)
+
+
+def figures_saved(result: AnalysisResult, folder: Path) -> tuple[list[Path], list[str]]:
+    """The plug-in's figures drawn and saved (PNG and SVG) into ``folder``, and the notes drawing added."""
+    before = len(result.notes)
+    drawn = result.plugin.figures(result)
+    files = [path for stem, fig in drawn.items() for path in plots.save(fig, folder / stem)]
+    return files, result.notes[before:]
+
+
+def moved(files: list[Path], folder: Path) -> list[Path]:
+    """The files moved into ``folder`` (which exists), in order; their new paths."""
+    return [Path(shutil.move(path, folder / path.name)) for path in files]
+
+
 def log_analysis(
     uri: str, experiment: str, result: AnalysisResult, extra_tags: dict | None = None, report=None
 ) -> str:
     """Log the outputs as a run tagged kind=analysis in the sweep's experiment, under its parent run;
     ``report`` (run id -> path) writes the report once the run's id is known, logged into the same run."""
     tags = {"kind": "analysis", "sweep": experiment, **(extra_tags or {})}
-    name = f"analysis {experiment}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
+    if result.variant:
+        tags["variant"] = " ".join(result.variant)
+    name = f"analysis {result.title}" + (f" vs {extra_tags['compare_with']}" if extra_tags else "")
     files = [
         (path, path.parent.relative_to(result.out).as_posix() if path.parent != result.out else None)
         for path in result.files

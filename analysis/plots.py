@@ -18,6 +18,7 @@ A panel without data says so instead of failing: a partial sweep gives missing p
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -120,7 +121,12 @@ def baseline_style(names: list[str]) -> dict[str, dict]:
     return styles
 
 
-YLABEL = "error / E[y\u00b2]"  # what the papers' "normalised error" is: the zero predictor scores 1
+# the y label and the zero line's legend entry per measure (analysis.figures.over_zero): the verdicts'
+# err/zero, or error / E[y^2], the papers' "normalised error"; the zero predictor scores 1 in either
+MEASURES = {
+    "err/zero": ("err / zero predictor's err", "zero predictor (= 1)"),
+    "err": ("error / E[y\u00b2]", "zero predictor (error = E[y\u00b2])"),
+}
 N_STYLES = ["-", "--", ":", "-."]  # a line style per N within a model's colour: the largest N solid
 N_MARKERS = "osD^v<>p"
 INF_GAP = 8.0  # T = inf sits this factor right of the largest finite T
@@ -155,10 +161,18 @@ def add_band_key(ax, seeds: int) -> None:
     ax.fill_between([], [], [], color="0.5", alpha=0.2, linewidth=0, label=band_label(seeds))
 
 
-def finish(ax, xlabel: str, title: str, empty: bool, frame: tuple[float, float] | None = None) -> None:
-    """Zero-predictor line, log error axis over ``frame`` (the models' y_frame), labels; an empty panel
-    says it has no cells."""
-    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1, label="zero predictor (error = E[y\u00b2])")
+def finish(
+    ax,
+    xlabel: str,
+    title: str,
+    empty: bool,
+    frame: tuple[float, float] | None = None,
+    measure: str = "err",
+) -> None:
+    """Zero-predictor line, log error axis over ``frame`` (the models' y_frame), labels in the ``measure``
+    (MEASURES); an empty panel says it has no cells."""
+    ylabel, zero = MEASURES[measure]
+    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=1, label=zero)
     ax.set_yscale("log")
     if frame is not None:
         ax.set_ylim(*frame)
@@ -169,9 +183,9 @@ def finish(ax, xlabel: str, title: str, empty: bool, frame: tuple[float, float] 
     ax.yaxis.set_minor_formatter(
         matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if narrow or f"{v:.0e}"[0] in "25" else "")
     )
-    note_below_frame(ax)
+    note_off_frame(ax)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(YLABEL)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     if empty:
@@ -190,13 +204,23 @@ def integer_ticks(ax, values=None) -> None:
 
 def plot_baseline(ax, x, y, style: dict, frame: tuple[float, float]) -> None:
     """A baseline or theory line clipped at the frame: points above its top are left out (OLS's
-    interpolation peak near n = d would otherwise draw near-vertical dashes through the panel), and a line
-    wholly below the frame is named with its values at the panel's foot."""
+    interpolation peak near n = d would otherwise draw near-vertical dashes through the panel); a line
+    wholly below or above the frame is not drawn (nor in the legend, which names only what is drawn) but
+    named with its values at the panel's foot."""
     y = np.asarray(y, float)
-    if len(y) and np.nanmax(y) < frame[0]:
-        below = getattr(ax, "_below_frame", [])
-        below.append(f"{style['label']} {span_text(np.nanmin(y), np.nanmax(y))}")
-        ax._below_frame = below
+    shown = y[np.isfinite(y)]
+    side = (
+        "below"
+        if len(shown) and shown.max() < frame[0]
+        else "above"
+        if len(shown) and shown.min() > frame[1]
+        else ""
+    )
+    if side:
+        off = getattr(ax, "_off_frame", {})
+        off.setdefault(side, []).append(f"{style['label']} {span_text(shown.min(), shown.max())}")
+        ax._off_frame = off
+        return
     ax.plot(x, np.where(y > frame[1], np.nan, y), **style)
 
 
@@ -205,14 +229,18 @@ def span_text(lo: float, hi: float) -> str:
     return a if a == b else f"{a}-{b}"
 
 
-def note_below_frame(ax) -> None:
-    """The lines below the frame, named at the panel's foot (their values would squeeze the models)."""
-    below = getattr(ax, "_below_frame", [])
-    if below:
+def note_off_frame(ax) -> None:
+    """The lines below or above the frame, named at the panel's foot (their values would squeeze the
+    models)."""
+    off = getattr(ax, "_off_frame", {})
+    if off:
         ax.text(
             0.02,
             0.02,
-            "below the frame: " + "; ".join(below),
+            "\n".join(
+                textwrap.fill(f"{side} the frame: " + "; ".join(lines), 48, subsequent_indent="  ")
+                for side, lines in off.items()
+            ),
             transform=ax.transAxes,
             fontsize=6.5,
             color="0.35",
@@ -272,6 +300,7 @@ def draw_context(
         title,
         trained.empty,
         frame,
+        table.attrs.get("measure", "err"),
     )
     integer_ticks(ax, rows[x].unique() if diagonal else None)
 
@@ -390,7 +419,8 @@ def draw_task(
     T_axis(ax, where, ticks, labels)
     if len(trained):
         add_band_key(ax, int(trained["seed"].nunique()))
-    finish(ax, "pretraining tasks T  (\u221e: a fresh task per prompt)", title, trained.empty, frame)
+    xlabel = "pretraining tasks T  (\u221e: a fresh task per prompt)"
+    finish(ax, xlabel, title, trained.empty, frame, table.attrs.get("measure", "err"))
 
 
 LEVEL_STYLES = ["-", "--", ":", "-."]
@@ -437,7 +467,8 @@ def draw_lambda(
                 label=f"{model}{suffix}",
             )
     ax.set_xscale("log")
-    finish(ax, "ridge lambda", title, top == 0.0, (lowest / 1.6, max(top, 1.0) * 1.35) if top else None)
+    frame = (lowest / 1.6, max(top, 1.0) * 1.35) if top else None
+    finish(ax, "ridge lambda", title, top == 0.0, frame, scans.attrs.get("measure", "err"))
 
 
 def grid(rows: int, cols: int) -> tuple[plt.Figure, np.ndarray]:

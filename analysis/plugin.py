@@ -20,6 +20,7 @@ table, ``fits.csv``), ``verdict_html`` / ``verdict_note`` (the report's verdict 
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,8 +29,10 @@ import pandas as pd
 
 from scaling.judge.provenance import DEFAULT_AXES
 from scaling.judge.verdicts import Rule
+from scaling.redact import redact
+from scaling.tracking.uri import ui_command
 
-from .report import table_html
+from .report import answer_text, run_address, table_html, ui_address
 
 
 class AnalysisError(RuntimeError):
@@ -85,23 +88,53 @@ class AnalysisResult:
     ui_url: str = ""  # the MLflow UI's address, for links to runs
     waves: list = field(default_factory=list)  # an adaptive sweep's wave records (scaling.adaptive)
     units: dict = field(default_factory=dict)  # run id -> a scan cell's units.parquet (load_units)
+    variant: tuple[str, ...] = ()  # the --set variant read (analysis.pipeline.Source.variant); () for none
+
+    @property
+    def title(self) -> str:
+        """The experiment, and the variant read when there is one: 'smoke [train.steps=200]'."""
+        return f"{self.experiment} [{' '.join(self.variant)}]" if self.variant else self.experiment
 
     def answer(self) -> str:
         return self.plugin.answer(self) if self.plugin else "no verdicts"
 
     def summary(self) -> str:
-        """What ``python -m analysis`` prints: cells read, files written, notes, the plug-in's verdict lines,
-        the MLflow run."""
+        """What ``python -m analysis`` prints: cells read, notes, the plug-in's verdict lines (long prose
+        wrapped, the answer one unit a line), then what it wrote and logged and what to run next."""
         cells = self.table["cell_key"].nunique() if len(self.table) else 0
         lines = [
-            f"analysis of {self.experiment}: {cells} complete cells, {len(self.missing)} not complete",
-            f"wrote {len(self.files)} files to {self.out}",
+            f"analysis of {self.title}: {cells} complete cells, {len(self.missing)} not complete",
             *[f"note: {n}" for n in self.notes],
-            *(self.plugin.summary(self) if self.plugin else []),
+            *readable(self.plugin.summary(self) if self.plugin else [], self.answer()),
         ]
-        if self.run_id:
-            lines.append(f"logged to MLflow as run {self.run_id}")
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.closing()])
+
+    def closing(self) -> list[str]:
+        """The summary's last lines: the report and the other files written, the MLflow run, and next:
+        the report to open and the MLflow UI on the analysis run (``mlflow ui`` first for a local store)."""
+        report = self.out / "report.html"
+        lines = [f"wrote {report} and {len(self.files) - 1} more files beside it (table, verdicts, figures)"]
+        lines += (
+            [f"logged to MLflow as run {self.run_id} of experiment {self.experiment}"] if self.run_id else []
+        )
+        lines += ["next:", f"  open {report}"]
+        serve = ui_command(redact(self.tracking_uri)) if not self.ui_url else None
+        where = run_address(self, self.run_id) if self.run_id else ui_address(self)
+        return [*lines, *([f"  {serve}"] if serve else []), f"  open {where}"]
+
+
+def readable(lines: list[str], answer: str, width: int = 110) -> list[str]:
+    """Printed lines a terminal shows whole: the answer one unit a line (report.answer_text), other prose
+    longer than ``width`` wrapped; a table's lines (columns padded with spaces) as they are."""
+    out = []
+    for line in "\n".join(lines).splitlines():
+        if line == answer:
+            out += answer_text(line).splitlines()
+        elif len(line) > width and "  " not in line.strip():
+            out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
+        else:
+            out.append(line)
+    return out
 
 
 def verdict_list_html(result: AnalysisResult) -> str:
@@ -138,3 +171,6 @@ class Analysis:
     # further report sections after the figures, as (heading, HTML)
     sections: Callable[[AnalysisResult], list[tuple[str, str]]] = lambda result: []
     summary: Callable[[AnalysisResult], list[str]] = answer_and_verdicts  # printed after an analysis
+    # the figures read the table alone (not setup's reads, fits or verdicts): drawn and saved in a process
+    # of their own while the fits and verdicts are worked out (analysis/aside.py)
+    figures_from_table: bool = False

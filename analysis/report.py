@@ -18,17 +18,23 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from scaling.judge.power_law import PARAMS
+from scaling.judge.power_law import EXPONENT_BOUNDS, PARAMS
 from scaling.judge.verdicts import Rule
 
 from .verdicts import display_table, rule_text
+
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
+EXPONENTS = ("alpha", "beta")
+# a fit interval's end further than this factor from its estimate is one the data do not bound (a
+# coefficient of 1e7 where the estimate is 0.2 comes with an exponent the data leave free)
+UNPINNED = 1e3
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
 table.data{border-collapse:collapse;font-size:12px}table.data td,table.data th{padding:2px 7px;
 border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}figure{margin:1em 0}img{max-width:100%}
 .wide{overflow-x:auto}pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}
 .answer{font-size:1.1em;background:#eef5ff;padding:.6em 1em;border-left:4px solid #36c}
-table.data td.text{text-align:left;white-space:normal}"""
+table.data td.text{text-align:left;white-space:normal}table.wrap td{white-space:normal}"""
 VERDICT_COLUMNS = [
     "sweep",
     "question",
@@ -67,14 +73,17 @@ def short(value) -> str:
     return full(value)
 
 
-def table_html(frame: pd.DataFrame | None, empty: str, precise: bool = False) -> str:
+def table_html(frame: pd.DataFrame | None, empty: str, precise: bool = False, wrap: bool = False) -> str:
+    """A data table (numbers to 4 significant digits, or at full ``precise``ion); with ``wrap`` its cells
+    wrap at their spaces to fit the page (keep a unit together with non-breaking spaces)."""
     if frame is None or frame.empty:
         return f"<p>{html.escape(empty)}</p>"
     fmt = full if precise else short
     shown = frame.apply(lambda col: col.map(fmt) if col.dtype == object else col)  # numpy scalars in objects
+    classes = "data wrap" if wrap else "data"
     return (
         '<div class="wide">'
-        + shown.to_html(index=False, float_format=fmt, border=0, classes="data", na_rep="")
+        + shown.to_html(index=False, float_format=fmt, border=0, classes=classes, na_rep="")
         + "</div>"
     )
 
@@ -101,11 +110,22 @@ def verdict_html(verdicts: pd.DataFrame | None, rule: Rule | None = None) -> str
     return "".join(parts)
 
 
-def interval_text(value: float, lo: float, hi: float) -> str:
+def interval_text(value: float, lo: float, hi: float, param: str = "") -> str:
+    """'value [lo, hi]', an end the data leave open written as such: a coefficient's (E, A, B) upper end
+    over UNPINNED times its value as inf (its lower end under 1/UNPINNED of it as 0), an exponent's at its
+    fit's bound (scaling.judge.power_law.EXPONENT_BOUNDS) as inf: 'B 0.23 [0.23, inf)' (fits.csv keeps the
+    numbers)."""
     if not isinstance(value, (int, float)) or math.isnan(value):
         return ""
     text = f"{value:.4g}"
-    return text if math.isnan(lo) else f"{text} [{lo:.4g}, {hi:.4g}]"
+    if math.isnan(lo):
+        return text
+    exponent = param in EXPONENTS
+    top = hi >= EXPONENT_BOUNDS[1] * (1 - 1e-6) if exponent else hi > UNPINNED * max(abs(value), 1e-300)
+    bottom = not exponent and 0 < value and lo < value / UNPINNED
+    left = "[0" if bottom else f"[{lo:.4g}"
+    # no break inside the interval: the fits table wraps between a value and its interval only
+    return f"{text} {left},\u00a0\u221e)" if top else f"{text} {left},\u00a0{hi:.4g}]"
 
 
 def fits_html(fits: pd.DataFrame | None) -> str:
@@ -126,7 +146,7 @@ def fits_html(fits: pd.DataFrame | None) -> str:
             shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else ("inf" if math.isinf(v) else f"{v:g}"))
     for p in PARAMS:
         values = [
-            interval_text(v, lo, hi) for v, lo, hi in zip(fitted[p], fitted[f"{p}_lo"], fitted[f"{p}_hi"])
+            interval_text(v, lo, hi, p) for v, lo, hi in zip(fitted[p], fitted[f"{p}_lo"], fitted[f"{p}_hi"])
         ]
         if any(values):
             shown[p] = values
@@ -135,9 +155,7 @@ def fits_html(fits: pd.DataFrame | None) -> str:
     seeds = int(fitted["n_seeds"].min()) if len(fitted) else 0
     few = (
         f" With {seeds} seeds the bootstrap has only {math.comb(2 * seeds - 1, seeds)} distinct resamples: "
-        f"the intervals show how far the seeds' curves differ, not a calibrated {level} interval; an "
-        f"interval running to a bound (an exponent of 0, a coefficient of 1e5) means the data do not pin "
-        f"that parameter."
+        f"the intervals show how far the seeds' curves differ, not a calibrated {level} interval."
         if 0 < seeds <= 4
         else ""
     )
@@ -146,7 +164,9 @@ def fits_html(fits: pd.DataFrame | None) -> str:
         f"and their sum (joint), fitted to the trained models' mean error per seed; intervals are {level} "
         f"percentile intervals over seeds resampled with replacement. fit_on says which points: the lattice "
         f"(n = N: trained and tested at the same length) or, where the lattice has too few values of N, each "
-        f"cell's own curve over n.{few} Full precision in fits.csv.</p>"
+        f"cell's own curve over n.{few} An interval end the data do not pin is written 0 or \u221e: a "
+        f"coefficient's more than {UNPINNED:g} times away from its estimate, an exponent's at the fit's "
+        f"bound of {EXPONENT_BOUNDS[1]:g} (an exponent's 0 is a flat curve). Full precision in fits.csv.</p>"
     )
     failed = fits[~fits["converged"].astype(bool)]
     lines = [
@@ -154,22 +174,34 @@ def fits_html(fits: pd.DataFrame | None) -> str:
         for (form, reason), rows in failed.groupby(["form", failed["note"].fillna("")], sort=False)
     ]
     missing = f"<p>Not fitted:</p><ul>{''.join(lines)}</ul>" if lines else ""
-    return head + table_html(shown, "no fitted group") + missing
+    return head + table_html(shown, "no fitted group", wrap=True) + missing
+
+
+def ui_address(result) -> str:
+    """The MLflow UI's address for the result's runs: ``result.ui_url`` (--ui-url), else the tracking URI
+    when it is a server, else where ``mlflow ui`` serves a local store by default."""
+    if getattr(result, "ui_url", ""):
+        return result.ui_url.rstrip("/")
+    uri = result.tracking_uri
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+
+
+def run_address(result, run_id: str) -> str:
+    """The page of a run in the MLflow UI."""
+    exp = result.table.attrs.get("experiment_id", "")
+    return (
+        f"{ui_address(result)}/#/experiments/{exp}/runs/{run_id}"
+        if exp
+        else f"{ui_address(result)}/#/runs/{run_id}"
+    )
 
 
 def run_link(result, run_id: str | None) -> str:
-    """A run id, linked to its page in the MLflow UI when a server URL is known (the tracking URI when it
-    is a server, else ``result.ui_url``)."""
+    """A run id, linked to its page in the MLflow UI (``ui_address``; a local store's UI is there once
+    ``mlflow ui`` serves it, which the report's MLflow section says)."""
     if not run_id:
         return "-"
-    ui = getattr(result, "ui_url", "") or (
-        result.tracking_uri if result.tracking_uri.startswith("http") else ""
-    )
-    exp = result.table.attrs.get("experiment_id", "")
-    if not ui:
-        return f"<code>{html.escape(run_id)}</code>"
-    path = f"#/experiments/{exp}/runs/{run_id}" if exp else f"#/runs/{run_id}"
-    return f'<a href="{html.escape(ui.rstrip("/"))}/{path}"><code>{html.escape(run_id)}</code></a>'
+    return f'<a href="{html.escape(run_address(result, run_id))}"><code>{html.escape(run_id)}</code></a>'
 
 
 def runs_html(result) -> str:
@@ -179,9 +211,18 @@ def runs_html(result) -> str:
         f"<tr><td>{html.escape(str(name))}</td><td>{run_link(result, run_id)}</td></tr>"
         for run_id, name in sorted(runs.items(), key=lambda kv: kv[1] or "")
     ]
+    serve = (
+        ""
+        if result.tracking_uri.startswith(("http://", "https://")) or result.ui_url
+        else (
+            f" (serve this store there with <code>mlflow ui --backend-store-uri "
+            f"{html.escape(result.tracking_uri)}</code>)"
+        )
+    )
     head = (
         f"<p>Tracking store: <code>{html.escape(result.tracking_uri)}</code>; this analysis is the run "
-        f"{run_link(result, result.run_id)}</p>"
+        f"{run_link(result, result.run_id)}. Run ids link to the MLflow UI at "
+        f"{html.escape(ui_address(result))}{serve}.</p>"
     )
     return head + (
         '<table class="data"><tr><th>cell run</th><th>run id</th></tr>' + "".join(rows) + "</table>"
@@ -190,16 +231,18 @@ def runs_html(result) -> str:
     )
 
 
+def answer_text(answer: str) -> str:
+    """The one-line answer laid out for reading: each question on its own line, each unit below it,
+    indented."""
+    text = answer.replace(" | ", "\n  ").replace(". Task scaling:", ".\nTask scaling:")
+    return text.replace("Context scaling: ", "Context scaling:\n  ").replace(
+        "Task scaling: ", "Task scaling:\n  "
+    )
+
+
 def answer_html(answer: str) -> str:
-    """The one-line answer laid out for reading: each question on its own line, each unit below it."""
-    text = (
-        html.escape(answer)
-        .replace(" | ", "<br>&nbsp;&nbsp;")
-        .replace(". Task scaling:", ".<br>Task scaling:")
-    )
-    return text.replace("Context scaling: ", "Context scaling:<br>&nbsp;&nbsp;").replace(
-        "Task scaling: ", "Task scaling:<br>&nbsp;&nbsp;"
-    )
+    """``answer_text`` as HTML."""
+    return html.escape(answer_text(answer)).replace("\n  ", "<br>&nbsp;&nbsp;").replace("\n", "<br>")
 
 
 def _page(title: str, body: str) -> str:
@@ -258,7 +301,6 @@ def sweep_sections(result, figures: bool = True) -> str:
 
 def write_report(result, path: Path) -> Path:
     """Write ``report.html`` for an AnalysisResult (analysis/plugin.py); returns its path."""
-    path.write_text(
-        _page(result.experiment, f"<h1>Sweep {html.escape(result.experiment)}</h1>" + sweep_sections(result))
-    )
+    title = result.title
+    path.write_text(_page(title, f"<h1>Sweep {html.escape(title)}</h1>" + sweep_sections(result)))
     return path

@@ -12,9 +12,13 @@ On CUDA it is torch.cuda.max_memory_allocated.
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -102,6 +106,19 @@ def measure(s: StepShape, repeats: int) -> dict:
     }
 
 
+def machine() -> str:
+    """This machine in a few words, for the table's title: the CPU's model, its cores, the system."""
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        model = platform.processor() or platform.machine()
+    return f"{model}, {os.cpu_count()} cores ({platform.system()} {platform.machine()})"
+
+
 def run(quick: bool = False, update_table: bool = False) -> list[Result]:
     bases, vary, repeats = (QUICK_BASE, QUICK_VARY, 1) if quick else (BASE, VARY, 1)
     shapes = [
@@ -116,7 +133,13 @@ def run(quick: bool = False, update_table: bool = False) -> list[Result]:
         stored = load_table()
     except (OSError, ValueError):
         stored = None
-    new = {"device": f"cpu ({torch.get_num_threads()} threads)", "rows": rows, "fit": fit_table(rows)}
+    new = {
+        "device": f"cpu ({torch.get_num_threads()} threads)",
+        "measured": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "rows": rows,
+        "fit": fit_table(rows),
+    }
     if update_table:
         TABLE.write_text(json.dumps(new, indent=1) + "\n")
     table = stored or new

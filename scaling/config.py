@@ -328,6 +328,33 @@ def check(condition: bool, field: str, message: str) -> None:
         raise ConfigError(field, message)
 
 
+# Inside missing_paths_noted(): the local paths found missing, noted instead of raised (None: raise).
+_MISSING_PATHS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("missing", default=None)
+
+
+def check_path(exists: bool, field: str, message: str) -> None:
+    """``check`` for a local file a setting names (a model's weights, a data file): a fact of this machine,
+    not of the sweep file, so inside ``missing_paths_noted()`` (a reading command, which needs no weights)
+    a missing one is noted and the settings stand."""
+    noted = _MISSING_PATHS.get()
+    if exists or noted is None:
+        check(exists, field, message)
+    elif message not in noted:
+        noted.append(message)
+
+
+@contextlib.contextmanager
+def missing_paths_noted() -> typing.Iterator[list[str]]:
+    """The local paths that settings built inside the block name and this machine lacks, each as its
+    ``check_path`` message (what is missing and how to make it), in the order found."""
+    noted: list[str] = []
+    token = _MISSING_PATHS.set(noted)
+    try:
+        yield noted
+    finally:
+        _MISSING_PATHS.reset(token)
+
+
 def check_choice(value: str, field: str, choices: typing.Iterable[str]) -> None:
     choices = list(choices)
     check(value in choices, field, f"unknown value {value!r}; known: {', '.join(choices)}")

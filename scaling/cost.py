@@ -246,10 +246,23 @@ def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(
         prog="python -m scaling.cost",
         description="Print the measured step costs (scaling/cost_table.json) as a Markdown table beside"
-        " the fitted seconds per step; re-measure with python -m benchmarks --only cost --update-cost-table.",
+        " the fitted seconds per step, under a title saying when and where they were measured; re-measure"
+        " with python -m benchmarks --only cost --update-cost-table.",
     ).parse_args(argv)
-    print(markdown_table(load_table()))
+    table = load_table()
+    print(f"{title(table)}\n\n{markdown_table(table)}")
     return 0
+
+
+def title(table: dict) -> str:
+    """What the table is, when and where it was measured, and how to measure it again."""
+    when = table.get("measured", "an unrecorded date")
+    where = table.get("machine", "an unrecorded machine")
+    return (
+        f"Cost of one training step, measured {when} on {where}, {table['device']}\n"
+        "(scaling/cost_table.json; fitted s/step = t0 + FLOP / rate per architecture, scaling/cost.py)\n"
+        "measure it on this machine: python -m benchmarks --only cost --update-cost-table"
+    )
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds.registry import kind_of_group
 from .papers.context_scaling.models import ModelConfig, model_facts
 from .papers.context_scaling.train import TrainConfig
+from .variants import variant_of, with_variant
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
 CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
@@ -133,6 +134,12 @@ class PlannedCell:
     cell: Cell
     resources: Resources
     axes: dict[str, Any] = field(default_factory=dict, compare=False)  # the grid values that made it
+    variant: str = field(default="", compare=False)  # what the plan's variant changed in it (variants.py)
+
+    @property
+    def name(self) -> str:
+        """The cell's run name: its kind's label, and what a variant changed in it (scaling.variants)."""
+        return f"{self.cell.name} {self.variant}" if self.variant else self.cell.name
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,7 @@ class Plan:
     cells: tuple[PlannedCell, ...]
     document: dict = field(compare=False, default_factory=dict)  # the resolved sweep document
     adaptive: AdaptiveSettings | None = None  # the `adaptive:` section (scaling.adaptive_settings), checked
+    variant: tuple[str, ...] = ()  # the --set that change cells (scaling.variants): () for the file's own
 
 
 # ---------------------------------------------------------------- YAML with line numbers
@@ -227,8 +235,10 @@ def apply_override(document: dict, assignment: str) -> dict:
         raise SweepError(f"--set {assignment}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise SweepError(f"--set {assignment}: value is not valid YAML: {err}") from None
+    except yaml.YAMLError as err:  # one line: what YAML found wrong, and at which column of the value
+        column = f" at column {err.problem_mark.column + 1}" if getattr(err, "problem_mark", None) else ""
+        problem = getattr(err, "problem", None) or err
+        raise SweepError(f"--set {assignment}: value is not valid YAML: {problem}{column}") from None
     document = copy.deepcopy(document)
     if keys[0] not in TOP_LEVEL:
         grid = document.get("grid") or {}
@@ -536,15 +546,17 @@ def plan_document(
     with shared_configs():  # the lattice's cells share their equal groups of settings
         check_each_axis_value(lattice, axes, at)
         cells = expand(lattice, axes, resources, at)
+    variant = variant_of((overrides or {}).values())
     return Plan(
         name=name,
         description=str(document.get("description") or ""),
         source=source,
         profile=profile,
         run=run,
-        cells=tuple(cells),
+        cells=tuple(with_variant(cells, variant)),
         document=document,
         adaptive=_adaptive_settings(document, cells, at),
+        variant=variant,
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -126,14 +127,16 @@ PROGRESS_EVERY_S = 10.0
 
 class Throttled:
     """Passes a progress dict on to ``report`` at most once per ``every`` seconds (default
-    PROGRESS_EVERY_S), unless told it must; ``clock`` reads seconds (time.monotonic)."""
+    PROGRESS_EVERY_S), unless told it must, and the first at once (the progress view learns when a trial
+    starts training, and from which step: scaling.progress times the sweep from then); ``clock`` reads
+    seconds (time.monotonic)."""
 
     def __init__(
         self, report: Callable[[dict], None] | None, every: float | None = None, clock=time.monotonic
     ):
         self.report, self.clock = report, clock
         self.every = PROGRESS_EVERY_S if every is None else every
-        self.last = clock()
+        self.last = -math.inf
 
     def __call__(self, values: dict[str, Any], force: bool = False) -> None:
         if not self.report:
@@ -209,9 +212,10 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
 
 
 def open_log(spec: TrialSpec, cell: Cell) -> CellRunLog:
-    return open_cell_log(
-        trial_tracking_uri(spec.tracking_uri), spec.experiment_id, cell, spec.sweep, spec.parent_run_id
-    )
+    """The cell's log into its run, named as the driver named it (a variant's cells carry the variant)."""
+    name = next((m.name for m in spec.members if m.key == cell.key), None)
+    uri = trial_tracking_uri(spec.tracking_uri)
+    return open_cell_log(uri, spec.experiment_id, cell, spec.sweep, spec.parent_run_id, name)
 
 
 def take_leases(spec: TrialSpec) -> tuple[dict[str, Lease], dict[str, Holder]]:

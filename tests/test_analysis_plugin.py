@@ -66,7 +66,7 @@ def test_a_fourth_kinds_plugin_runs_through_python_m_analysis_with_set_and_ui_ur
     assert main(argv) == 0
     printed = capsys.readouterr().out
     run_id = re.search(r"logged to MLflow as run (\w+)", printed).group(1)
-    assert "analysis of decay: 2 complete cells, 0 not complete" in printed
+    assert "analysis of decay [decay.scale=2]: 2 complete cells, 0 not complete" in printed  # the variant
     assert "note: 2 complete cells of the experiment are not cells of this sweep file as given" in printed
     assert "the error falls with n in 2 of 2 cells" in printed
 

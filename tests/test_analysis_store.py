@@ -16,7 +16,7 @@ from synthetic_tables import lattice_table, write_store
 from analysis.__main__ import main
 from analysis.pipeline import analyse
 from analysis.plugin import Request
-from analysis.report import answer_html
+from analysis.report import answer_html, interval_text
 from scaling.table import RunNames, cell_runs, load_table
 from scaling.tracking.tracker import Tracker
 
@@ -132,8 +132,8 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     assert all(v in page for v in verdicts["verdict"].unique())
     fitted = result.fits[result.fits["converged"] & (result.fits["form"] == "context")]
     assert len(fitted) and all(
-        f"{r.alpha:.4g} [{r.alpha_lo:.4g}, {r.alpha_hi:.4g}]" in page for r in fitted.itertuples()
-    )  # value [interval] for each fit
+        interval_text(r.alpha, r.alpha_lo, r.alpha_hi, "alpha") in page for r in fitted.itertuples()
+    )  # value [interval] for each fit (an end at the exponent's bound written open)
     csv = pd.read_csv(tmp_path / "out" / "fits.csv")
     np.testing.assert_array_equal(
         csv["alpha_lo"].to_numpy(), result.fits["alpha_lo"].to_numpy()
@@ -150,7 +150,9 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"report.html", "fig1.png", "table.parquet", "fits.csv"} <= artifacts
     logged = Path(client.download_artifacts(result.run_id, "report.html", str(tmp_path))).read_text()
-    assert f"this analysis is the run <code>{result.run_id}</code>" in logged  # the report names its own run
+    assert (
+        f'/runs/{result.run_id}"><code>{result.run_id}</code></a>' in logged
+    )  # the report names its own run
 
 
 def test_compare_two_sweeps_in_one_report(store, tmp_path, capsys):

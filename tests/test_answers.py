@@ -139,7 +139,25 @@ def test_fits_fall_back_on_each_cells_curve_over_n_and_every_row_says_what_it_is
         assert (r["converged"] and not math.isnan(r["alpha" if r["form"] != "task" else "beta"])) or r["note"]
     page = fits_html(fits)
     assert "np.float64" not in page and "within cell (N = 16" in page and "Not fitted" in page
-    assert f"{fit['alpha']:.4g} [{fit['alpha_lo']:.4g}, {fit['alpha_hi']:.4g}]" in page
+    assert (
+        f"{fit['alpha']:.4g} [{fit['alpha_lo']:.4g},\u00a0{fit['alpha_hi']:.4g}]" in page
+    )  # kept on one line
+
+
+@pytest.mark.parametrize(
+    "param, value, lo, hi, shown",
+    [
+        ("B", 0.23, 0.23, 1.1e7, "0.23 [0.23,\u00a0\u221e)"),  # an upper end 5e7 times the estimate
+        ("E", 0.7305, 7.5e-8, 0.7883, "0.7305 [0,\u00a00.7883]"),  # a floor the data let fall to 0
+        ("beta", 0.335, 0.0, 10.0, "0.335 [0,\u00a0\u221e)"),  # the exponent's bound: 10
+        ("B", 0.4347, 0.4347, 8.602, "0.4347 [0.4347,\u00a08.602]"),
+        ("alpha", 0.0, 0.0, 0.0, "0 [0,\u00a00]"),
+    ],
+)
+def test_a_fit_interval_the_data_leave_open_is_shown_open(param, value, lo, hi, shown):
+    from analysis.report import interval_text
+
+    assert interval_text(value, lo, hi, param) == shown
 
 
 def panel_lines_above(ax) -> list[float]:
@@ -250,7 +268,9 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
         )
     )
     assert set(short.table["param.train.steps"]) == {"60"}
-    assert short.table["cell_key"].nunique() == plain.table["cell_key"].nunique() == 24
+    assert (
+        short.table["cell_key"].nunique() == plain.table["cell_key"].nunique() == len(load_plan(sweep).cells)
+    )
     with pytest.raises(AnalysisError, match="no complete cells of this sweep file") as caught:
         analyse(
             Request(sweep, tracking_uri=uri, out=tmp_path / "none", log=False, overrides=("train.steps=7",))
@@ -258,8 +278,15 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
     named = re.search(r"train\.steps = ([^;)]*)", str(caught.value)).group(1)
     assert set(named.split(" / ")) == own | {"60"}, named  # every variant it left out, by its steps
     # by experiment name alone, the MLP's own steps (its preset's) read as one more variant
-    with pytest.raises(AnalysisError, match=r"train\.steps = ([0-9]+ / )+60\).*--set train\.steps="):
+    refused = r"train\.steps = ([0-9]+ / )+60\).*--set train\.steps="
+    with pytest.raises(AnalysisError, match=refused) as caught:
         analyse(Request(None, "smoke", tracking_uri=uri, out=tmp_path / "pooled", bootstrap=20, log=False))
+    # what it suggests keeps every model: the sweep file with its --set, or the one setting that picks the
+    # whole variant (60: GPT-2 and MLP alike), never the steps of one model's preset (GPT-2's 1000 drops
+    # the MLP, which trains 4000)
+    suggested = re.findall(r"--set (train\.steps=\d+)", str(caught.value))
+    assert suggested == ["train.steps=60"], str(caught.value)
+    assert "by its sweep file and the --set it ran with: python -m analysis" in str(caught.value)
     picked = analyse(
         Request(
             None,
@@ -272,9 +299,45 @@ def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
         )
     )
     assert set(picked.table["cell_key"]) == set(short.table["cell_key"])
+    gpt2_only = analyse(  # GPT-2's own steps: the MLP (4000, its preset's) is left out, and said so
+        Request(
+            None,
+            "smoke",
+            tracking_uri=uri,
+            out=tmp_path / "gpt2",
+            bootstrap=20,
+            log=False,
+            overrides=("train.steps=1000",),
+        )
+    )
+    assert set(gpt2_only.table["model"]) == {"gpt2"}
+    assert "no cell of mlp has train.steps=1000: left out" in gpt2_only.notes
 
 
-def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():
+def test_a_set_variant_is_analysed_into_its_own_folder_and_leaves_the_sweeps_report_as_it_was(
+    variants_store, tmp_path, monkeypatch
+):
+    from analysis.pipeline import analyse
+    from analysis.plugin import Request
+
+    uri, sweep = variants_store
+    monkeypatch.chdir(tmp_path)  # the default output folders, analysis_out/<...>, go here
+    plain = analyse(Request(sweep, tracking_uri=uri, bootstrap=20, log=False))
+    assert plain.out == tmp_path / "analysis_out" / "smoke"
+    before = {p.name: p.read_bytes() for p in plain.out.iterdir()}
+    steps = ("train.steps=60",)
+    variant = analyse(Request(sweep, tracking_uri=uri, bootstrap=20, log=False, overrides=steps))
+    assert variant.out == tmp_path / "analysis_out" / "smoke+train.steps=60"
+    assert {p.name: p.read_bytes() for p in plain.out.iterdir()} == before  # byte for byte
+    page = (variant.out / "report.html").read_text()
+    assert "<h1>Sweep smoke [train.steps=60]</h1>" in page
+    by_name = analyse(
+        Request(None, "smoke", tracking_uri=uri, bootstrap=20, log=False, overrides=("train.steps=60",))
+    )
+    assert by_name.out == variant.out  # the same variant, by its experiment and setting
+
+
+def test_run_ids_link_to_the_mlflow_ui():
     from types import SimpleNamespace
 
     from analysis.report import run_link
@@ -282,7 +345,12 @@ def test_run_ids_link_to_the_mlflow_ui_when_its_address_is_known():
     table = pd.DataFrame({"run_id": ["abc"]})
     table.attrs["experiment_id"] = "7"
     local = SimpleNamespace(table=table, tracking_uri="sqlite:///mlflow.db", ui_url="")
-    assert run_link(local, "abc") == "<code>abc</code>" and run_link(local, None) == "-"
+    # a local store's UI is where `mlflow ui` serves it (the report says so beside the links)
+    assert (
+        run_link(local, "abc")
+        == '<a href="http://127.0.0.1:5000/#/experiments/7/runs/abc"><code>abc</code></a>'
+    )
+    assert run_link(local, None) == "-"
     for ui, uri in (("http://ui:5000/", "sqlite:///mlflow.db"), ("", "http://ui:5000")):
         result = SimpleNamespace(table=table, tracking_uri=uri, ui_url=ui)
         assert (

@@ -236,7 +236,13 @@ CASES = {
     "tracking_server_down": (
         TINY,
         ["--tracking-uri", "http://127.0.0.1:9"],
-        "cannot use the MLflow tracking store http://127.0.0.1:9",
+        "cannot use the MLflow tracking store http://127.0.0.1:9: reaching the tracking store failed after 3"
+        " attempts: connection refused: no server listens there",
+    ),
+    "tracking_scheme_typo": (
+        TINY,
+        ["--tracking-uri", "sqllite:///mlflow.db"],
+        "tracking URI sqllite:///mlflow.db: unknown scheme 'sqllite'; allowed: sqlite:///PATH",
     ),
 }
 
@@ -257,6 +263,7 @@ def test_bad_input_exits_2_with_one_clear_line_and_writes_nothing(case, tmp_path
     assert code == 2, (out, err)
     first = err.splitlines()[0] if err else ""
     assert first.startswith("error: ") and expected.replace("{dir}", str(tmp_path)) in first, err
+    assert len(err.strip().splitlines()) == 1, err  # one line, not a library's exception after it
     assert "Traceback" not in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
     assert elapsed < 30, f"{case} took {elapsed:.0f}s to fail"

@@ -111,7 +111,7 @@ def test_gpu_cell_waits_for_an_autoscaled_node_on_the_cluster_of_the_head(head):
             driver.kill()
     text = "".join(lines) + out
     assert "on the `ray up` cluster of" in text and "(Ray at 127.0.0.1:" in text, text + err
-    assert "12 cells wait for a node the autoscaler starts" in text and "gpu.a10g.spot" in text, text + err
+    assert "18 cells wait for a node the autoscaler starts" in text and "gpu.a10g.spot" in text, text + err
     assert f"tracking sqlite:///{tmp}/cluster-mlflow.db" in text
     assert (tmp / "cluster-mlflow.db").exists() and (tmp / "cluster-storage" / "smoke").is_dir()
     assert driver.returncode == 130, err

@@ -26,6 +26,7 @@ OPTIONAL = {
     "models": "benchmarks/training.py --reference: Garg et al.'s checkout's own module, from its path",
     "samplers": "benchmarks/training.py --reference: the checkout's module",
     "tasks": "benchmarks/training.py --reference: the checkout's module",
+    "pynvml": "benchmarks/gpu_sweep.py sampler: the GPU run's utilisation samples, or a line saying why not",
     "psutil": "cluster/stop_ray.py: Ray's bundled copy when psutil is not installed",
 }
 

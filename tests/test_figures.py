@@ -173,7 +173,7 @@ def test_theory_baselines_and_zero_line_follow_the_paper():
     theory, ols, zero = (
         lines["Bayes ridge (theory)"],
         lines["OLS"],
-        lines["zero predictor (error = E[y\u00b2])"],
+        lines["zero predictor (= 1)"],
     )
     assert theory.get_color() == "k" and theory.get_linestyle() == "-."
     assert ols.get_linestyle() == "--" and ols.get_color() == "0.35"
@@ -196,13 +196,42 @@ def test_diagonal_panel_plots_the_mean_over_seeds_at_n_equal_N():
     np.testing.assert_allclose(gpt2.get_ydata(), expected)
 
 
+def test_figures_plot_the_verdicts_measure_err_over_the_zero_predictors_err_on_the_same_prompts():
+    table = full_table("fig1")
+    harder = table["cell_key"] == table["cell_key"].iloc[0]  # one cell's prompts: 1.25 x E[y^2] for everyone
+    table = table.assign(err=table["err"].where(~harder, table["err"] * 1.25))
+    fig = figures.draw(table, "fig1").figures["fig1"]
+    ax = fig.axes[1]  # (B) error vs N at T = 1e5
+    assert ax.get_ylabel() == "err / zero predictor's err"
+    rows = table[(table["model"] == "gpt2") & (table["T"] == 1e5) & (table["n"] == table["N"])]
+    zero = rows[rows["predictor"] == "zero"].set_index(["cell_key", "n"])["err"]
+    model = rows[rows["predictor"] == "model"].set_index(["cell_key", "n"])
+    ratio = (model["err"] / zero).groupby(model["N"]).mean()
+    np.testing.assert_allclose(lines_by_label(ax)["gpt2"].get_ydata(), ratio.to_numpy())
+    assert list(lines_by_label(ax)["zero predictor (= 1)"].get_ydata()) == [1.0, 1.0]
+    without = figures.draw(table[table["predictor"] != "zero"], "fig1").figures["fig1"]  # no zero rows
+    assert without.axes[1].get_ylabel() == "error / E[y\u00b2]"
+
+
+def test_a_baseline_wholly_off_the_frame_is_named_at_the_foot_and_not_in_the_legend():
+    table = full_table("fig1")
+    low = table["predictor"] == "least_squares"
+    table = table.assign(err=table["err"].where(~low, 1e-6))  # OLS far below every model
+    fig = figures.draw(table, "fig1").figures["fig1"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "OLS" not in legend and "Bayes ridge (theory)" in legend
+    feet = [t.get_text() for t in fig.axes[1].texts]
+    assert any(t.startswith("below the frame: OLS 1e-06") for t in feet), feet
+
+
 def test_split_rows_are_drawn_per_level_and_never_in_the_overall_lines():
     table = full_table("fig3")
     fig = figures.draw(table, "fig3").figures["fig3"]
     for ax, level in zip(fig.axes, ("noise_std=0.1", "noise_std=0.5")):
         sgpt = lines_by_label(ax)["sgpt"]
         rows = table[table["predictor"] == f"model|{level}"]
-        rows = rows[rows["model"] == "sgpt"].groupby("n")["err"].mean()
+        zero = table[table["predictor"] == f"zero|{level}"]["err"].unique()  # the level's own zero predictor
+        rows = rows[rows["model"] == "sgpt"].groupby("n")["err"].mean() / zero.item()
         np.testing.assert_allclose(sgpt.get_ydata(), rows.to_numpy())
     overall = figures.draw(table, "fig2").figures["fig2"]
     labels = set(lines_by_label(overall.axes[0]))

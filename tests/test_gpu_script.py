@@ -13,6 +13,7 @@ import pytest
 
 import benchmarks.gpu as gpu
 from scaling.cost import load_table
+from scaling.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHOUT_RAY_OR_MLFLOW = """
@@ -79,7 +80,8 @@ def test_the_sweep_phase_runs_a_sweep_through_ray_and_mlflow_against_its_bare_pa
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = {r["name"]: r for r in json.loads((tmp_path / "gpu.json").read_text())["results"]}
-    assert lines["sweep_plan[smoke]"]["text"].endswith("planned: 24 cells")
+    smoke = len(load_plan(ROOT / "sweeps" / "smoke.yaml").cells)
+    assert lines["sweep_plan[smoke]"]["text"].endswith(f"planned: {smoke} cells")
     assert lines["sweep_plan[fig1_slice]"]["text"].endswith("planned: 6 cells")
     slice_ = lines["sweep[fig1_slice]"]
     assert slice_["status"] == "INFO" and "2/2 cells complete" in slice_["text"], slice_

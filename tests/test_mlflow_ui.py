@@ -2,12 +2,14 @@
 
 The sweep runs as ``python -m scaling.sweep`` with its output going to a file (what CI, ``nohup`` and Ray
 Jobs see): one line per trial started or done, no Ray or Tune banner, a closing summary and the commands
-to run next. Then ``mlflow server`` serves its store on loopback and headless Chromium (Debian's
-``chromium`` package, driven by Playwright's Python package with the system browser's path: Playwright's
-own browser download is not used) follows the printed link: the experiment opens on its runs table, the
-sweep's parent run holds the cells, the filters of docs/mlflow-ui.md return the cells they name, and a cell's
-``eval/err`` chart is drawn. The browser part skips, saying why, where Chromium or Playwright is missing
-(``apt-get install chromium``; ``pip install -e '.[ui]'``).
+to run next; then again as a ``--set`` variant (fewer training steps), and the plain sweep is analysed.
+Then ``mlflow server`` serves its store on loopback and headless Chromium (Debian's ``chromium`` package,
+driven by Playwright's Python package with the system browser's path: Playwright's own browser download is
+not used) follows the printed link: the experiment opens on its lattice (scaling.tracking.views), a row per
+cell of both variants, each with a name of its own and its T, N, model, seed and final err/zero; the
+filters of docs/mlflow-ui.md return the cells they name; the analysis report is one click from the sweep's
+parent run; and a cell's ``eval/err`` chart is drawn. The browser part skips, saying why, where Chromium
+or Playwright is missing (``apt-get install chromium``; ``pip install -e '.[ui]'``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY_SWEEP
+from mlflow.tracking import MlflowClient
 
 pytestmark = [pytest.mark.e2e]
 
@@ -41,6 +44,8 @@ CHROMIUM = next(
     None,
 )
 CELLS = {"mlp T=16 N=4 seed=0", "mlp T=inf N=4 seed=0", "gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"}
+VARIANT = "train.steps=20"  # the second run's --set: its cells are named with it
+VARIANT_CELLS = {f"{name} {VARIANT}" for name in CELLS}
 
 
 def browser_missing() -> str | None:
@@ -68,25 +73,16 @@ def ui_sweep(tmp_path_factory) -> Sweep:
     doc["models"] = {**doc["models"], "mlp": {**doc["models"]["mlp"], "n_layer": 1}}
     (root / "ui.yaml").write_text(yaml.safe_dump(doc))
     uri = f"sqlite:///{root}/store.db"  # not the default ./mlflow.db: the next commands name it
+    sweep = [sys.executable, "-m", "scaling.sweep", "ui.yaml", "--tracking-uri", uri, "--storage", "runs"]
     with open(root / "out.log", "w") as out, open(root / "err.log", "w") as err:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "scaling.sweep",
-                "ui.yaml",
-                "--tracking-uri",
-                uri,
-                "--storage",
-                "runs",
-                "--num-cpus",
-                "2",
-            ],
-            cwd=root,
-            stdout=out,
-            stderr=err,
-            timeout=600,
-        )
+        done = subprocess.run([*sweep, "--num-cpus", "2"], cwd=root, stdout=out, stderr=err, timeout=600)
+    variant = subprocess.run(
+        [*sweep, "--num-cpus", "2", "--set", VARIANT], cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert variant.returncode == 0, variant.stdout + variant.stderr
+    analysis = [sys.executable, "-m", "analysis", "ui.yaml", "--tracking-uri", uri, "--bootstrap", "20"]
+    analysed = subprocess.run(analysis, cwd=root, capture_output=True, text=True, timeout=600)
+    assert analysed.returncode == 0, analysed.stdout + analysed.stderr
     return Sweep(root, uri, (root / "out.log").read_text(), (root / "err.log").read_text(), done.returncode)
 
 
@@ -117,7 +113,9 @@ def test_sweep_output_to_a_file_is_one_line_per_change_then_a_summary(ui_sweep):
     assert nxt[0] == f"  python -m analysis ui.yaml --tracking-uri {ui_sweep.uri}"
     assert nxt[1] == f"  mlflow ui --backend-store-uri {ui_sweep.uri}"
     assert re.fullmatch(
-        r"  open http://127.0.0.1:5000/#/experiments/\d+/runs\?workflowType=machine_learning", nxt[2]
+        r"  open http://127.0.0.1:5000/#/experiments/\d+/runs\?workflowType=machine_learning"
+        r"&viewStateShareKey=lattice",
+        nxt[2],
     )
     assert len(lines) == 1 + 2 * trials + 3 + 3  # header, changes, summary + runs + next:, commands
 
@@ -179,6 +177,33 @@ def run_links(page) -> set[str]:
     return set(page.locator("a[href*='/runs/']").all_inner_texts())
 
 
+def cell_links(page) -> set[str]:
+    """The cells' names among the runs' links (the UI keeps a matching cell's parent run above it)."""
+    return {name for name in run_links(page) if not name.startswith(("sweep ", "analysis "))}
+
+
+def table_rows(page) -> dict[str, dict[str, str]]:
+    """The runs table as shown: each run's name -> {column id: text} (ag-grid draws a row's pinned and
+    scrolling parts as two elements of one row-id)."""
+    rows = page.evaluate(
+        """() => {
+        const out = {};
+        for (const row of document.querySelectorAll("div[role='row'][row-id]")) {
+            const cells = out[row.getAttribute('row-id')] ||= {};
+            for (const cell of row.querySelectorAll('[col-id]'))
+                cells[cell.getAttribute('col-id')] = cell.innerText;
+        }
+        return out;
+    }"""
+    )
+    named = {}
+    for cells in rows.values():
+        link = cells.get("attributes.`Run Name`", "").split("\n")[-1].strip()
+        if link:
+            named[link] = cells
+    return named
+
+
 @pytest.fixture(scope="module")  # module-scoped, and named first: set up before the module's sweep
 def browser():
     """Skips, in one line naming what to install, before the sweep and the server start."""
@@ -203,35 +228,67 @@ def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(
             page = browser.new_page(viewport={"width": 1400, "height": 900})  # a fresh profile
             page.set_default_timeout(60_000)
             page.goto(link)
-            # the runs table, not MLflow 3's GenAI overview: the sweep's parent run is a row of it
-            page.get_by_role("link", name="sweep ui", exact=True).wait_for()
+            # the runs table, not MLflow 3's GenAI overview, on the sweep's lattice: a row per cell of both
+            # variants, no parent run to expand, each cell with a name of its own and its settings and
+            # final err/zero as columns
+            page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True).wait_for()
             assert "/runs" in page.url and "/overview" not in page.url
             assert page.get_by_text("Evaluation runs").count() == 0  # the GenAI sidebar's entry
-
-            # the parent run holds the four cells
-            page.locator('button[data-component-id*="runnamecellrenderer"]').first.click()
-            expect(page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True)).to_be_visible()
-            assert run_links(page) == {"sweep ui"} | CELLS
+            close = page.get_by_role("button", name="Close", exact=True)  # the assistant a local UI opens
+            if close.count():
+                close.first.click()
+            columns = [*(f"params.`{c}`" for c in ("model.name", "T", "N", "seed")), "metrics.`err/zero`"]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # the grid draws the columns the closed panel uncovers
+                rows = table_rows(page)
+                if set(rows) == CELLS | VARIANT_CELLS and all(c in r for r in rows.values() for c in columns):
+                    break
+                page.wait_for_timeout(250)
+            page.screenshot(path=str(ui_sweep.root / "lattice.png"))  # for a person to look at
+            assert set(rows) == CELLS | VARIANT_CELLS  # 8 distinct names, no parent run among them
+            for name, cells in rows.items():
+                model, T, N, seed = re.fullmatch(r"(\w+) T=(\w+) N=(\d+) seed=(\d+).*", name).groups()
+                shown = {c: cells.get(f"params.`{c}`") for c in ("model.name", "T", "N", "seed")}
+                assert shown == {"model.name": model, "T": T, "N": N, "seed": seed}, (name, cells)
+                assert 0 < float(cells["metrics.`err/zero`"]) < 2, (name, cells)
 
             # the filters of docs/mlflow-ui.md, typed as a user types them
             search = page.locator("input[placeholder*='metrics.rmse']")
+            plain = " and params.`train.steps` = '30'"  # the sweep as written, not its variant
+            gpt2 = {"gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"}
             for query, expected in (
-                ("params.T = '16'", {"mlp T=16 N=4 seed=0", "gpt2 T=16 N=4 seed=0"}),
-                ("params.T = 'inf'", {"mlp T=inf N=4 seed=0", "gpt2 T=inf N=4 seed=0"}),
-                (
-                    "params.`model.name` = 'gpt2' and params.N = '4'",
-                    {"gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"},
-                ),
+                ("params.T = '16'" + plain, {"mlp T=16 N=4 seed=0", "gpt2 T=16 N=4 seed=0"}),
+                ("params.T = 'inf'" + plain, {"mlp T=inf N=4 seed=0", "gpt2 T=inf N=4 seed=0"}),
+                ("params.`model.name` = 'gpt2' and params.N = '4'" + plain, gpt2),
                 # the MLP cells (n_layer: 1 in their cell.yaml) log no n_layer: it does not apply to them
-                ("params.`model.n_layer` = '1'", {"gpt2 T=16 N=4 seed=0", "gpt2 T=inf N=4 seed=0"}),
-                ("tags.status = 'complete'", CELLS),
+                ("params.`model.n_layer` = '1'" + plain, gpt2),
+                ("tags.status = 'complete'", CELLS | VARIANT_CELLS),
             ):
                 search.fill(query)
                 search.press("Enter")
                 deadline = time.monotonic() + 60
-                while run_links(page) - {"sweep ui"} != expected and time.monotonic() < deadline:
+                while cell_links(page) != expected and time.monotonic() < deadline:
                     page.wait_for_timeout(250)
-                assert run_links(page) - {"sweep ui"} == expected, query
+                assert cell_links(page) == expected, query
+
+            # the analysis report, one click from the sweep's parent run (its description links it)
+            store = MlflowClient(ui_sweep.uri)
+            experiment = store.get_experiment_by_name("ui").experiment_id
+            (parent,) = store.search_runs(
+                [experiment], "tags.kind = 'sweep' and attributes.run_name = 'sweep ui'"
+            )
+            page.goto(f"{mlflow_server}/#/experiments/{experiment}/runs/{parent.info.run_id}")
+            report = page.get_by_role("link", name="report.html")
+            href = report.get_attribute("href")  # the UI opens a description's links in a new tab
+            assert re.fullmatch(r"#/experiments/\d+/runs/\w+/artifacts/report\.html", href), href
+            with page.context.expect_page() as opened:
+                report.click()
+            shown = opened.value
+            expect(shown.frame_locator("iframe").get_by_text("Sweep ui")).to_be_visible(timeout=60_000)
+            shown.screenshot(path=str(ui_sweep.root / "report.png"))  # the artifact viewer shows the report
+            shown.close()
+            page.goto(link)
+            page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True).wait_for()
 
             # a cell's eval/err chart: one curve with a point per context length n = 1..4
             page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True).click()

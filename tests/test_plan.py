@@ -2,6 +2,7 @@
 
 import math
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -143,3 +144,26 @@ def test_missing_file(tmp_path):
 def test_bad_override_value():
     with pytest.raises(SweepError, match="expected key=value"):
         apply_override({"name": "x"}, "train.steps")
+
+
+def test_a_set_variant_names_what_it_changed_in_each_cell_and_the_sweep_as_written_names_nothing():
+    smoke = Path(__file__).resolve().parents[1] / "sweeps" / "smoke.yaml"
+    plain = load_plan(smoke)
+    assert plain.variant == ()
+    assert [p.name for p in plain.cells] == [p.cell.name for p in plain.cells]
+    overrides = ["train.steps=200", "grid.T=[16,64]", "models.gpt2.n_layer=3", "resources.cpu=2"]
+    variant = load_plan(smoke, "", overrides)
+    # resources change no cell: they are no part of the variant
+    assert variant.variant == ("train.steps=200", "grid.T=[16,64]", "models.gpt2.n_layer=3")
+    names = {p.cell.key: p.name for p in variant.cells}
+    assert names[variant.cells[0].cell.key] == "gpt2 T=16 N=8 seed=0 train.steps=200 model.n_layer=3"
+    last = variant.cells[-1].cell
+    assert names[last.key] == f"mlp T=64 N=16 seed={last.seed} train.steps=200"  # not the GPT-2's n_layer
+    assert len(set(names.values())) == len(names)
+    assert not set(names.values()) & {p.name for p in plain.cells}  # never a name of the sweep as written
+
+
+def test_a_variant_does_not_repeat_what_the_cell_label_shows():
+    temp = Path(__file__).resolve().parents[1] / "sweeps" / "temp_fig1.yaml"
+    planned = load_plan(temp, "quick", ["task.d=4"]).cells[0]
+    assert planned.name == planned.cell.name and "d=4" in planned.name

@@ -12,6 +12,7 @@ the same commands still read and write their outputs.
 import hashlib
 import math
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -74,6 +75,20 @@ def test_a_reading_command_on_a_missing_store_exits_2_and_writes_nothing(command
     assert listing(tmp_path) == before == {}
 
 
+def test_from_a_folder_below_the_store_a_reading_command_points_at_the_store_that_is_there(tmp_path):
+    """The analysis run from the wrong folder (a folder below the quick start's) names the store above it
+    to point at, before the sweep that would write a new one, and writes nothing."""
+    table = lattice_table(rng=np.random.default_rng(0), Ts=(16, math.inf), Ns=(8,), sweep="smoke")
+    write_store(f"sqlite:///{tmp_path}/mlflow.db", table, tmp_path / "mlartifacts")
+    elsewhere = tmp_path / "analysis_out"
+    elsewhere.mkdir()
+    done = run(elsewhere, "analysis", "--experiment", "smoke")
+    assert done.returncode == 2 and listing(elsewhere) == {}
+    (line,) = done.stderr.strip().splitlines()
+    pointed = f"point at the store that is there: --tracking-uri sqlite:///{tmp_path}/mlflow.db"
+    assert pointed in line and line.index(pointed) < line.index("a sweep writes one"), line
+
+
 def not_a_store(folder: Path, what: str) -> Path:
     path = folder / f"{what}.db"
     if what == "empty":
@@ -105,7 +120,7 @@ def test_a_dry_run_reads_a_store_as_the_analysis_does(tmp_path, capsys):
     args = ["--dry-run", "--storage", str(tmp_path / "runs")]
     before = listing(tmp_path)
     assert sweep_main([SMOKE, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *args]) == 0
-    assert "24 pending" in capsys.readouterr().out
+    assert f"{len(load_plan(SMOKE).cells)} pending" in capsys.readouterr().out
     assert listing(tmp_path) == before
     path = not_a_store(tmp_path, "empty")
     before = listing(tmp_path)
@@ -162,6 +177,50 @@ def test_the_analysis_still_reads_a_real_store_and_logs_into_it(analysed_store, 
     client = MlflowClient(analysed_store)
     experiment = client.get_experiment_by_name("fig1-quick").experiment_id
     assert client.search_runs([experiment], "tags.kind = 'analysis'")
+
+
+def test_every_claim_in_the_quick_starts_folder_lists_what_it_cannot_run_and_why(tmp_path):
+    """The README's "every claim" command, run as written in a folder like the quick start's (its store
+    holds only the smoke sweep; the papers' sweep files as shipped, their local model not built here):
+    it exits 0 and writes the report, each claim not run with its reason; a part whose local model is
+    missing says how to build it. Nothing outside analysis_out/ is written."""
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    missing = tmp_path / "tiny-llama"  # where the sweep files say the tiny LLaMA is: not built here
+    for path in SWEEPS.glob("*.yaml"):
+        (sweeps / path.name).write_text(path.read_text().replace("/tmp/scaling-tiny-llama", str(missing)))
+    smoke = lattice_table(rng=np.random.default_rng(0), Ts=(16, math.inf), Ns=(8,), sweep="smoke")
+    write_store(f"sqlite:///{tmp_path}/mlflow.db", smoke, tmp_path / "mlartifacts")
+    before = listing(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    command = "python -m analysis --paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml"
+    command += " --profile quick"
+    done = subprocess.run(
+        ["bash", "-c", command.replace("python", shlex.quote(sys.executable), 1)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    claims = pd.read_csv(tmp_path / "analysis_out" / "paper-quick" / "claims.csv", keep_default_na=False)
+    # every claim is not run, with its reason, but those a closed form checks without runs (App. B)
+    assert set(claims["status"]) <= {"not run", "reproduced"} and all(claims["evidence"])
+    assert (claims["status"] == "not run").sum() > 0.9 * len(claims)
+    llama = claims[claims["figure"].isin(["temp-llama-a", "temp-llama-b"])]
+    assert len(llama) == 2
+    for evidence in llama["evidence"]:
+        assert "no MLflow experiment named 'temp-llama-" in evidence
+        assert f"python -m scaling.papers.temperature.tiny_llm {missing}" in evidence
+    page = (tmp_path / "analysis_out" / "paper-quick" / "report.html").read_text()
+    assert f"python -m scaling.papers.temperature.tiny_llm {missing}" in page
+    assert not missing.exists()
+    after = {k: v for k, v in listing(tmp_path).items() if not k.startswith("analysis_out")}
+    assert after == before  # the store and the sweep files as they were
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) <= 12 and max(map(len, lines)) <= 160, done.stdout
+    assert lines[-3:] == [
+        "next:",
+        "  python -m scaling.sweep sweeps/fig1.yaml --profile quick   # Figure 1, not run",
+        f"  open {tmp_path / 'analysis_out' / 'paper-quick' / 'report.html'}",
+    ]
 
 
 def test_the_replay_still_reads_a_real_store(tmp_path, tiny_sweep):
@@ -243,7 +302,7 @@ def test_a_database_without_mlflow_tables_is_refused_by_readers_and_left_empty(
     assert f"error: {empty} holds no MLflow store: no MLflow tables" in capsys.readouterr().err
     dry = ["--dry-run", "--tracking-uri", empty, "--storage", str(tmp_path / "runs")]
     assert sweep_main([SMOKE, *dry]) == 0
-    assert "24 pending" in capsys.readouterr().out
+    assert f"{len(load_plan(SMOKE).cells)} pending" in capsys.readouterr().out
     assert tables(home, "empty") == ""
     assert analysis_main([SMOKE, "--tracking-uri", store, "--out", str(tmp_path / "out")]) == 2
     assert "error: no MLflow experiment named 'smoke'" in capsys.readouterr().err

@@ -51,7 +51,10 @@ def test_two_analyses_of_one_store_are_the_same_file_by_file(two_analyses, capsy
     svg = next(n for n in names if n.endswith(".svg"))
     assert (before / svg).read_text() != (after / svg).read_text()
     reports = [(folder / "report.html").read_text() for folder in two_analyses]
-    ran = [re.search(r"this analysis is the run <code>(\w+)</code>", r).group(1) for r in reports]
+    ran = [
+        re.search(r"this analysis is the run <a href=\"[^\"]*\"><code>(\w+)</code>", r).group(1)
+        for r in reports
+    ]
     assert ran[0] != ran[1] and "/copy/mlflow.db" in reports[1] and "/copy/" not in reports[0]
     capsys.readouterr()
     assert same_main([str(before), str(after)]) == 0

@@ -107,6 +107,18 @@ def test_sweep_estimate_adds_cells_up():
     assert "FLOP" in both.line("cpu")
 
 
+def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured():
+    done = subprocess.run(
+        [sys.executable, "-m", "scaling.cost"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    title = done.stdout.splitlines()[0]
+    table = load_table()
+    assert title.startswith("Cost of one training step, measured ") and table["measured"] in title
+    assert table["machine"] in title and table["device"] in title
+    assert "python -m benchmarks --only cost --update-cost-table" in done.stdout.split("\n\n")[0]
+    assert done.stdout.split("\n\n")[1].startswith("| arch | N |")  # the Markdown table after the title
+
+
 def test_fused_gelu_backbone_matches_gelu_new():
     """GPT-2's tanh GELU as one kernel (the project's choice) gives the library default's outputs."""
     outputs = []

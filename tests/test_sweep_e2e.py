@@ -79,7 +79,10 @@ def test_tiny_sweep_end_to_end_then_idempotent_then_extended(workspace, tiny_swe
 
     again = run_sweep(str(path), tracking_uri=uri, storage=storage)
     assert again.skipped == 2 and again.completed == [] and again.ok
-    assert "nothing to train" in capsys.readouterr().out
+    said = capsys.readouterr().out.splitlines()
+    assert "nothing to train" in said[-5] and said[-4] == "next:", said  # what to run next, as after a run
+    assert said[-3] == f"  python -m analysis {path}"  # the store is the default, ./mlflow.db
+    assert said[-1].startswith("  open http")
     assert len(cell_runs(uri, "tiny")) == 2
 
     tiny_sweep["grid"]["seed"] = [0, 1]

@@ -63,14 +63,15 @@ def test_a_pack_reports_its_members_step_between_checkpoints(tmp_path, monkeypat
 
 
 def test_reports_between_checkpoints_come_at_most_every_few_seconds():
-    readings = iter([0.0, 1.0, 9.9, 11.0, 11.5, 15.0, 21.6])  # construction, then one per call
+    readings = iter([0.5, 1.0, 9.9, 11.0, 11.5, 15.0, 21.6])  # one per call
     sent: list[dict] = []
     throttled = Throttled(sent.append, every=10.0, clock=lambda: next(readings))
-    throttled({"step": 1})  # 1 s after the start: held back
-    throttled({"step": 2})  # 9.9 s: held back
-    throttled({"step": 3})  # 11 s: sent
+    throttled({"step": 0})  # the first: sent, so the progress view knows the trial trains
+    throttled({"step": 1})  # 0.5 s after it: held back
+    throttled({"step": 2})  # 9.4 s: held back
+    throttled({"step": 3})  # 10.5 s: sent
     throttled({"step": 4}, force=True)  # a checkpoint: sent at once, 0.5 s later
     throttled({"step": 5})  # 3.5 s after it: held back
     throttled({"step": 6})  # 10.1 s after it: sent
-    assert [s["step"] for s in sent] == [3, 4, 6]
+    assert [s["step"] for s in sent] == [0, 3, 4, 6]
     assert trial.PROGRESS_EVERY_S == 10.0 and Throttled(None).every == 10.0

@@ -89,19 +89,34 @@ def differing_settings(table: pd.DataFrame, axes) -> dict[str, list[str]]:
     return out
 
 
-def check_poolable(table: pd.DataFrame, axes, experiment: str) -> None:
+def whole_variants(table: pd.DataFrame, differ: dict[str, list[str]], axes) -> list[str]:
+    """The ``KEY=VALUE`` picks (``select``) that keep a cell of every model of the table and leave nothing
+    to refuse: a pick that drops a model (its preset sets KEY otherwise: the MLP's own train.steps) is no
+    variant of the whole sweep."""
+    models = set(table["model"])
+    picks = [f"{key}={value}" for key, values in differ.items() for value in values]
+    return [
+        pick
+        for pick in picks
+        if set((chosen := select(table, [pick]))["model"]) == models and not differing_settings(chosen, axes)
+    ]
+
+
+def check_poolable(table: pd.DataFrame, axes, experiment: str, sweep_file: str = "SWEEP.yaml") -> None:
     """Raise PoolingError when cells differ in settings beyond ``axes``, naming them and saying how to pick
-    one variant."""
+    one variant: by the sweep file (``sweep_file``: the file the experiment ran) and the ``--set`` it ran
+    with, or by a ``--set`` of a setting that picks a whole variant (every model kept)."""
     differ = differing_settings(table, axes)
     if not differ:
         return
     listed = "; ".join(f"{k} = {' / '.join(v)}" for k, v in differ.items())
-    key, first = next(iter(differ.items()))
+    picks = whole_variants(table, differ, axes)
+    pick = f", or pick one by a setting: --set {' / --set '.join(picks)}" if picks else ""
     raise PoolingError(
         f"experiment {experiment!r} holds cells that differ in settings beyond the sweep's grid "
-        f"axes ({listed}): they are variants of the sweep (e.g. made with --set) and are not "
-        f"pooled. Analyse one variant: add --set {key}={first[0]}, or give the sweep file with "
-        f"the --set it ran with"
+        f"axes ({listed}): they are variants of the sweep (made with --set) and are not pooled. "
+        f"Analyse one variant by its sweep file and the --set it ran with: python -m analysis "
+        f"{sweep_file} [--set KEY=VALUE ...]{pick}"
     )
 
 

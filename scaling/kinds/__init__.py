@@ -54,3 +54,6 @@ class Kind:
     path_fields: tuple[str, ...] = ()
     reads: tuple[str, ...] = ("task", "model", "train", "eval")
     unused: Callable[[Any], tuple[str, ...]] = lambda cell: ()
+    # summary metrics of its cells' runs that the MLflow UI's lattice view shows as columns
+    # (scaling.tracking.views; the training kind's final err/zero)
+    shown: tuple[str, ...] = ()

@@ -68,13 +68,24 @@ def checkpoint(trainer: CellTrainer, store, log, losses: list) -> None:
 
 
 def finish(trainer: CellTrainer, log):
-    """Evaluate, and log weights, the rest of the loss history, curves and status=complete."""
+    """Evaluate, and log weights, the rest of the loss history, curves, the final err/zero and
+    status=complete."""
     curves = trainer.evaluate()
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "model.pt"
         torch.save(trainer.model.state_dict(), weights)
-        log.finish(trainer.cell, curves, weights)
+        log.finish(trainer.cell, curves, weights, summary=final_err_zero(curves))
     return curves
+
+
+def final_err_zero(curves) -> dict[str, float]:
+    """{"err/zero": the model's error over the zero predictor's on the same prompts at the largest n} (the
+    analysis' measure, a column of the MLflow UI's lattice view); {} without the zero predictor."""
+    model, zero = (curves[curves["predictor"] == name].set_index("n")["err"] for name in ("model", "zero"))
+    both = model.index.intersection(zero.index)
+    if not len(both) or not zero[both.max()] > 0:
+        return {}
+    return {"err/zero": float(f"{model[both.max()] / zero[both.max()]:.4g}")}  # 4 digits: a column shows them
 
 
 def run(cell, trial) -> dict[str, Any]:
@@ -83,12 +94,15 @@ def run(cell, trial) -> dict[str, Any]:
     resume(trainer, trial.store, trial.log)
     every = cell.train.checkpoint_every
     steps = cell.train.steps
+    start = trainer.step / steps  # where this run starts: the progress view counts only what it trains
     while not trainer.done_training:
         losses: list = []
 
         def on_loss(step: int, loss: float) -> None:
             losses.append((step, loss))
-            trial.progress({"step": step, "progress": step / steps, "loss": loss}, force=False)
+            trial.progress(
+                {"step": step, "progress": step / steps, "start": start, "loss": loss}, force=False
+            )
 
         trainer.train_until((trainer.step // every + 1) * every, on_loss)
         checkpoint(trainer, trial.store, trial.log, losses)
@@ -96,6 +110,7 @@ def run(cell, trial) -> dict[str, Any]:
             {
                 "step": trainer.step,
                 "progress": trainer.step / steps,
+                "start": start,
                 "loss": losses[-1][1] if losses else float("nan"),
             }
         )
@@ -135,6 +150,7 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
     stacked = PackTrainer(trainers, pack.limit, pack.guard, on_split)
     losses: list[list] = [[] for _ in trainers]
     steps = sum(t.cell.train.steps for t in trainers)
+    start = sum(t.step for t in trainers) / steps  # the members' checkpoints: trained before this run
     while not stacked.done_training:
         active, stop = stacked.next_segment()
         behind = [t.step for t in trainers if t not in active]  # members that wait out this segment
@@ -143,9 +159,8 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
         def on_loss(i: int, step: int, loss: float) -> None:
             losses[i].append((step, loss))
             done = behind_done + step * len(active)
-            pack.progress(
-                {"step": min(step, behind_min), "progress": done / steps, "loss": float("nan")}, force=False
-            )
+            progress = {"step": min(step, behind_min), "progress": done / steps, "start": start}
+            pack.progress({**progress, "loss": float("nan")}, force=False)
 
         stacked.train_until(active, stop, on_loss)
         for trainer in active:
@@ -157,6 +172,7 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
             {
                 "step": min(t.step for t in trainers),
                 "progress": sum(t.step for t in trainers) / steps,
+                "start": start,
                 "loss": float("nan"),
             }
         )
@@ -198,4 +214,5 @@ TRAIN = Kind(
     cost=cost,
     packable=packable,
     run_pack=run_pack,
+    shown=("err/zero",),
 )

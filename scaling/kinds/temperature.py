@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import ConfigError, check, check_choice
+from ..config import ConfigError, check, check_choice, check_path
 from ..cost import CellCost, training_cost
 from ..papers.temperature import smollm
 from ..papers.temperature.curves import PARAMS_SOURCES
@@ -107,13 +107,13 @@ class TemperatureConfig:
         )
         if self.checkpoint:
             path = Path(self.checkpoint)
-            check(
+            check_path(
                 path.is_file() or (path / "state.pt").is_file(),
                 "checkpoint",
                 f"no Garg et al. checkpoint at {path} (a state.pt file or a directory holding one)",
             )
         if self.llm:
-            check(
+            check_path(
                 (Path(self.llm) / "config.json").is_file(),
                 "llm",
                 f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
@@ -124,7 +124,7 @@ class TemperatureConfig:
             )
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)
-            check(not value or Path(value).is_file(), name, f"no SciQ file at {value}")
+            check_path(not value or Path(value).is_file(), name, f"no SciQ file at {value}")
 
     def shift_label(self) -> str:
         kwargs = ",".join(f"{k}={v:g}" for k, v in sorted(self.shift_kwargs.items()))

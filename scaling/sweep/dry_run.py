@@ -26,7 +26,7 @@ def describe_plan(
     out.write(f"{'key':16}  {'cell':40}  {'cpu':>4}  {'gpu':>5}  state\n")
     for planned in plan.cells:
         cell, res = planned.cell, planned.resources
-        out.write(f"{cell.key:16}  {cell.name:40}  {res.cpu:>4g}  {res.gpu:>5g}  {status[cell.key]}\n")
+        out.write(f"{cell.key:16}  {planned.name:40}  {res.cpu:>4g}  {res.gpu:>5g}  {status[cell.key]}\n")
     counts: dict[str, int] = {}
     for state in status.values():
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
 import pyarrow
+import yaml
 from pyarrow import fs as pafs
 
 from .. import storage as stores
@@ -33,6 +35,28 @@ from .dry_run import cell_states, describe_adaptive, describe_plan, gpus_to_plan
 from .run import RunOptions, SweepOutcome, SweepRun
 
 log = logging.getLogger(__name__)
+
+
+def smaller_profiles(run: SweepRun) -> str:
+    """A hint for cells too big for this machine: the sweep file's profiles, when it runs at none ('' when
+    it has none, or a profile was given)."""
+    if run.profile:
+        return ""
+    try:
+        profiles = list((yaml.safe_load(Path(run.path).read_text()) or {}).get("profiles") or {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return ""
+    if not profiles:
+        return ""
+    first = "quick" if "quick" in profiles else profiles[0]
+    command = shlex.join(
+        ["python", "-m", "scaling.sweep", run.path, "--profile", first, *sets(run.overrides)]
+    )
+    return f"the sweep file has profiles for smaller machines ({', '.join(profiles)}): {command}"
+
+
+def sets(overrides) -> list[str]:
+    return [part for override in overrides for part in ("--set", override)]
 
 
 def run_sweep(
@@ -165,7 +189,7 @@ def say_behind(run: SweepRun) -> None:
     found = behind_the_storage(run)
     if not found:
         return
-    names = ", ".join(p.cell.name for p in run.pending if p.cell.key in found)
+    names = ", ".join(p.name for p in run.pending if p.cell.key in found)
     run.say(
         f"[{run.name}] the tracking store is behind the storage for {len(found)} cell"
         f"{'s' if len(found) != 1 else ''} (their checkpoints hold training that their MLflow runs lost: a"
@@ -214,7 +238,9 @@ def done_already(run: SweepRun) -> bool:
     with the cells now complete), said so."""
     if not run.pending:
         total = len(run.plan.cells)
-        run.say(f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train.")
+        said = f"[{run.name}] all {total} cells are complete in {redact(run.uri)}; nothing to train."
+        show_lattice(run)  # the link below opens on it (a store from before the view had none)
+        run.say("\n".join([said, "next:", *(f"  {command}" for command in commands_next(run))]))
         return True
     if run.policy is not None and run.experiment_id is not None:
         from ..adaptive.driver import ended_already  # defers scipy.stats (~2 s): only --adaptive
@@ -240,7 +266,7 @@ def start(run: SweepRun) -> None:
     )
     node_types = read_node_types() if run.head is not None else []
     autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
-    waiting = check_feasible(run.pending, autoscaling, node_types)
+    waiting = check_feasible(run.pending, autoscaling, node_types, smaller_profiles(run))
     if run.head is not None:
         run.say(f"[{run.name}] on the `ray up` cluster of {run.head.source} (Ray at {run.address})")
     if waiting:
@@ -251,7 +277,10 @@ def start(run: SweepRun) -> None:
     run.tracker = run.tracker or open_store(run.uri)
     sweep_file = Path(run.path).name
     run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags={"sweep_file": sweep_file})
-    run.parent = run.tracker.sweep_run(run.experiment_id, run.name, run.plan.document)
+    run.parent = run.tracker.sweep_run(
+        run.experiment_id, run.name, run.plan.document, " ".join(run.plan.variant)
+    )
+    show_lattice(run)
     run.shared = {
         "tracking_uri": redact(run.uri),
         "experiment_id": run.experiment_id,
@@ -320,10 +349,19 @@ def clean_temp_files(store_uri: str, keys: list[str]) -> None:
         log.warning("could not remove leftover temp files: %s", err)
 
 
-def report(run: SweepRun, unfinished: list) -> None:
-    """Phase 6: the closing summary (scaling.progress.summary_lines), how to resume what is unfinished;
-    leftover temp files removed and the sweep's parent run ended."""
-    commands = next_commands(
+def show_lattice(run: SweepRun) -> None:
+    """The MLflow UI's view of the sweep as its lattice (scaling.tracking.views): each cell a row, with
+    model.name, T, N, seed and the file's other grid axes, and its kinds' summary (err/zero) as columns."""
+    axes = dict.fromkeys(["model.name", "T", "N", "seed"])
+    for planned in run.plan.cells:
+        axes.update(dict.fromkeys("model.name" if axis == "model" else axis for axis in planned.axes))
+    shown = dict.fromkeys(name for p in run.plan.cells for name in p.cell.kind.shown)
+    run.tracker.show_lattice(run.experiment_id, list(axes), list(shown), [p.name for p in run.plan.cells])
+
+
+def commands_next(run: SweepRun) -> list[str]:
+    """What to run after this sweep (scaling.progress.next_commands): its analysis, the MLflow UI."""
+    return next_commands(
         run.path,
         run.profile,
         run.overrides,
@@ -332,7 +370,12 @@ def report(run: SweepRun, unfinished: list) -> None:
         run.experiment_id,
         default_uri=resolve_tracking_uri(None),
     )
-    lines = summary_lines(run.summary(len(unfinished), commands))
+
+
+def report(run: SweepRun, unfinished: list) -> None:
+    """Phase 6: the closing summary (scaling.progress.summary_lines), how to resume what is unfinished;
+    leftover temp files removed and the sweep's parent run ended."""
+    lines = summary_lines(run.summary(len(unfinished), commands_next(run)))
     if unfinished:
         run.outcome.interrupted = True
         lines.append(

@@ -85,21 +85,33 @@ def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
             for n in nodes
         }
     )
-    problems = []
+    unmet: dict[str, list] = {}  # what is asked -> the cells that ask it
     for planned in plan_cells:
         request = planned.resources.as_ray()
         if not any(fits(request, node) for node in nodes):
             asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
-            problems.append(f"cell {planned.cell.name} ({planned.cell.key}) asks one node for {asked}")
+            unmet.setdefault(asked, []).append(planned)
+    problems = [asking(cells, asked) for asked, cells in unmet.items()]
     if problems:
         problems.append("nodes: " + ("; ".join(f"[{shape}]" for shape in shapes) or "(none alive)"))
     return problems
 
 
-def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
-    """Fail before any trial starts when some cell fits no node (Tune would only wait). On a cluster whose
-    autoscaler can start ``node_types``, a cell no live node holds passes when one of those types could
-    hold it (it waits for that node) and fails when none could; returns the cells that wait."""
+def asking(cells: list, asked: str, named: int = 2) -> str:
+    """One line for the cells that ask a node for the same resources: the cell itself when alone, else how
+    many, with the first ``named`` of them."""
+    if len(cells) == 1:
+        return f"cell {cells[0].name} ({cells[0].cell.key}) asks one node for {asked}"
+    more = f", ... and {len(cells) - named} more" if len(cells) > named else ""
+    first = ", ".join(p.name for p in cells[:named])
+    return f"{len(cells)} cells ask one node for {asked} ({first}{more})"
+
+
+def check_feasible(plan_cells, autoscaling: bool, node_types=(), hint: str = "") -> list[str]:
+    """Fail before any trial starts when some cell fits no node (Tune would only wait), the refusal ending
+    with ``hint`` (a smaller profile of the sweep file). On a cluster whose autoscaler can start
+    ``node_types``, a cell no live node holds passes when one of those types could hold it (it waits for
+    that node) and fails when none could; returns the cells that wait."""
     if autoscaling:
         return []
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
@@ -110,9 +122,7 @@ def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
             request = planned.resources.as_ray()
             if not any(fits(request, node) for node in nodes):
                 asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
-                unmet.append(
-                    (f"cell {planned.cell.name} ({planned.cell.key}) asks one node for {asked}", request)
-                )
+                unmet.append((f"cell {planned.name} ({planned.cell.key}) asks one node for {asked}", request))
         waiting, never = waiting_for_autoscaler(unmet, list(node_types))
         if not never:
             return waiting
@@ -126,7 +136,8 @@ def check_feasible(plan_cells, autoscaling: bool, node_types=()) -> list[str]:
         raise SweepError(
             "no node of this cluster can run some cells:\n  "
             + "\n  ".join(problems)
-            + "\nlower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
+            + (f"\n{hint}" if hint else "")
+            + "\nor lower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
             " add such a node, or pass --autoscaling on a cluster that starts such nodes"
         )
     return []

@@ -93,7 +93,7 @@ class SweepRun:
 
     def summary(self, unfinished: int, commands: list[str]) -> Summary:
         """The closing summary of this run (scaling.progress.summary_lines renders it)."""
-        names = {p.cell.key: p.cell.name for p in self.pending}
+        names = {p.cell.key: p.name for p in self.pending}
         return Summary(
             name=self.name,
             total=self.outcome.total,

@@ -80,7 +80,7 @@ def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[
         elif len(cells) == 1:
             specs.append(single_spec(cells[0], shared))
         else:
-            members = tuple(TrialMember(p.cell.to_dict(), p.cell.key, p.cell.name) for p in cells)
+            members = tuple(TrialMember(p.cell.to_dict(), p.cell.key, p.name) for p in cells)
             specs.append(
                 TrialSpec(
                     members, pack_key([m.key for m in members]), f"pack of {len(cells)}", resources, **shared
@@ -92,9 +92,9 @@ def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[
 def single_spec(planned, shared: dict) -> TrialSpec:
     cell = planned.cell
     return TrialSpec(
-        (TrialMember(cell.to_dict(), cell.key, cell.name),),
+        (TrialMember(cell.to_dict(), cell.key, planned.name),),
         cell.key,
-        cell.name,
+        planned.name,
         planned.resources.as_tune(),
         **shared,
     )

@@ -118,9 +118,15 @@ class TrackingStore(abc.ABC):
         """The tags the experiment was created with (e.g. ``sweep_file``)."""
 
     @abc.abstractmethod
-    def sweep_run(self, experiment_id: str, sweep: str, document: dict) -> str:
-        """The sweep's parent run, created once and reopened by a rerun, holding the resolved sweep file
-        (``sweep.yaml``); its id."""
+    def sweep_run(self, experiment_id: str, sweep: str, document: dict, variant: str = "") -> str:
+        """The sweep's parent run (a ``--set`` variant's own, tagged ``variant``: scaling.variants), created
+        once and reopened by a rerun, holding the resolved sweep file (``sweep.yaml``); its id."""
+
+    def show_lattice(
+        self, experiment_id: str, params: list[str], metrics: list[str], names: list[str]
+    ) -> None:
+        """Have the store's UI open the experiment on its lattice: the cells (``names``), with ``params``
+        and ``metrics`` as columns (MLflow: views.py; a store without a UI: nothing)."""
 
     @abc.abstractmethod
     def end_sweep_run(self, run_id: str, status: str) -> None:
@@ -163,8 +169,9 @@ class TrackingStore(abc.ABC):
         files: list[tuple[str | Path, str | None]],
         late: Callable[[str], list[tuple[str | Path, str | None]]] | None = None,
     ) -> str:
-        """A finished run of ``experiment`` (under the sweep's parent run when there is one) holding
-        ``files``, each (path, folder or None), and then ``late(run_id)``'s; its id (analysis_runs.py)."""
+        """A finished run of ``experiment`` (under the sweep's parent run when there is one: its
+        ``variant`` tag's, else the sweep's own) holding ``files``, each (path, folder or None), and then
+        ``late(run_id)``'s; its id (analysis_runs.py). A report among them is linked from the parent."""
 
     @abc.abstractmethod
     def log_wave(self, run_id: str, record: dict, answers: pd.DataFrame) -> None:
@@ -200,10 +207,13 @@ class TrackingStore(abc.ABC):
         """The runs of one cell (one, but for a create the store kept twice: CellLog.drop_twins)."""
         return self.find_runs(experiment_id, tags={"cell_key": cell_key, "kind": "cell"})
 
-    def sweep_parent(self, experiment_id: str, sweep: str) -> str | None:
-        """The run id of the sweep's parent run, if it exists."""
-        found = self.find_runs(experiment_id, tags={"kind": "sweep", "sweep": sweep}, columns=BARE, limit=1)
-        return found[0].run_id if found else None
+    def sweep_parent(self, experiment_id: str, sweep: str, variant: str = "") -> str | None:
+        """The run id of the sweep's parent run (of the ``--set`` variant, when given), if it exists."""
+        found = self.find_runs(
+            experiment_id, tags={"kind": "sweep", "sweep": sweep}, columns=Columns((), (), ("variant",))
+        )
+        mine = [r for r in found if r.tags.get("variant", "") == variant]
+        return min(mine, key=lambda r: r.start_time or 0).run_id if mine else None
 
     def cell_records(self, experiment_id: str) -> dict[str, RunRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""

@@ -31,7 +31,8 @@ def existing_store(uri: str) -> TrackingStore:
 
 
 def open_cell_log(
-    uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None
+    uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None, name: str | None = None
 ) -> CellRunLog:
-    """A trial's log of ``cell`` into its run, reused when the cell ran before (a complete run: untouched)."""
-    return CellLog.open(uri, experiment_id, cell, sweep, parent_run_id)
+    """A trial's log of ``cell`` into its run (named ``name``), reused when the cell ran before (a complete
+    run: untouched)."""
+    return CellLog.open(uri, experiment_id, cell, sweep, parent_run_id, name)

@@ -72,10 +72,17 @@ class CellLog(CellRunLog):
 
     @classmethod
     def open(
-        cls, uri: str, experiment_id: str, cell, sweep: str, parent_run_id: str | None = None
+        cls,
+        uri: str,
+        experiment_id: str,
+        cell,
+        sweep: str,
+        parent_run_id: str | None = None,
+        name: str | None = None,
     ) -> "CellLog":
-        """Reuse the run tagged with the cell's key, or create it; mark it running (a complete run:
-        untouched)."""
+        """Reuse the run tagged with the cell's key, or create it, named ``name`` (default: the cell's
+        label; a variant's cells carry the variant: scaling.plan.PlannedCell.name); mark it running (a
+        complete run: untouched)."""
         tracker = Tracker(uri)
         found = tracker.cell_runs(experiment_id, cell.key)
         if any(r.status == STATUS_COMPLETE for r in found):
@@ -101,7 +108,7 @@ class CellLog(CellRunLog):
             def create():
                 sent.append(1)
                 with no_http_retries():  # every re-send is ours, so that we know when one happened
-                    return tracker.client.create_run(experiment_id, run_name=cell.name, tags=tags)
+                    return tracker.client.create_run(experiment_id, run_name=name or cell.name, tags=tags)
 
             run = retrying(create, "creating cell run")
             # created with status=running; its params go with the first batch

@@ -25,7 +25,9 @@ def retry_count() -> int:
     return _retries["count"]
 
 
-def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: float = 0.5) -> T:
+def retrying(
+    call: Callable[[], T], what: str, attempts: int = 8, first_wait: float = 0.5, say: bool = True
+) -> T:
     """Run ``call``, retrying transient failures with exponential backoff and jitter (about a minute in all).
 
     Transient: the store cannot be reached, or answers that it is overloaded (an exhausted database pool's
@@ -33,7 +35,8 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
     not) is raised at once. Each wait is drawn from [wait/2, wait], so trials that an overloaded server
     turned away together do not come back together. The first retry of the process is logged as a warning,
     once (a trial's log says that the server was overloaded, not each request it repeated); later ones are
-    counted (retry_count) and logged at debug level.
+    counted (retry_count) and logged at debug level; with ``say`` False every retry is (the caller says
+    what failed itself).
     """
     from mlflow.exceptions import MlflowException
 
@@ -46,20 +49,45 @@ def retrying(call: Callable[[], T], what: str, attempts: int = 8, first_wait: fl
             if code in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
                 raise
             if attempt == attempts - 1:
-                raise TrackingError(f"{what} failed after {attempts} attempts: {redact(str(err))}") from None
+                raise TrackingError(f"{what} failed after {attempts} attempts: {brief(err)}") from None
             _retries["count"] += 1
-            level = logging.DEBUG if _retries["said"] else logging.WARNING
+            level = logging.DEBUG if _retries["said"] or not say else logging.WARNING
             log.log(
                 level,
                 "%s failed (%s); retrying with backoff%s",
                 what,
-                redact(str(err))[:500],
+                brief(err),
                 "" if _retries["said"] else " (said once: later retries of this process are not logged)",
             )
-            _retries["said"] = True
+            _retries["said"] = _retries["said"] or say
             time.sleep(wait * _JITTER.uniform(0.5, 1.0))
             wait = min(wait * 2, 15.0)
     raise AssertionError("unreachable")
+
+
+# what an HTTP client's error says when a server cannot be reached, in words (urllib3's are ~600 characters)
+UNREACHABLE = (
+    ("Connection refused", "connection refused: no server listens there"),
+    ("Name or service not known", "unknown host"),
+    ("nodename nor servname", "unknown host"),
+    ("Failed to resolve", "unknown host"),
+    ("Temporary failure in name resolution", "unknown host"),
+    ("No route to host", "no route to host"),
+    ("Network is unreachable", "network unreachable"),
+    ("timed out", "no answer within the request's timeout"),
+    ("Connection reset", "the connection was reset"),
+)
+
+
+def brief(err: Exception | str) -> str:
+    """An error in one short line: an unreachable server's reason in words (with its HTTP status when it
+    answered), else the error's first line, redacted, at most 300 characters."""
+    text = redact(str(err))
+    for needle, words in UNREACHABLE:
+        if needle in text:
+            return words
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first if len(first) <= 300 else first[:297] + "..."
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ import yaml
 
 from ..redact import redact
 from . import (
-    BARE,
     EVERYTHING,
     Columns,
     RunRecord,
@@ -19,8 +18,9 @@ from . import (
     TrackingStore,
     adaptive_waves,
     analysis_runs,
+    views,
 )
-from .retry import quick_http, retrying
+from .retry import brief, quick_http, retrying
 from .store_template import seed_sqlite_store
 from .uri import artifact_root, check_store_exists
 
@@ -78,10 +78,11 @@ class Tracker(TrackingStore):
                     "reaching the tracking store",
                     attempts=3,
                     first_wait=0.5,
+                    say=False,  # the error below says it, in one line
                 )
         except Exception as err:  # noqa: BLE001 - any failure here means unusable
             raise TrackingError(
-                f"cannot use the MLflow tracking store {redact(self.uri)}: {redact(str(err))}"
+                f"cannot use the MLflow tracking store {redact(self.uri)}: {brief(err)}"
             ) from None
 
     def experiment_id(
@@ -123,18 +124,17 @@ class Tracker(TrackingStore):
     def experiment_tags(self, experiment_id: str) -> dict[str, str]:
         return dict(retrying(lambda: self.client.get_experiment(experiment_id), "reading experiment").tags)
 
-    def sweep_run(self, experiment_id: str, sweep: str, document: dict) -> str:
-        """The sweep's parent run (created once), with the resolved sweep file as an artifact."""
-        runs = self.find_runs(experiment_id, tags={"kind": "sweep", "sweep": sweep}, columns=BARE)
-        if runs:
-            run_id = runs[0].run_id
+    def sweep_run(self, experiment_id: str, sweep: str, document: dict, variant: str = "") -> str:
+        """The sweep's parent run (a variant's own: named and tagged by it; created once), with the resolved
+        sweep file as an artifact."""
+        run_id = self.sweep_parent(experiment_id, sweep, variant)
+        if run_id is not None:
             retrying(lambda: self.client.update_run(run_id, status="RUNNING"), "reopening sweep run")
         else:
+            tags = {"kind": "sweep", "sweep": sweep, **({"variant": variant} if variant else {})}
+            name = f"sweep {sweep}" + (f" [{variant}]" if variant else "")
             run = retrying(
-                lambda: self.client.create_run(
-                    experiment_id, run_name=f"sweep {sweep}", tags={"kind": "sweep", "sweep": sweep}
-                ),
-                "creating sweep run",
+                lambda: self.client.create_run(experiment_id, run_name=name, tags=tags), "creating sweep run"
             )
             run_id = run.info.run_id
         with tempfile.TemporaryDirectory() as tmp:
@@ -142,6 +142,12 @@ class Tracker(TrackingStore):
             path.write_text(yaml.safe_dump(document, sort_keys=False))
             retrying(lambda: self.client.log_artifact(run_id, str(path)), "logging sweep.yaml")
         return run_id
+
+    def show_lattice(
+        self, experiment_id: str, params: list[str], metrics: list[str], names: list[str]
+    ) -> None:
+        key, value = views.view_tag(params, metrics, names)
+        retrying(lambda: self.client.set_experiment_tag(experiment_id, key, value), "setting the runs view")
 
     def end_sweep_run(self, run_id: str, status: str) -> None:
         """FINISHED once every cell is complete, FAILED when cells failed or the sweep broke, KILLED when
@@ -213,10 +219,17 @@ class Tracker(TrackingStore):
         if experiment_id is None:
             raise LookupError(f"no MLflow experiment named {experiment!r} in {redact(self.uri)}")
         tags = dict(tags)
-        parent = self.sweep_parent(experiment_id, tags.get("sweep", experiment))
+        sweep, variant = tags.get("sweep", experiment), tags.get("variant", "")
+        # a variant's own parent run, else the sweep's (a variant run before variants had their own)
+        parent = self.sweep_parent(experiment_id, sweep, variant) or self.sweep_parent(experiment_id, sweep)
         if parent:
             tags["mlflow.parentRunId"] = parent
-        return analysis_runs.log_outputs_run(self.client, experiment_id, run_name, tags, files, late)
+        run_id = analysis_runs.log_outputs_run(self.client, experiment_id, run_name, tags, files, late)
+        names = [Path(path).name for path, sub in files if sub is None]
+        if parent and (late is not None or "report.html" in names):  # the report: one click from the parent
+            note = views.report_note(experiment_id, run_id, run_name)
+            retrying(lambda: self.client.set_tag(parent, views.DESCRIPTION_TAG, note), "linking the report")
+        return run_id
 
     def log_wave(self, run_id: str, record: dict, answers: pd.DataFrame) -> None:
         adaptive_waves.log_wave(self.client, run_id, record, answers)

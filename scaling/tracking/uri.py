@@ -25,12 +25,35 @@ def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) 
         head = ray_up_head()
         uri = head.tracking_uri if head else None
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    check_scheme(uri)
     cwd = Path(cwd or os.getcwd())
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{(cwd / uri[len('sqlite:///') :]).resolve()}"
     if "://" not in uri:  # a bare path: a SQLite file
         return f"sqlite:///{(cwd / uri).resolve()}"
     return uri
+
+
+# the stores a tracking URI may name, by scheme, as an error lists them
+SCHEMES = {
+    "sqlite": "sqlite:///PATH (a SQLite file; a bare PATH means the same)",
+    "file": "file:///PATH (a folder)",
+    "http": "http(s)://HOST:PORT (an MLflow server)",
+    "https": "",
+    "postgresql": "postgresql://, mysql://, mssql:// (a database server)",
+    "mysql": "",
+    "mssql": "",
+}
+
+
+def check_scheme(uri: str) -> None:
+    """A TrackingError naming the scheme and the ones allowed, for a URI no store answers to (a typo such as
+    sqllite:/// would otherwise reach MLflow, whose answer is about its model registry)."""
+    scheme = uri.split(":", 1)[0] if ":" in uri.split("/", 1)[0] else ""
+    if not scheme or scheme.split("+")[0].lower() in SCHEMES or len(scheme) == 1:  # C:\... is a path
+        return
+    allowed = "; ".join(text for text in SCHEMES.values() if text)
+    raise TrackingError(f"tracking URI {redact(uri)}: unknown scheme {scheme!r}; allowed: {allowed}")
 
 
 def artifact_root(uri: str) -> str | None:
@@ -72,9 +95,15 @@ def check_store_exists(uri: str) -> None:
     path, writes = path.resolve(), WRITES_A_STORE.format(uri=shlex.quote(uri))
     what = "folder" if uri.startswith("file:") else "file"
     if not path.exists():
+        near = nearby_stores(path)
+        existing = (
+            f"point at the store that is there: --tracking-uri {shlex.quote(f'sqlite:///{near[0]}')}"
+            f" (or run from {near[0].parent}); "
+            if near
+            else "give the --tracking-uri of an existing store (or set MLFLOW_TRACKING_URI), or "
+        )
         raise TrackingError(
-            f"no MLflow store at {path}: no such {what} (nothing was read or written); {writes}"
-            f" (or give the --tracking-uri of an existing store, or set MLFLOW_TRACKING_URI)"
+            f"no MLflow store at {path}: no such {what} (nothing was read or written); {existing}{writes}"
         )
     if what == "folder":
         if not (path / ".trash").is_dir() and not any(path.glob("*/meta.yaml")):
@@ -95,6 +124,25 @@ def check_store_exists(uri: str) -> None:
         raise TrackingError(
             f"{path} is not an MLflow store: a SQLite file without MLflow's tables; {OTHER_STORE}"
         )
+
+
+def nearby_stores(path: Path) -> list[Path]:
+    """The SQLite MLflow stores of the same name as ``path`` in the folders above it (three) and below its
+    own (one level): where a command run from the wrong folder was meant to read."""
+    folder = path.parent
+    candidates = [up / path.name for up in list(folder.parents)[:3]]
+    with contextlib.suppress(OSError):
+        candidates += sorted(folder.glob(f"*/{path.name}"))[:20]
+    return [c for c in candidates if c.is_file() and sqlite_tables(c) >= MLFLOW_TABLES]
+
+
+def sqlite_tables(path: Path) -> set[str]:
+    """The tables of a SQLite file, read only (none when it is not one, or cannot be read)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
+        return set()
 
 
 def is_database(uri: str) -> bool:
@@ -121,13 +169,17 @@ def database_has_store(uri: str) -> bool:
     return MLFLOW_TABLES <= tables
 
 
-def experiment_ui_link(uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000") -> str:
+def experiment_ui_link(
+    uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000", view: str | None = "lattice"
+) -> str:
     """The address of an experiment's runs table in the MLflow UI: ``uri`` itself for a tracking server,
-    else ``ui`` (where ``mlflow ui`` listens by default). MLflow 3.17 opens an experiment on its GenAI
-    overview unless the URL's ``workflowType`` (or the sidebar switch the browser last chose) says model
-    training, whatever the experiment's EXPERIMENT_KIND tag."""
+    else ``ui`` (where ``mlflow ui`` listens by default), opened on the shared ``view`` (views.py: the
+    sweep's lattice; None: the table as the browser last left it). MLflow 3.17 opens an experiment on its
+    GenAI overview unless the URL's ``workflowType`` (or the sidebar switch the browser last chose) says
+    model training, whatever the experiment's EXPERIMENT_KIND tag."""
     base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else ui
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    shared = f"&viewStateShareKey={view}" if view else ""
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning{shared}"
 
 
 def ui_command(uri: str) -> str | None:

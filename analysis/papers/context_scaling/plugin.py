@@ -113,4 +113,5 @@ TRAINING = Analysis(
     verdict_html=verdicts_and_waves_html,
     sections=fit_sections,
     summary=summary_lines,
+    figures_from_table=True,
 )

@@ -1,0 +1,88 @@
+"""Figures drawn beside the fits (analysis/aside.py): a forked child does the work and returns its result, or
+the caller does it itself (no fork while another thread runs; a child that fails); an analysis whose figures
+are drawn aside writes what one drawn in order writes, and nothing when it fails."""
+
+import dataclasses
+import math
+import os
+import threading
+
+import numpy as np
+import pytest
+from synthetic_tables import lattice_table, write_store
+
+from analysis.aside import Aside
+from analysis.papers.context_scaling.plugin import TRAINING
+from analysis.pipeline import analyse
+from analysis.plugin import AnalysisError, Request
+from analysis.same_outputs import folder_differences
+
+
+def test_the_work_runs_in_a_child_and_its_result_comes_back():
+    aside = Aside(lambda: {"pid": os.getpid(), "big": list(range(100_000))})
+    result = aside.result()
+    assert result["pid"] != os.getpid() and result["big"][-1] == 99_999
+    assert aside.result() is None  # once
+
+
+def test_a_child_that_fails_gives_none_and_nothing_is_forked_beside_a_thread():
+    assert Aside(lambda: 1 / 0).result() is None
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        aside = Aside(os.getpid)
+        assert aside.pid is None and aside.result() is None
+    finally:
+        stop.set()
+        other.join()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    table = lattice_table(
+        rng=np.random.default_rng(1), Ts=(100, math.inf), Ns=(5, 10), seeds=(0, 1, 2), sweep="fig1-quick"
+    )
+    write_store(uri, table, tmp_path / "a")
+    return uri
+
+
+class Forks(Aside):
+    """The real Aside, its children counted."""
+
+    children: list = []
+
+    def __init__(self, work):
+        super().__init__(work)
+        Forks.children.append(self.pid)
+
+
+def test_figures_drawn_aside_are_the_figures_drawn_in_order(store, tmp_path, monkeypatch):
+    monkeypatch.setattr("analysis.pipeline.Aside", Forks)
+    request = Request(None, "fig1-quick", tracking_uri=store, bootstrap=30, log=False)
+    results = {}
+    for aside in (True, False):
+        plugin = dataclasses.replace(TRAINING, figures_from_table=aside)
+        results[aside] = analyse(dataclasses.replace(request, out=tmp_path / str(aside)), plugin=plugin)
+    assert len(Forks.children) == 1 and Forks.children[0]  # drawn aside once, in a child
+    assert results[True].notes == results[False].notes
+    assert [p.name for p in results[True].files] == [p.name for p in results[False].files]
+    assert any(p.suffix == ".svg" for p in results[True].files)
+    assert all(p.parent == tmp_path / "True" for p in results[True].files)
+    assert folder_differences(tmp_path / "False", tmp_path / "True") == [
+        (p.name, "") for p in sorted((tmp_path / "False").iterdir())
+    ]
+
+
+def test_nothing_is_written_when_the_verdicts_fail(store, tmp_path):
+    def fails(result):
+        raise AnalysisError("no verdicts here")
+
+    plugin = dataclasses.replace(TRAINING, verdicts=fails)
+    assert plugin.figures_from_table
+    request = Request(None, "fig1-quick", tracking_uri=store, out=tmp_path / "out", log=False)
+    with pytest.raises(AnalysisError, match="no verdicts here"):
+        analyse(request, plugin=plugin)
+    assert not (tmp_path / "out").exists()
