@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         " with python -m benchmarks --only cost --update-cost-table.",
     ).parse_args(argv)
     table = load_table()
-    print(f"{title(table)}\n\n{markdown_table(table)}")
+    try:
+        print(f"{title(table)}\n\n{markdown_table(table)}", flush=True)
+    except BrokenPipeError:  # read by `head`, which stopped reading: what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,19 @@ def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured()
     assert table["machine"] in title and table["device"] in title
     assert "python -m benchmarks --only cost --update-cost-table" in done.stdout.split("\n\n")[0]
     assert done.stdout.split("\n\n")[1].startswith("| arch | N |")  # the Markdown table after the title
+
+
+def test_the_cost_table_read_by_a_closed_pipe_ends_without_a_traceback():
+    """`python -m scaling.cost | head -1`: the reader gone, the command ends quietly (exit 0)."""
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "scaling.cost"], cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_fused_gelu_backbone_matches_gelu_new():
