@@ -9,7 +9,8 @@ this file) fixes, per architecture and device,
     seconds = t0 + flops / rate,        peak bytes = 16 params + a * batch * tokens * width * layers + m0
 
 (16 bytes per parameter: fp32 weights, gradients and Adam's two moments; the second term is the
-activations saved for backward). ``sweep_estimate`` adds the cells of a plan up; ``--dry-run`` prints it.
+activations saved for backward). ``sweep_estimate`` adds the cells of a plan up, one at a time;
+``--dry-run`` costs them packed as they run (scaling.cpu_plan).
 """
 
 from __future__ import annotations
@@ -224,15 +225,6 @@ def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
     if math.isnan(seconds):
         raise ValueError("the cost table gives NaN; re-measure it")
     return SweepEstimate(count, flops, seconds, peak, other, tuple(borrowed))
-
-
-def describe_compute(plan) -> str:
-    """The --dry-run lines: the plan's estimated training compute, or why there is none."""
-    try:
-        table = load_table()
-    except (OSError, ValueError) as err:
-        return f"estimated training compute: unavailable ({err})"
-    return sweep_estimate([p.cell for p in plan.cells], table).line(table.get("device", "machine"))
 
 
 def markdown_table(table: dict) -> str:

@@ -33,7 +33,14 @@ from ..redact import TRACKING_URI_ENV, has_secret, redact
 from ..tracking import TrackingError, TrackingStore
 from ..tracking.backends import existing_store, open_store
 from ..tracking.uri import database_has_store, is_database, local_store_path, resolve_tracking_uri
-from .dry_run import cards_to_plan, cell_states, describe_adaptive, describe_plan, gpus_to_plan
+from .dry_run import (
+    cards_to_plan,
+    cell_states,
+    cpus_to_plan,
+    describe_adaptive,
+    describe_plan,
+    gpus_to_plan,
+)
 from .run import RunOptions, SweepOutcome, SweepRun
 
 log = logging.getLogger(__name__)
@@ -239,7 +246,7 @@ def describe_run(run: SweepRun) -> SweepOutcome:
     """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
     behind = frozenset(behind_the_storage(run))
     states = cell_states(run.plan, run.complete, run.store_uri, behind)
-    describe_plan(run.plan, states, run.out, gpus_to_plan(run), cards_to_plan(run))
+    describe_plan(run.plan, states, run.out, gpus_to_plan(run), cards_to_plan(run), cpus_to_plan(run))
     if run.policy is not None:
         describe_adaptive(run.policy, run.out)
     return SweepOutcome(len(run.plan.cells), len(run.complete))
