@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .cost import format_hours, load_table, sweep_estimate
+from .cost import format_hours, load_gpu_table, load_table, sweep_estimate
 from .gpu_plan import is_training, pack_seconds, wall_seconds
 from .packing import pack_groups
 
@@ -116,3 +116,23 @@ def borrowed_line(arch: str, table: dict) -> str:
         f"no measured row in the cost table; costed with GPT-2's fit{fixed}, likely high for small models"
         " (measure it: python -m benchmarks --only cost --update-cost-table)"
     )
+
+
+def cell_weights(trials: list[list], table: dict | None = None, gpu_table: dict | None = None) -> dict:
+    """Each cell's estimated training seconds by its key, its share of its trial's (``trials``: the
+    planned cells of each trial as the driver formed them; a GPU trial under the CUDA table, a CPU one at
+    its threads): what the progress weighs the time left by. Cells with no estimate (a kind that does not
+    train, a GPU cell with no CUDA table) weigh the mean of the others; every cell 1.0 if none has one."""
+    table = table if table is not None else load_table()
+    gpu_table = gpu_table if gpu_table is not None else load_gpu_table()  # {}: none
+    weights: dict[str, float | None] = {}
+    for trial in trials:
+        cells = [p.cell for p in trial]
+        on_gpu = trial[0].resources.gpu > 0
+        fit = gpu_table if on_gpu else at_threads(table, max(1, int(trial[0].resources.cpu or 1)))
+        known = bool(fit) and all(is_training(c) for c in cells)
+        seconds = pack_seconds(cells, fit) / len(cells) if known else None
+        weights.update({c.key: seconds for c in cells})
+    measured = [w for w in weights.values() if w is not None]
+    mean = sum(measured) / len(measured) if measured else 1.0
+    return {key: mean if w is None else w for key, w in weights.items()}

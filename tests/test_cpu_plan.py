@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from scaling.cost import StepShape, format_hours, load_table, step_flops, sweep_estimate
-from scaling.cpu_plan import at_threads, cpu_estimate, describe_compute, table_threads
+from scaling.cpu_plan import at_threads, cell_weights, cpu_estimate, describe_compute, table_threads
+from scaling.packing import pack_groups
 from scaling.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,28 @@ def test_a_trial_is_costed_at_its_own_threads_never_faster_than_the_table():
     assert one["fit"]["gpt2"]["rate"] == pytest.approx(table["fit"]["gpt2"]["rate"] / 2)
     assert many["fit"]["gpt2"]["rate"] == table["fit"]["gpt2"]["rate"]
     assert one["fit"]["gpt2"]["t0"] == table["fit"]["gpt2"]["t0"]
+
+
+def test_each_cell_weighs_its_share_of_its_trials_estimate():
+    """What the progress weighs the time left by: at train.steps=300 a packed MLP cell weighs its pack's
+    seconds over its members, a tenth of an unpacked GPT-2 cell's, not a whole cell."""
+    plan, table = load_plan(SMOKE, overrides=["train.steps=300"]), load_table()
+    groups = pack_groups([p.cell for p in plan.cells], plan.run.pack, lambda c: None, 2)
+    trials = [[plan.cells[i] for i in group] for group in groups]
+    weights = cell_weights(trials, table, {})
+    assert sum(weights.values()) == pytest.approx(sum(cpu_estimate(plan, table, 2).seconds))
+    for trial in trials:
+        share = by_hand(trial[0].cell, len(trial), table, 1) / len(trial)
+        assert all(weights[p.cell.key] == pytest.approx(share) for p in trial)
+    gpt2 = max(w for p in plan.cells if p.cell.model.arch == "gpt2" for w in [weights[p.cell.key]])
+    eight = next(t for t in trials if len(t) == 8)
+    assert weights[eight[0].cell.key] < 0.15 * gpt2
+
+
+def test_cells_with_no_estimate_weigh_the_mean_of_the_others():
+    plan, table = load_plan(SMOKE, overrides=["train.steps=300"]), load_table()
+    gpu = replace(plan.cells[0], resources=replace(plan.cells[0].resources, gpu=1.0))
+    gpt2, mlp = plan.cells[1], plan.cells[-1]
+    weights = cell_weights([[gpu], [gpt2], [mlp]], table, {})  # {}: no CUDA table, the GPU cell unknown
+    assert weights[gpt2.cell.key] > 1.1 * weights[mlp.cell.key]  # the mean is of two different weights
+    assert weights[gpu.cell.key] == pytest.approx((weights[gpt2.cell.key] + weights[mlp.cell.key]) / 2)

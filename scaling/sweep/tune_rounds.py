@@ -20,6 +20,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from .. import storage as stores
 from ..cards import Cards, planned_for
 from ..cost import load_gpu_table
+from ..cpu_plan import cell_weights
 from ..leases import Leases
 from ..packing import gpu_budget, pack_groups, pack_key
 from ..progress import Progress
@@ -50,9 +51,17 @@ def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
         live=run.options.live,
         trials=len(specs),
         heartbeat=run.plan.run.heartbeat,
+        weights=spec_weights(specs, cells),
     )
     with progress:
         return run_rounds(run, cells, progress)
+
+
+def spec_weights(specs: list[TrialSpec], cells) -> dict[str, float]:
+    """Each cell's estimated seconds in the trial it runs in (scaling.cpu_plan.cell_weights), what the
+    progress weighs the time left by, so a packed cell is not counted as a whole unpacked cell's work."""
+    planned = {p.cell.key: p for p in cells}
+    return cell_weights([[planned[m.key] for m in spec.members] for spec in specs])
 
 
 def describe_trials(specs: list[TrialSpec]) -> str:
