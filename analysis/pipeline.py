@@ -222,10 +222,10 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
     """The read (not yet judged) result of one experiment; fails when nothing is complete, or when an
     experiment's cells differ beyond its grid axes (scaling.judge.provenance)."""
     name = source.name
+    needs = f"; before it can run, this machine needs: {'; '.join(source.lacks)}" if source.lacks else ""
     try:
         table, missing = load_table(uri, name)
     except LookupError as err:
-        needs = f"; before it can run, this machine needs: {'; '.join(source.lacks)}" if source.lacks else ""
         raise AnalysisError(f"{err}{needs}") from None
     attrs = dict(table.attrs)
     notes: list[str] = []
@@ -237,6 +237,7 @@ def read(source: Source, uri: str, out: Path) -> AnalysisResult:
             raise AnalysisError(
                 f"experiment {name!r} has no complete cells of this sweep file as given yet; "
                 + (notes[0] if notes else "")
+                + needs
             )
     elif len(table):
         table, axes, notes = pooled(table, source, uri)

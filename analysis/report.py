@@ -20,6 +20,7 @@ import yaml
 
 from scaling.judge.power_law import EXPONENT_BOUNDS, PARAMS
 from scaling.judge.verdicts import Rule
+from scaling.tracking.uri import TRAINING_VIEW
 
 from .verdicts import display_table, rule_text
 
@@ -187,12 +188,13 @@ def ui_address(result) -> str:
 
 
 def run_address(result, run_id: str) -> str:
-    """The page of a run in the MLflow UI."""
+    """The page of a run in the MLflow UI, in its model-training view (without ``workflowType`` a fresh
+    browser opens it as GenAI: no params, metrics or charts)."""
     exp = result.table.attrs.get("experiment_id", "")
     return (
-        f"{ui_address(result)}/#/experiments/{exp}/runs/{run_id}"
+        f"{ui_address(result)}/#/experiments/{exp}/runs/{run_id}?{TRAINING_VIEW}"
         if exp
-        else f"{ui_address(result)}/#/runs/{run_id}"
+        else f"{ui_address(result)}/#/runs/{run_id}?{TRAINING_VIEW}"
     )
 
 

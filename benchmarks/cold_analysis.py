@@ -21,6 +21,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def one_run(name: str, code: Path, args: argparse.Namespace, out: Path, profile:
         env = {**os.environ, "PYTHONPATH": str(code), "SCALING_CACHE": cache}
         start = time.perf_counter()
         child = subprocess.Popen(command, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
+        with LoadSampler() as during:
+            _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)
     return {
@@ -61,8 +63,34 @@ def one_run(name: str, code: Path, args: argparse.Namespace, out: Path, profile:
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "exit": child.returncode,
         "load_before": round(load, 2),
+        **during.summary(),
         "profiled": profile,
     }
+
+
+class LoadSampler:
+    """The machine's 1-minute load average sampled each second while the block runs (the machine is
+    shared: what else ran beside a timed run); ``summary()``: its mean and maximum over the block."""
+
+    def __enter__(self) -> "LoadSampler":
+        self.samples: list[float] = [os.getloadavg()[0]]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def sample(self) -> None:
+        while not self.stop.wait(1.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict:
+        mean = sum(self.samples) / len(self.samples)
+        return {"load_mean": round(mean, 2), "load_max": round(max(self.samples), 2)}
 
 
 def same_outputs(first: Path, other: Path) -> str:

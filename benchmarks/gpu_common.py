@@ -9,7 +9,6 @@ import gc
 import json
 import signal
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -105,12 +104,6 @@ class Run:
             return None
         name = torch.cuda.get_device_name(self.device)
         return next((v for k, v in PEAK_BF16.items() if k in name), None)
-
-
-def capture_failed(name: str, error: Exception) -> Check:
-    """The line of a CUDA graph that could not be captured (the run goes on without it)."""
-    text = f"CUDA graph capture failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
-    return Check(name, "ERROR", text, {"traceback": traceback.format_exc()})
 
 
 @torch.no_grad()

@@ -260,6 +260,16 @@ def sweep_line(run: Run, name: str, wall: tuple, bare: dict | None, samples: Sam
     )
 
 
+def this_card(table: dict):
+    """The cards the driver plans this machine's packs for (scaling.cards): its GPU's memory as the driver
+    reads it on a live node (NVML), else the table's card."""
+    from scaling.cards import Card, run_cards
+    from scaling.sweep.card_probe import node_card_memory
+
+    measured = node_card_memory()
+    return run_cards(None, [Card(*measured, "read here")] if measured else [], table)
+
+
 def bare(argv: list[str]) -> dict:
     """The sweep's cells (file and --set of ``argv``) as the driver packs them on this device, trained one
     pack after another with the kind's loop and evaluated, no Ray, MLflow or checkpoints: the seconds."""
@@ -279,7 +289,7 @@ def bare(argv: list[str]) -> dict:
     planned = list(plan.cells)
     torch.set_num_threads(max(1, int(planned[0].resources.cpu)))  # as Ray gives a trial its CPUs' threads
     if table is not None and all(p.resources.gpu > 0 for p in planned):
-        groups = gpu_packs(plan, planned, table)
+        groups = gpu_packs(plan, planned, table, this_card(table))
     else:
         groups = pack_groups([p.cell for p in planned], plan.run.pack, lambda c: None, 1)
     start, train_s, eval_s = time.perf_counter(), 0.0, 0.0

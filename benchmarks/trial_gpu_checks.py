@@ -257,15 +257,3 @@ def pack_splits_on_card(
             **got,
         )
     ]
-
-
-def all_checks(
-    device: torch.device, quick: dict = QUICK, fig1: dict = FIG1, spread_steps: int = 2000
-) -> list:
-    """Every check above at the GPU run's sizes (about a minute on an H100)."""
-    return [
-        *graph_equals_eager(device, quick),
-        *resume_equals_whole(device, quick),
-        *bf16_within_seed_spread(device, fig1, steps=spread_steps),
-        *pack_splits_on_card(device, fig1),
-    ]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from .cards import accelerator_of
+
 DEFAULT_CLUSTER_ENV = "~/.icl-scaling/cluster.env"
 AUTOSCALING_CONFIG = "~/ray_bootstrap_config.yaml"
 
@@ -28,11 +30,13 @@ AUTOSCALING_CONFIG = "~/ray_bootstrap_config.yaml"
 @dataclass(frozen=True)
 class NodeType:
     """A node type the autoscaler can start: its resources (None: Ray learns them when the node joins,
-    as with the local provider's machines) and how many it may start."""
+    as with the local provider's machines), how many it may start, and its GPU as Ray names it (its
+    ``accelerator_type:X`` resource or its AWS instance type's card: scaling.cards; None: unknown)."""
 
     name: str
     resources: dict[str, float] | None
     max_workers: int
+    accelerator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ def node_types(config: dict) -> list[NodeType]:
                 name,
                 {k: float(v) for k, v in resources.items()} if resources else None,
                 min(int(spec.get("max_workers", cap) or 0), cap),
+                accelerator_of(resources, (spec.get("node_config") or {}).get("InstanceType", "")),
             )
         )
     return [t for t in types if t.max_workers > 0]

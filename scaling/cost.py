@@ -9,13 +9,16 @@ this file) fixes, per architecture and device,
     seconds = t0 + flops / rate,        peak bytes = 16 params + a * batch * tokens * width * layers + m0
 
 (16 bytes per parameter: fp32 weights, gradients and Adam's two moments; the second term is the
-activations saved for backward). ``sweep_estimate`` adds the cells of a plan up; ``--dry-run`` prints it.
+activations saved for backward). ``sweep_estimate`` adds the cells of a plan up, one at a time;
+``--dry-run`` costs them packed as they run (scaling.cpu_plan).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,6 +161,7 @@ class SweepEstimate:
     seconds: float  # training time on the table's device, one cell at a time
     peak_bytes: float  # the largest cell's step
     other: dict[str, int] = field(default_factory=dict)  # what the other cells do -> how many
+    borrowed: tuple[str, ...] = ()  # trained architectures the table has not measured (GPT-2's fit used)
 
     def line(self, device: str) -> str:
         parts = []
@@ -165,8 +169,13 @@ class SweepEstimate:
             parts.append(
                 f"estimated training compute: {self.flops:.3g} FLOP over {self.cells}"
                 f" cell{'' if self.cells == 1 else 's'}, about"
-                f" {format_hours(self.seconds)} of one {device} (one cell at a time; evaluation not"
-                f" counted); largest step peak memory about {self.peak_bytes / 2**20:.0f} MiB"
+                f" {format_hours(self.seconds)} of one {device} (one cell at a time, not packed; evaluation"
+                f" not counted); largest step peak memory about {self.peak_bytes / 2**20:.0f} MiB"
+            )
+        if self.borrowed:  # GPT-2's fixed cost per step (its t0) is many times a small model's whole step
+            parts.append(
+                f"  {', '.join(self.borrowed)}: not in the cost table, costed with GPT-2's fit (its fixed"
+                " cost per step): an upper bound, several times too high for small models"
             )
         parts += [
             f"{count} cell{'' if count == 1 else 's'}: {what}" for what, count in sorted(self.other.items())
@@ -195,7 +204,7 @@ def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
     training cells under the measured table; the others counted by what they do."""
     table = table or load_table()
     flops = seconds = peak = 0.0
-    count, other = 0, {}
+    count, other, borrowed = 0, {}, {}
     for cell in cells:
         cost = cell.kind.cost(cell)
         if cost is None:
@@ -210,18 +219,12 @@ def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
             max(peak, cost.peak_bytes),
             count + 1,
         )
+        arch = getattr(getattr(cell, "model", None), "arch", None)
+        if arch is not None and arch not in table["fit"]:
+            borrowed[arch] = True
     if math.isnan(seconds):
         raise ValueError("the cost table gives NaN; re-measure it")
-    return SweepEstimate(count, flops, seconds, peak, other)
-
-
-def describe_compute(plan) -> str:
-    """The --dry-run lines: the plan's estimated training compute, or why there is none."""
-    try:
-        table = load_table()
-    except (OSError, ValueError) as err:
-        return f"estimated training compute: unavailable ({err})"
-    return sweep_estimate([p.cell for p in plan.cells], table).line(table.get("device", "machine"))
+    return SweepEstimate(count, flops, seconds, peak, other, tuple(borrowed))
 
 
 def markdown_table(table: dict) -> str:
@@ -250,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         " with python -m benchmarks --only cost --update-cost-table.",
     ).parse_args(argv)
     table = load_table()
-    print(f"{title(table)}\n\n{markdown_table(table)}")
+    try:
+        print(f"{title(table)}\n\n{markdown_table(table)}", flush=True)
+    except BrokenPipeError:  # read by `head`, which stopped reading: what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0
 
 

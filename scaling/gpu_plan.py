@@ -5,10 +5,12 @@ The CUDA cost table (scaling/cost_table_cuda.json, written by ``python -m benchm
 holds the card's name and memory, the date, the precision and graphs of the steps it timed (as trials run
 them) and the fit of a training step's seconds and peak memory (scaling.cost's formulas, measured with packs
 of K members). The cells that ask for a GPU are packed as the driver packs them there
-(scaling.packing.pack_groups with each trial's GPU budget: as many as fit its share of the card's memory),
-and each pack costs ``steps x (t0 + K x flops / rate)``: the GPU-hours are the packs one after another on
-one card, the wall time on G cards places them longest first (``--gpus G``, else the cluster's or this
-machine's count). Until a table exists the line says that none is measured.
+(scaling.packing.pack_groups with each trial's GPU budget: as many as fit its share of the memory of the
+card it will run on, scaling.cards: --gpu-memory, the `ray up` cluster's node types, this machine's GPUs,
+else the table's card, said in a line), and each pack costs ``steps x (t0 + K x flops / rate)``: the
+GPU-hours are the packs one after another on one card, the wall time on G cards places them longest first
+(``--gpus G``, else the cluster's or this machine's count). Until a table exists the line says that none
+is measured.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 
+from .cards import Cards, planned_for, table_card
 from .cost import GPU_TABLE, StepShape, coefficients, format_hours, load_gpu_table, step_flops
 from .packing import gpu_budget, pack_groups
 
@@ -28,9 +31,15 @@ def pack_seconds(cells, table: dict) -> float:
 
 
 def describe_gpu(
-    plan, table: dict | None = None, path=GPU_TABLE, gpus: int | None = None, gpus_from: str = ""
+    plan,
+    table: dict | None = None,
+    path=GPU_TABLE,
+    gpus: int | None = None,
+    gpus_from: str = "",
+    cards: Cards | None = None,
 ) -> str:
-    """The --dry-run lines for the GPU: hours, packs and the wall time on ``gpus`` cards (said to come from
+    """The --dry-run lines for the GPU: hours, packs (planned for the memory of ``cards``, the cards the
+    cells may run on; None: the table's) and the wall time on ``gpus`` cards (said to come from
     ``gpus_from``; None: one card, and how to ask for more) from the measured table, or why there are none."""
     table = table if table is not None else load_gpu_table(path)
     if table is None:
@@ -43,7 +52,8 @@ def describe_gpu(
     if not planned:
         return f"GPU ({card}): no training cell of this sweep asks for a GPU"
     cells = [p.cell for p in planned]
-    groups = gpu_packs(plan, planned, table)
+    cards = cards or Cards((), table_card(table))
+    groups = gpu_packs(plan, planned, table, cards)
     seconds = [pack_seconds([cells[i] for i in group], table) for group in groups]
     sizes: dict[str, Counter] = {}
     for group in groups:
@@ -60,6 +70,7 @@ def describe_gpu(
         " GPU, packs one after another (evaluation not counted)",
         f"GPU packs (run.pack {plan.run.pack}): {len(groups)} trials for {len(cells)} cells; packs x cells:"
         f" {packs}",
+        planned_for([cards.card_for(p.resources.as_ray()) for p in planned]),
         wall_line(seconds, gpus, gpus_from),
     ]
     mismatch = precision_mismatch(cells, table)
@@ -79,15 +90,18 @@ def gpu_seconds(plan, table: dict) -> list[float]:
     return [pack_seconds([cells[i] for i in group], table) for group in gpu_packs(plan, planned, table)]
 
 
-def gpu_packs(plan, planned, table: dict) -> list[list[int]]:
+def gpu_packs(plan, planned, table: dict, cards: Cards | None = None) -> list[list[int]]:
     """The packs the driver forms of the ``planned`` cells that ask for a GPU, each trial's memory its share
-    of the table's card (indices into ``planned``)."""
+    of the card it will run on (``cards``; None: the table's card) (indices into ``planned``)."""
     cells = [p.cell for p in planned]
+    cards = cards or Cards((), table_card(table))
+    budget = {
+        p.cell.key: gpu_budget(p.resources.gpu, table, cards.card_for(p.resources.as_ray()).memory_bytes)
+        for p in planned
+    }
     share = {p.cell.key: p.resources.gpu for p in planned}
     slots = max(1, int(1 // min(share.values())))  # trials of the smallest share that one card runs at once
-    return pack_groups(
-        cells, plan.run.pack, lambda c: share[c.key], slots, lambda c: gpu_budget(share[c.key], table)
-    )
+    return pack_groups(cells, plan.run.pack, lambda c: share[c.key], slots, lambda c: budget[c.key])
 
 
 def wall_seconds(seconds: list[float], gpus: int) -> float:

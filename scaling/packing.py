@@ -7,11 +7,12 @@ scaling.papers.context_scaling.stacked_transformers; the pack's trial is scaling
 cell of its own: its own data, initialisation, checkpoint and run.
 
 ``pack_groups`` decides. ``auto`` on a GPU (a cell that asks for one, with a measured CUDA cost table): as
-many cells as fit the trial's share of the GPU's memory (``gpu_pack_size``: the model's parameters and
-activations under the table's measured memory fit, a pure function of the model's facts and the memory), at
-most ``MAX_GPU_PACK``; the trial that runs a pack sizes it again to the device it holds (``device_pack_size``,
-from scaling.devices.trial_memory: its share of the real card, not the table's) and stacks at most that many
-of its members at once. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing pays on
+many cells as fit the trial's share of the memory of the card it will run on (scaling.cards: --gpu-memory,
+the cluster's cards, else the table's; ``gpu_pack_size``: the model's parameters and activations under the
+table's measured memory fit, a pure function of the model's facts and the memory), at most ``MAX_GPU_PACK``;
+the trial that runs a pack sizes it again to the device it holds (``device_pack_size``, from
+scaling.devices.trial_memory: its share of the real card, measured there) and stacks at most that many of
+its members at once. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing pays on
 a CPU (``ModelFacts.cpu_packing_pays``; measured: not for GPT-2 and SGPT) whose estimated cost per training
 step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the cluster's
 slots when each part has enough work to pay for its own trial. An integer K packs up to K cells of a packable
@@ -58,12 +59,14 @@ class GpuBudget:
     table: dict
 
 
-def gpu_budget(gpu: float, table: dict | None) -> GpuBudget | None:
-    """The budget of a trial holding ``gpu`` GPUs (a fraction or a whole one) on the card the CUDA cost
-    table ``table`` was measured on; None on a CPU or without a table (nothing measured to plan by)."""
+def gpu_budget(gpu: float, table: dict | None, card_bytes: float | None = None) -> GpuBudget | None:
+    """The budget of a trial holding ``gpu`` GPUs (a fraction or a whole one) on a card of ``card_bytes``
+    (the card it will run on: scaling.cards; None: the card the CUDA cost table ``table`` was measured
+    on), under that table's fit; None on a CPU or without a table (nothing measured to plan by)."""
     if gpu <= 0 or table is None:
         return None
-    return GpuBudget(min(gpu, 1.0) * float(table["memory_bytes"]), table)
+    card = float(table["memory_bytes"]) if card_bytes is None else float(card_bytes)
+    return GpuBudget(min(gpu, 1.0) * card, table)
 
 
 def member_bytes(cell: Cell, table: dict) -> float:

@@ -69,11 +69,17 @@ class TrialState:
     fraction: float = 0.0  # of its work, in [0, 1]
     retries: int = 0
     base: float | None = None  # the fraction it started this run at (a resumed cell's checkpoint), reported
+    weight: float | None = None  # its work in the progress's units (its cells' estimated cost); None: size
 
     def this_run(self, fraction: float | None = None) -> float:
         """The cells' worth of work it did in this run, up to ``fraction`` (default: its own now)."""
         done = self.fraction if fraction is None else fraction
-        return self.size * max(done - (self.base or 0.0), 0.0)
+        return self.work * max(done - (self.base or 0.0), 0.0)
+
+    @property
+    def work(self) -> float:
+        """Its whole work in the progress's units: its weight, else its cells."""
+        return self.size if self.weight is None else self.weight
 
     def stage(self) -> str:
         """'step 500/1500', 'evaluating' once its steps are done, or '' (a kind that does not train)."""
@@ -82,22 +88,29 @@ class TrialState:
         return f"step {self.step}/{self.steps}" if self.steps else ""
 
 
-def trial_state(config: dict) -> TrialState:
-    """A trial config of scaling.sweep (a cell, or a pack of cells under ``members``) as a TrialState."""
+def trial_state(config: dict, weights: dict[str, float] | None = None) -> TrialState:
+    """A trial config of scaling.sweep (a cell, or a pack of cells under ``members``) as a TrialState;
+    ``weights``: each cell's work by its key (a cell not in it weighs their mean), None: a cell each."""
     members = config.get("members") or [config]
     steps = max(int(m["cell"].get("train", {}).get("steps", 0)) for m in members)
     if len(members) == 1:
         label = members[0]["name"]
     else:
         label = f"pack of {len(members)}: {members[0]['name']}, ..."
-    return TrialState(label, len(members), steps)
+    if not weights:
+        return TrialState(label, len(members), steps)
+    mean = sum(weights.values()) / len(weights)
+    weight = sum(weights.get(m.get("key", ""), mean) for m in members)
+    return TrialState(label, len(members), steps, weight=weight)
 
 
 class Progress:
     """A sweep's progress, fed by Tune's callbacks (``callback()``) and shown live or line by line.
 
     ``live`` None: live when ``out`` is a terminal. Counts are in cells (a packed trial trains several);
-    the bar and the time left weigh running cells by the share of their steps done. Without the live view,
+    the bar and the time left weigh each cell by ``weights`` (its estimated seconds by its key, of the
+    trial it runs in: scaling.cpu_plan.cell_weights; None: a cell each) and running cells by the share
+    of their steps done. Without the live view,
     a heartbeat line every ``heartbeat`` seconds while the progress is open (None: none).
     """
 
@@ -110,8 +123,13 @@ class Progress:
         live: bool | None = None,
         trials: int = 0,
         heartbeat: float | None = None,
+        weights: dict[str, float] | None = None,
     ):
         self.name, self.total, self.skipped, self.trials = name, total, skipped, trials
+        self.weights = dict(weights) if weights else None
+        # the work of this run's cells (their weights, else a cell each), and of the finished trials'
+        self.todo = sum(self.weights.values()) if self.weights else float(total - skipped)
+        self.finished_work = 0.0
         self.out = out
         stream = out or sys.stdout
         self.live_mode = bool(live if live is not None else (hasattr(stream, "isatty") and stream.isatty()))
@@ -145,19 +163,19 @@ class Progress:
 
     def work_fraction(self) -> float:
         """The share of this run's work done: finished cells, plus running cells by their steps."""
-        todo = self.total - self.skipped
-        partial = sum(t.size * min(t.fraction, 0.99) for t in self.running.values())
-        return (self.done + self.failed + partial) / todo if todo > 0 else 1.0
+        partial = sum(t.work * min(t.fraction, 0.99) for t in self.running.values())
+        return min((self.finished_work + partial) / self.todo, 1.0) if self.todo > 0 else 1.0
 
     def seconds_left(self, now: float | None = None) -> float | None:
-        """The time left: the work left (in cells, running ones by their steps) at the rate this run has
-        worked since its first trial first reported, None before 2% of the work is done in this run.
+        """The time left: the work left (in cells or their weights, running ones by their steps) at the
+        rate this run has worked since its first trial first reported, None before 2% of the work is done in
+        this run.
 
         The rate counts neither the time before any trial trains (Tune's start, the first trial's imports),
         nor the steps a resumed cell had trained before this run: both made the estimate run high or low
         (the smoke sweep: 9 min 15 s predicted against 6 min 38 s; 4 min 25 s against 1 min 57 s after a
         resume). A later trial's start and evaluation count: they recur while the sweep runs."""
-        todo = self.total - self.skipped
+        todo = self.todo
         worked = self.worked + sum(t.this_run() for t in self.running.values())
         if self.began is None or todo <= 0 or worked < 0.02 * todo:
             return None
@@ -193,12 +211,12 @@ class Progress:
         with self.lock:
             if trial_id in self.running:
                 return
-            state = self.running[trial_id] = trial_state(config)
+            state = self.running[trial_id] = trial_state(config, self.weights)
         self._change(f"started {state.label}")
 
     def result(self, trial_id: str, config: dict, result: dict) -> None:
         with self.lock:  # no line: the live view shows the step at its next redraw
-            state = self.running.setdefault(trial_id, trial_state(config))
+            state = self.running.setdefault(trial_id, trial_state(config, self.weights))
             state.step = int(result.get("step", state.step) or 0)
             state.fraction = float(result.get("progress", state.fraction) or 0.0)
             if state.base is None:  # its first report: what it had trained before this run is no work of it
@@ -213,22 +231,24 @@ class Progress:
 
     def recovered(self, trial_id: str, config: dict) -> None:
         with self.lock:
-            state = self.running.setdefault(trial_id, trial_state(config))
+            state = self.running.setdefault(trial_id, trial_state(config, self.weights))
             state.retries += 1
         self._change(f"retrying {state.label} (attempt {state.retries + 1}) from its checkpoint")
 
     def completed(self, trial_id: str, config: dict, held: int = 0) -> None:
         """A trial ended; ``held`` of its cells were left to another driver that trains them (leases)."""
         with self.lock:
-            state = self.running.pop(trial_id, None) or trial_state(config)
+            state = self.running.pop(trial_id, None) or trial_state(config, self.weights)
             self.done += state.size - held
+            self.finished_work += state.work * (state.size - held) / state.size
             self.worked += state.this_run(1.0) * (state.size - held) / state.size
         self._change(f"done {state.label}")
 
     def errored(self, trial_id: str, config: dict, error: str = "") -> None:
         with self.lock:
-            state = self.running.pop(trial_id, None) or trial_state(config)
+            state = self.running.pop(trial_id, None) or trial_state(config, self.weights)
             self.failed += state.size
+            self.finished_work += state.work
             self.worked += state.this_run()
             self.errors[state.label] = error_line(error)
         self._change(f"FAILED {state.label}: {self.errors[state.label]}")

@@ -88,7 +88,7 @@ def test_a_fourth_kinds_plugin_runs_through_python_m_analysis_with_set_and_ui_ur
     page = (out / "report.html").read_text()
     assert "the error falls with n in 2 of 2 cells" in page and "data:image/png;base64" in page
     for cell_run in set(table["run_id"]) | {run_id}:  # every cell's run and the analysis's own, linked
-        assert f'href="{UI}/#/experiments/{experiment}/runs/{cell_run}"' in page
+        assert f'href="{UI}/#/experiments/{experiment}/runs/{cell_run}?workflowType=machine_learning"' in page
     run = client.get_run(run_id)
     parent = client.search_runs([experiment], "tags.kind = 'sweep'")[0]
     assert run.data.tags["kind"] == "analysis" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id

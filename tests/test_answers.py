@@ -348,14 +348,16 @@ def test_run_ids_link_to_the_mlflow_ui():
     # a local store's UI is where `mlflow ui` serves it (the report says so beside the links)
     assert (
         run_link(local, "abc")
-        == '<a href="http://127.0.0.1:5000/#/experiments/7/runs/abc"><code>abc</code></a>'
+        == '<a href="http://127.0.0.1:5000/#/experiments/7/runs/abc?workflowType=machine_learning">'
+        "<code>abc</code></a>"
     )
     assert run_link(local, None) == "-"
     for ui, uri in (("http://ui:5000/", "sqlite:///mlflow.db"), ("", "http://ui:5000")):
         result = SimpleNamespace(table=table, tracking_uri=uri, ui_url=ui)
         assert (
             run_link(result, "abc")
-            == '<a href="http://ui:5000/#/experiments/7/runs/abc"><code>abc</code></a>'
+            == '<a href="http://ui:5000/#/experiments/7/runs/abc?workflowType=machine_learning">'
+            "<code>abc</code></a>"
         )
 
 

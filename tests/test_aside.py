@@ -4,6 +4,7 @@ are drawn aside writes what one drawn in order writes, and nothing when it fails
 
 import dataclasses
 import math
+import multiprocessing
 import os
 import threading
 
@@ -59,18 +60,31 @@ class Forks(Aside):
         Forks.children.append(self.pid)
 
 
-def test_figures_drawn_aside_are_the_figures_drawn_in_order(store, tmp_path, monkeypatch):
-    monkeypatch.setattr("analysis.pipeline.Aside", Forks)
+def draw_both_ways(store: str, out) -> None:
+    """The same analysis with its figures drawn aside and in order, into out/True and out/False; exits 0
+    when each assertion holds (run in a process of one thread: Aside forks only there)."""
+    import analysis.pipeline
+
+    analysis.pipeline.Aside = Forks
     request = Request(None, "fig1-quick", tracking_uri=store, bootstrap=30, log=False)
     results = {}
     for aside in (True, False):
         plugin = dataclasses.replace(TRAINING, figures_from_table=aside)
-        results[aside] = analyse(dataclasses.replace(request, out=tmp_path / str(aside)), plugin=plugin)
+        results[aside] = analyse(dataclasses.replace(request, out=out / str(aside)), plugin=plugin)
     assert len(Forks.children) == 1 and Forks.children[0]  # drawn aside once, in a child
     assert results[True].notes == results[False].notes
     assert [p.name for p in results[True].files] == [p.name for p in results[False].files]
     assert any(p.suffix == ".svg" for p in results[True].files)
-    assert all(p.parent == tmp_path / "True" for p in results[True].files)
+    assert all(p.parent == out / "True" for p in results[True].files)
+
+
+def test_figures_drawn_aside_are_the_figures_drawn_in_order(store, tmp_path):
+    """In a forked process, whose only thread is its main one (earlier tests leave threads in this one, and
+    Aside never forks beside a thread), as in a fresh `python -m analysis`."""
+    child = multiprocessing.get_context("fork").Process(target=draw_both_ways, args=(store, tmp_path))
+    child.start()
+    child.join(600)
+    assert child.exitcode == 0, "an assertion of draw_both_ways failed in the child (its traceback is above)"
     assert folder_differences(tmp_path / "False", tmp_path / "True") == [
         (p.name, "") for p in sorted((tmp_path / "False").iterdir())
     ]

@@ -216,6 +216,9 @@ CASES = {
     "num_cpus_zero": (TINY, ["--num-cpus", "0"], "--num-cpus: must be a whole number >= 1, got 0"),
     "num_gpus_negative": (TINY, ["--num-gpus", "-2"], "--num-gpus: must be a whole number >= 0, got -2"),
     "max_cells_zero": (TINY, ["--max-cells", "0"], "--max-cells: must be a whole number >= 1, got 0"),
+    "gpu_memory_no_unit": (TINY, ["--gpu-memory", "24"], "--gpu-memory '24': give the GPU's memory as a"),
+    "gpu_memory_unknown_unit": (TINY, ["--gpu-memory", "24G"], "--gpu-memory '24G': give the GPU's memory"),
+    "gpu_memory_zero": (TINY, ["--gpu-memory", "0GiB"], "--gpu-memory '0GiB': give the GPU's memory as a"),
     "address_nobody_answers": (
         TINY,
         ["--address", "127.0.0.1:1"],

@@ -75,7 +75,8 @@ def aws_bootstrap_config():
 def test_aws_node_types_are_the_gpu_workers():
     types = {t.name: t for t in node_types(aws_bootstrap_config())}
     assert set(types) == {"gpu.a10g.spot", "gpu.l4.spot"}  # the head (max_workers 0) starts nothing
-    assert types["gpu.a10g.spot"] == NodeType("gpu.a10g.spot", {"CPU": 8.0, "GPU": 1.0}, 8)
+    assert types["gpu.a10g.spot"] == NodeType("gpu.a10g.spot", {"CPU": 8.0, "GPU": 1.0}, 8, "A10G")
+    assert types["gpu.l4.spot"].accelerator == "L4"  # from its instance type, g6.2xlarge (scaling.cards)
 
 
 @pytest.mark.parametrize(

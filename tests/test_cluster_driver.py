@@ -4,7 +4,8 @@ a real Ray head started by `ray start` (as the cluster files' start commands do)
 (cluster.yaml through Ray's own prepare_config: GPU spot workers from zero). The head has no GPU.
 
 - A GPU cell passes the fit check (a GPU worker type could hold it), the driver joins the head's Ray and
-  logs to the cluster's tracking store and storage; Ctrl-C then stops it (no GPU node will come here).
+  logs to the cluster's tracking store and storage, its packs planned for the smallest card of those
+  types; Ctrl-C then stops it (no GPU node will come here).
 - A cell no node type could hold ends the driver with exit status 2 before anything is written (a flag's
   storage included).
 """
@@ -112,6 +113,8 @@ def test_gpu_cell_waits_for_an_autoscaled_node_on_the_cluster_of_the_head(head):
     text = "".join(lines) + out
     assert "on the `ray up` cluster of" in text and "(Ray at 127.0.0.1:" in text, text + err
     assert "18 cells wait for a node the autoscaler starts" in text and "gpu.a10g.spot" in text, text + err
+    # packs planned for the smallest card a GPU node type of cluster.yaml has (scaling.cards)
+    assert "GPU packs planned for 21.9 GiB cards (L4, the autoscaler's node type gpu.l4.spot)" in text
     assert f"tracking sqlite:///{tmp}/cluster-mlflow.db" in text
     assert (tmp / "cluster-mlflow.db").exists() and (tmp / "cluster-storage" / "smoke").is_dir()
     assert driver.returncode == 130, err

@@ -20,6 +20,7 @@ def runs_by_key(uri):
     return client, client.search_runs([exp.experiment_id], "tags.kind = 'cell'")
 
 
+@pytest.mark.slow  # 40 s; tests/test_pack_e2e.py's packed sweep killed and rerun is the default run's check
 def test_sigkill_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path, tiny_sweep):
     tiny_sweep["name"] = "crash"
     # cells of ~1.5 s of training: the kill (polling the log every 0.5 s) lands before the third completes

@@ -59,8 +59,9 @@ def browser_missing() -> str | None:
 
 
 class Sweep:
-    def __init__(self, root: Path, uri: str, stdout: str, stderr: str, returncode: int):
+    def __init__(self, root: Path, uri: str, stdout: str, stderr: str, returncode: int, analysis: str = ""):
         self.root, self.uri, self.stdout, self.stderr, self.returncode = root, uri, stdout, stderr, returncode
+        self.analysis = analysis  # what the analysis printed
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,8 @@ def ui_sweep(tmp_path_factory) -> Sweep:
     analysis = [sys.executable, "-m", "analysis", "ui.yaml", "--tracking-uri", uri, "--bootstrap", "20"]
     analysed = subprocess.run(analysis, cwd=root, capture_output=True, text=True, timeout=600)
     assert analysed.returncode == 0, analysed.stdout + analysed.stderr
-    return Sweep(root, uri, (root / "out.log").read_text(), (root / "err.log").read_text(), done.returncode)
+    out, err = (root / "out.log").read_text(), (root / "err.log").read_text()
+    return Sweep(root, uri, out, err, done.returncode, analysed.stdout)
 
 
 def test_sweep_output_to_a_file_is_one_line_per_change_then_a_summary(ui_sweep):
@@ -287,6 +289,16 @@ def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(
             expect(shown.frame_locator("iframe").get_by_text("Sweep ui")).to_be_visible(timeout=60_000)
             shown.screenshot(path=str(ui_sweep.root / "report.png"))  # the artifact viewer shows the report
             shown.close()
+
+            # the analysis run's link as the analysis printed it, in a fresh browser (no choice of view
+            # kept): the run in the model-training view (params, metrics, charts), not as GenAI
+            printed = ui_sweep.analysis.strip().splitlines()[-1].split("open ", 1)[1]
+            assert "/runs/" in printed and printed.endswith("?workflowType=machine_learning"), printed
+            fresh = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+            fresh.goto(printed.replace("http://127.0.0.1:5000", mlflow_server))
+            fresh.get_by_role("tab", name="Model metrics").wait_for(timeout=60_000)
+            assert fresh.get_by_text("Evaluation runs").count() == 0  # the GenAI sidebar's entry
+            fresh.context.close()
             page.goto(link)
             page.get_by_role("link", name="gpt2 T=inf N=4 seed=0", exact=True).wait_for()
 

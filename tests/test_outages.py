@@ -104,6 +104,9 @@ class MlflowServer:
             self.process.wait(timeout=60)
 
 
+# a minute of a sweep through a real server stopped and restarted (slow); tests/test_s3_storage.py rides an
+# outage in the default run
+@pytest.mark.slow
 def test_tracking_server_restarted_mid_sweep_loses_no_metric(tmp_path, tiny_sweep):
     path = write_sweep(tmp_path, tiny_sweep, "blink")
     storage = str(tmp_path / "storage")

@@ -126,6 +126,28 @@ def test_time_left_is_timed_from_the_first_report_and_counts_only_this_runs_trai
     assert progress.seconds_left(began + 40) == pytest.approx(40 * 8 / 1.5)
 
 
+def test_time_left_weighs_each_cell_by_its_estimated_cost():
+    """Two unpacked cells of 4 s a step's worth each and a pack of 4 cells of 0.25 each (the smoke sweep's
+    GPT-2 and its packed MLP): once the two are done the pack is a ninth of the work, not two thirds."""
+    weights = {"g1": 4.0, "g2": 4.0, **{f"m{i}": 0.25 for i in range(4)}}
+    pack = pack_config([f"m{i}" for i in range(4)])
+    weighed = Progress("s", total=6, skipped=0, out=io.StringIO(), weights=weights)
+    counted = Progress("s", total=6, skipped=0, out=io.StringIO())
+    for progress in (weighed, counted):
+        for key in ("g1", "g2"):
+            progress.started(key, cell_config(key))
+            progress.result(key, cell_config(key), {"step": 1000, "progress": 1.0, "start": 0.0})
+            progress.completed(key, cell_config(key))
+        progress.started("p", pack)
+    assert weighed.work_fraction() == pytest.approx(8 / 9) and counted.work_fraction() == pytest.approx(2 / 6)
+    # 2 cells in 40 s: weighed, 1 of 9 left (5 s); counted, 4 cells of 6 left (80 s)
+    assert weighed.seconds_left(weighed.began + 40) == pytest.approx(5.0)
+    assert counted.seconds_left(counted.began + 40) == pytest.approx(80.0)
+    weighed.result("p", pack, {"step": 250, "progress": 0.5, "start": 0.0})
+    assert weighed.seconds_left(weighed.began + 42) == pytest.approx(42 * 0.5 / 8.5)
+    assert "2/6 cells done (33%), 4 running, 0 pending" in weighed.counts()  # counts stay in cells
+
+
 def test_live_view_shows_counts_and_each_running_trial_with_its_step():
     progress = Progress("smoke", total=12, skipped=0, out=io.StringIO(), live=True)
     progress.started("a", cell_config("gpt2 T=16 N=8 seed=0"))

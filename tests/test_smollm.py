@@ -56,6 +56,9 @@ def test_the_gguf_converts_to_a_llama_that_answers_a_question(smollm):
     assert exact_match(generate_token_answers(model, tokenizer, ids, max_new_tokens=10)[0], "heart")
 
 
+# 25 s of SmolLM2 decoding (slow); test_shared_prefixes_give_the_answers_of_the_plain_loop keeps the real
+# model in the default run
+@pytest.mark.slow
 def test_stop_at_answer_gives_the_answers_of_fixed_length_decoding(smollm):
     """12 prompts of the project's question set (6 demonstrations, half of them noisy) in batches of 4:
     the same answers with and without the stop, and the stop takes fewer decoding steps."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,20 @@ def test_sweep_estimate_adds_cells_up():
     assert both.cells == 2 and both.flops == pytest.approx(4 * one.flops)
     assert both.seconds == pytest.approx(4 * one.seconds) and both.peak_bytes == one.peak_bytes
     assert "FLOP" in both.line("cpu")
+    assert both.borrowed == () and "not in the cost table" not in both.line("cpu")
+
+
+def test_an_architecture_the_cost_table_has_not_measured_is_said_to_be_costed_with_gpt2s_fit():
+    """The smoke sweep's MLP has no row in the table: its steps are costed at GPT-2's fixed 46 ms a step
+    (55 of --dry-run's 72 minutes; at --set train.steps=300 its 18 cells, 17 of them in 3 packs, trained in
+    about 35 s of wall time against 4.1 minutes costed): said, as an upper bound."""
+    mlp = Cell.from_dict(
+        {"model": {"arch": "mlp", "width": 64}, "N": 8, "task": {"d": 3}, "train": {"steps": 100}}
+    )
+    assert "mlp" not in load_table()["fit"]
+    estimate = sweep_estimate([mlp])
+    assert estimate.borrowed == ("mlp",)
+    assert "mlp: not in the cost table, costed with GPT-2's fit" in estimate.line("cpu")
 
 
 def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured():
@@ -117,6 +132,19 @@ def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured()
     assert table["machine"] in title and table["device"] in title
     assert "python -m benchmarks --only cost --update-cost-table" in done.stdout.split("\n\n")[0]
     assert done.stdout.split("\n\n")[1].startswith("| arch | N |")  # the Markdown table after the title
+
+
+def test_the_cost_table_read_by_a_closed_pipe_ends_without_a_traceback():
+    """`python -m scaling.cost | head -1`: the reader gone, the command ends quietly (exit 0)."""
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "scaling.cost"], cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_fused_gelu_backbone_matches_gelu_new():

@@ -104,6 +104,7 @@ def ray_client_site() -> Path:
     return site
 
 
+@pytest.mark.slow  # a second Ray; test_stops_only_the_ray_of_its_temp_dir is the default run's check
 def test_stops_the_ray_client_server_that_names_no_temp_dir():
     """Ray's client server (`python -m ray.util.client.server --address=... --port=...`) names only the GCS
     address and outlives `ray start`, which started it (issue 43: it was left listening after the

@@ -133,8 +133,12 @@ class TemperatureConfig:
 
 def check_llm_scan(cell) -> None:
     t = cell.temperature
-    for name in ("llm", "sciq_train", "sciq_test"):
-        check(bool(getattr(t, name)), f"temperature.{name}", "the llm_scan job needs a local path here")
+    for name in ("llm", "sciq_train", "sciq_test"):  # a path of this machine's: noted by a reading command
+        check_path(
+            bool(getattr(t, name)),
+            f"temperature.{name}",
+            f"the llm_scan job needs a local path here: --set temperature.{name}=PATH",
+        )
     check(t.shift == "none", "temperature.shift", "llm_scan shifts by noisy labels (noisy_ratios), not shift")
 
 
@@ -148,12 +152,13 @@ def check_gpt2_scan(cell) -> None:
     )
     check(cell.model.arch == "gpt2", "model.arch", f"gpt2_scan scans a gpt2 model, got {cell.model.arch!r}")
     sources = [bool(t.checkpoint), bool(t.from_sweep), t.train_model]
-    check(
-        sum(sources) == 1,
-        "temperature.checkpoint",
+    message = (
         "gpt2_scan needs exactly one model source: checkpoint (a Garg et al. state.pt, e.g. --set"
-        " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true",
+        " temperature.checkpoint=PATH), from_sweep (an MLflow experiment) or train_model: true"
     )
+    check(sum(sources) <= 1, "temperature.checkpoint", message)
+    # none given: the checkpoint, a path of this machine's, is what a reading command notes as missing
+    check_path(sum(sources) == 1, "temperature.checkpoint", message)
 
 
 def check_theory(cell) -> None:

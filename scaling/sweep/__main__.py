@@ -86,6 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " or this machine's count)",
     )
     parser.add_argument(
+        "--gpu-memory",
+        default=None,
+        metavar="SIZE",
+        help="plan the GPU cells' packs for cards of this memory, e.g. 24GiB (default: the cluster's cards,"
+        " else the CUDA cost table's)",
+    )
+    parser.add_argument(
         "--max-cells",
         type=int,
         default=None,
@@ -124,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             num_cpus=args.num_cpus,
             num_gpus=args.num_gpus,
             gpus=args.gpus,
+            gpu_memory=args.gpu_memory,
             autoscaling=args.autoscaling,
             verbose=args.verbose,
         )

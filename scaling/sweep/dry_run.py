@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import os
 from typing import TextIO
 
 import torch
 
+from ..cards import Card, Cards, run_cards, type_cards
 from ..checkpoints import CheckpointStore
 from ..cluster import read_node_types
-from ..cost import describe_compute
+from ..cost import load_gpu_table
+from ..cpu_plan import describe_compute
 from ..gpu_plan import describe_gpu
 from ..leases import Leases
 from ..plan import Plan
 
 
 def describe_plan(
-    plan: Plan, status: dict[str, str], out: TextIO, gpus: tuple[int | None, str] = (None, "")
+    plan: Plan,
+    status: dict[str, str],
+    out: TextIO,
+    gpus: tuple[int | None, str] = (None, ""),
+    cards: Cards | None = None,
+    cpus: tuple[int, str] = (1, "one CPU"),
 ) -> None:
     """The --dry-run table: one line per cell with its resources and state, then the compute on a CPU and
-    on the measured GPU (its wall time on ``gpus``: a count and where it comes from; None: unknown)."""
+    on the measured GPU (its wall time on ``gpus``: a count and where it comes from; None: unknown; its
+    packs planned for the memory of ``cards``: None, the table's card) and the CPU trials' wall time on
+    ``cpus`` (a count and where it comes from)."""
     out.write(
         f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
         f"{f' (profile {plan.profile})' if plan.profile else ''}\n"
@@ -31,8 +41,46 @@ def describe_plan(
     for state in status.values():
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     out.write("totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "\n")
-    out.write(describe_compute(plan) + "\n")
-    out.write(describe_gpu(plan, gpus=gpus[0], gpus_from=gpus[1]) + "\n")
+    out.write(describe_compute(plan, *cpus) + "\n")
+    out.write(describe_gpu(plan, gpus=gpus[0], gpus_from=gpus[1], cards=cards) + "\n")
+
+
+def cards_to_plan(run) -> Cards | None:
+    """The cards --dry-run plans the GPU packs for (scaling.cards; no Ray started): --gpu-memory, the
+    `ray up` cluster's node types, this machine's GPUs, else (None or the fallback) the cost table's card."""
+    table = load_gpu_table()
+    if table is None or run.options.gpu_memory:
+        return run_cards(run.options.gpu_memory, [], table)
+    found = type_cards(read_node_types()) if run.head is not None else []
+    if not found and torch.cuda.is_available():
+        found = [machine_card()]
+    return run_cards(None, found, table)
+
+
+def machine_card() -> Card:
+    """The smallest of this machine's CUDA cards, its memory read as a run reads a live node's (NVML: the
+    same plan), else as torch reports it."""
+    from .card_probe import node_card_memory  # imports Ray: only on a machine with CUDA
+
+    measured = node_card_memory()
+    if measured is not None:
+        return Card(measured[0], measured[1], "this machine's GPU")
+    cards = range(torch.cuda.device_count())
+    memory, index = min((torch.cuda.get_device_properties(i).total_memory, i) for i in cards)
+    return Card(float(memory), torch.cuda.get_device_name(index), "this machine's GPU")
+
+
+def cpus_to_plan(run) -> tuple[int, str]:
+    """The CPUs --dry-run gives the CPU wall time on, and where the count comes from: --num-cpus, the CPUs
+    the `ray up` cluster's autoscaler may start, this machine's."""
+    if run.options.num_cpus:
+        return run.options.num_cpus, "--num-cpus"
+    if run.head is not None:
+        types = read_node_types()
+        count = sum(int(t.resources.get("CPU", 0)) * t.max_workers for t in types if t.resources)
+        if count:
+            return count, "the CPUs the cluster's autoscaler may start"
+    return os.cpu_count() or 1, "this machine's CPUs"
 
 
 def gpus_to_plan(run) -> tuple[int | None, str]:

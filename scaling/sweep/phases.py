@@ -21,8 +21,10 @@ import yaml
 from pyarrow import fs as pafs
 
 from .. import storage as stores
+from ..cards import Cards, parse_memory, run_cards, type_cards
 from ..checkpoints import CheckpointStore, behind
 from ..cluster import describe, ray_up_head, read_node_types
+from ..cost import load_gpu_table
 from ..guards import check_address, check_flags, check_whole, probe_storage
 from ..leases import Leases, driver_id
 from ..plan import Plan, SweepError, load_plan
@@ -31,7 +33,14 @@ from ..redact import TRACKING_URI_ENV, has_secret, redact
 from ..tracking import TrackingError, TrackingStore
 from ..tracking.backends import existing_store, open_store
 from ..tracking.uri import database_has_store, is_database, local_store_path, resolve_tracking_uri
-from .dry_run import cell_states, describe_adaptive, describe_plan, gpus_to_plan
+from .dry_run import (
+    cards_to_plan,
+    cell_states,
+    cpus_to_plan,
+    describe_adaptive,
+    describe_plan,
+    gpus_to_plan,
+)
 from .run import RunOptions, SweepOutcome, SweepRun
 
 log = logging.getLogger(__name__)
@@ -105,6 +114,7 @@ def plan_run(
     started = time.monotonic()
     check_flags(options.num_cpus, options.num_gpus, options.max_cells)
     check_whole("--gpus", options.gpus, 1)
+    check_gpu_memory(options.gpu_memory)
     plan = load_plan(path, profile, overrides, options.max_cells)
     run = SweepRun(path, profile, overrides, options, out, started, plan, address=options.address)
     run.policy = adaptive_policy(plan, path) if options.adaptive else None
@@ -122,6 +132,15 @@ def plan_run(
         check_address(run.address)
         probe_storage(run.store_uri)
     return run
+
+
+def check_gpu_memory(text: str | None) -> None:
+    """--gpu-memory must be a size with a unit (scaling.cards.parse_memory)."""
+    if text is not None:
+        try:
+            parse_memory(text)
+        except ValueError as err:
+            raise SweepError(str(err)) from None
 
 
 def storage_uri(plan: Plan, storage: str | None, default: str | None = None) -> str:
@@ -227,7 +246,7 @@ def describe_run(run: SweepRun) -> SweepOutcome:
     """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
     behind = frozenset(behind_the_storage(run))
     states = cell_states(run.plan, run.complete, run.store_uri, behind)
-    describe_plan(run.plan, states, run.out, gpus_to_plan(run))
+    describe_plan(run.plan, states, run.out, gpus_to_plan(run), cards_to_plan(run), cpus_to_plan(run))
     if run.policy is not None:
         describe_adaptive(run.policy, run.out)
     return SweepOutcome(len(run.plan.cells), len(run.complete))
@@ -267,6 +286,7 @@ def start(run: SweepRun) -> None:
     node_types = read_node_types() if run.head is not None else []
     autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
     waiting = check_feasible(run.pending, autoscaling, node_types, smaller_profiles(run))
+    run.cards = gpu_cards(run, node_types)
     if run.head is not None:
         run.say(f"[{run.name}] on the `ray up` cluster of {run.head.source} (Ray at {run.address})")
     if waiting:
@@ -289,6 +309,20 @@ def start(run: SweepRun) -> None:
         "storage": redact(run.store_uri),
         "driver": driver_id(),
     }
+
+
+def gpu_cards(run: SweepRun, node_types) -> Cards | None:
+    """The cards the pending GPU cells plan their packs for (scaling.cards): --gpu-memory, else the GPU
+    nodes alive in Ray and the autoscaler's node types, else the cost table's card; None when no pending
+    cell asks for a GPU or no CUDA cost table is measured."""
+    table = load_gpu_table()
+    if table is None or not any(p.resources.gpu > 0 for p in run.pending):
+        return None
+    if run.options.gpu_memory:
+        return run_cards(run.options.gpu_memory, [], table)
+    from .card_probe import live_cards  # Ray is started by now
+
+    return run_cards(None, live_cards() + type_cards(node_types), table)
 
 
 def train(run: SweepRun) -> list | None:

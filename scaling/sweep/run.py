@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ..cards import Cards
 from ..cluster import Head
 from ..plan import Plan, PlannedCell
 from ..progress import Summary
@@ -46,6 +47,7 @@ class RunOptions:
     num_cpus: int | None = None  # CPUs of the embedded local Ray
     num_gpus: int | None = None  # GPUs of the embedded local Ray
     gpus: int | None = None  # --dry-run's wall time on this many GPUs (None: --num-gpus, the cluster's, ...)
+    gpu_memory: str | None = None  # --gpu-memory SIZE: the GPU packs planned for cards of this memory
     autoscaling: bool = False  # the cluster adds nodes on demand: no check that every cell fits a node
     verbose: bool = False  # also show Ray's and Ray Tune's own messages and banners
     live: bool | None = None  # the live view (None: when the output is a terminal)
@@ -64,6 +66,7 @@ class SweepRun:
     plan: Plan
     policy: Any = None  # with --adaptive: the checked policy (scaling.adaptive.policy.Policy)
     head: Head | None = None  # the `ray up` cluster this machine is the head of
+    cards: Cards | None = None  # the cards the GPU cells plan their packs for (scaling.cards), once started
     address: str | None = None  # the Ray to join (the flag, or the head's); None: a new local Ray
     uri: str = ""  # the tracking URI, resolved
     store_uri: str = ""  # this sweep's checkpoints and Tune state

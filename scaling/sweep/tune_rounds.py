@@ -18,7 +18,9 @@ from ray import tune
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from .. import storage as stores
+from ..cards import Cards, planned_for
 from ..cost import load_gpu_table
+from ..cpu_plan import cell_weights
 from ..leases import Leases
 from ..packing import gpu_budget, pack_groups, pack_key
 from ..progress import Progress
@@ -30,7 +32,12 @@ from .run import SweepRun
 def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
     """Train ``cells`` (of ``total``, ``skipped`` complete before) as Tune trials with their progress shown;
     the cells left unfinished."""
-    specs = trial_specs(cells, run.plan.run.pack, run.shared, trial_slots(cells, ray.cluster_resources()))
+    specs = trial_specs(
+        cells, run.plan.run.pack, run.shared, trial_slots(cells, ray.cluster_resources()), run.cards
+    )
+    gpu_cells = [p for p in cells if p.resources.gpu > 0]
+    if run.cards is not None and gpu_cells:
+        run.say(f"[{run.name}] " + planned_for([run.cards.card_for(p.resources.as_ray()) for p in gpu_cells]))
     run.say(
         f"[{run.name}] {len(cells)} of {total} cells to run ({skipped} already complete)"
         f" {describe_trials(specs)}; tracking {redact(run.uri)}"
@@ -44,9 +51,17 @@ def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
         live=run.options.live,
         trials=len(specs),
         heartbeat=run.plan.run.heartbeat,
+        weights=spec_weights(specs, cells),
     )
     with progress:
         return run_rounds(run, cells, progress)
+
+
+def spec_weights(specs: list[TrialSpec], cells) -> dict[str, float]:
+    """Each cell's estimated seconds in the trial it runs in (scaling.cpu_plan.cell_weights), what the
+    progress weighs the time left by, so a packed cell is not counted as a whole unpacked cell's work."""
+    planned = {p.cell.key: p for p in cells}
+    return cell_weights([[planned[m.key] for m in spec.members] for spec in specs])
 
 
 def describe_trials(specs: list[TrialSpec]) -> str:
@@ -66,12 +81,15 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
     return max(1, int(min(counts, default=1)))
 
 
-def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[TrialSpec]:
+def trial_specs(
+    pending, pack: int | str, shared: dict, slots: int = 1, cards: Cards | None = None
+) -> list[TrialSpec]:
     """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.packing (cells of one pack
     must ask for the same resources; those that do not run alone). Cells that ask for a GPU pack as many
-    as fit their share of the GPU measured in the CUDA cost table, when there is one."""
+    as fit their share of the card they will run on (``cards``, scaling.cards; None: the CUDA cost table's
+    card) under the table's memory fit, when there is a table."""
     specs, table = [], load_gpu_table()
-    gpu = {p.cell.key: gpu_budget(p.resources.gpu, table) for p in pending}
+    gpu = {p.cell.key: gpu_budget(p.resources.gpu, table, card_bytes(cards, p)) for p in pending}
     for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots, lambda c: gpu[c.key]):
         cells = [pending[i] for i in group]
         resources = cells[0].resources.as_tune()
@@ -87,6 +105,12 @@ def trial_specs(pending, pack: int | str, shared: dict, slots: int = 1) -> list[
                 )
             )
     return specs
+
+
+def card_bytes(cards: Cards | None, planned) -> float | None:
+    """The memory of the card a planned cell will run on; None: the cost table's card."""
+    card = cards.card_for(planned.resources.as_ray()) if cards is not None else None
+    return card.memory_bytes if card is not None else None
 
 
 def single_spec(planned, shared: dict) -> TrialSpec:
@@ -107,7 +131,7 @@ def run_rounds(run: SweepRun, pending, progress: Progress) -> list:
     leases = Leases(run.store_uri)
     for round_ in range(100):
         specs = trial_specs(
-            pending, run.plan.run.pack, run.shared, trial_slots(pending, ray.cluster_resources())
+            pending, run.plan.run.pack, run.shared, trial_slots(pending, ray.cluster_resources()), run.cards
         )
         results = make_tuner(run, specs, progress, round_).fit()
         unfinished, held = collect_outcome(run, results, pending)

@@ -106,9 +106,13 @@ def mlflow_http(**settings: str):
                 os.environ[key] = value
 
 
+# seconds a reading request waits for a server's answer (quick_http); tests of a silent server shorten it
+QUICK_TIMEOUT_S = 10
+
+
 def quick_http():
     """MLflow's REST client without its own retries (urllib3 backoff of up to minutes) and a short timeout."""
-    return mlflow_http(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+    return mlflow_http(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=str(QUICK_TIMEOUT_S))
 
 
 def no_http_retries():

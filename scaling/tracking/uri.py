@@ -169,6 +169,11 @@ def database_has_store(uri: str) -> bool:
     return MLFLOW_TABLES <= tables
 
 
+# MLflow 3.17 shows an experiment's pages (its runs table, a run) as GenAI, not model training, unless the
+# URL says otherwise (or the sidebar's switch was last set so in this browser): every printed link says it
+TRAINING_VIEW = "workflowType=machine_learning"
+
+
 def experiment_ui_link(
     uri: str, experiment_id: str, ui: str = "http://127.0.0.1:5000", view: str | None = "lattice"
 ) -> str:
@@ -179,7 +184,7 @@ def experiment_ui_link(
     model training, whatever the experiment's EXPERIMENT_KIND tag."""
     base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else ui
     shared = f"&viewStateShareKey={view}" if view else ""
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning{shared}"
+    return f"{base}/#/experiments/{experiment_id}/runs?{TRAINING_VIEW}{shared}"
 
 
 def ui_command(uri: str) -> str | None:

@@ -25,7 +25,6 @@ from analysis.plots import plt
 from analysis.plugin import Analysis, AnalysisError, AnalysisResult
 
 EXACT = 1e-8  # the constructed GD "equals" explicit GD when no difference exceeds this
-GD_CURVES = {"constructed": "constructed transformer", "explicit_gd": "explicit GD", "gd_limit": "GD limit"}
 SELECTION_ORDER = (
     "selection",
     "ridge_selection",

@@ -8,6 +8,7 @@ resolved only when that interval excludes zero, and each verdict says what its i
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -44,69 +45,101 @@ def scan_verdicts(
     over trained models for GPT-2 (whose panels add Fig. 6's precondition rows, fig6.py). A panel whose
     cells did not all log their units (cells run before they did) gets no interval and is not judged."""
     out = []
-    units = units or {}
-    curves = _tau_curves(rows)
-    for panel, part in curves.groupby("panel"):
-        cells = rows.loc[rows["panel"] == panel, ["run_id", "seed"]].drop_duplicates("run_id")
-        logged = {r: units.get(r) for r in cells["run_id"]}
-        unlogged = sorted(rows.attrs.get("runs", {}).get(r, r) for r, u in logged.items() if u is None)
-        heuristic, heuristic_said = heuristic_tau(rows[rows["panel"] == panel])
-        covers = "" if unlogged else coverage_text(rows, cells, logged, llm)
-        points = [(None, part)]
-        if not llm and not unlogged:
+    for name, part in _tau_curves(rows).groupby("panel"):
+        panel = _scan_panel(rows, name, units or {}, llm)
+        if not llm and not panel.unlogged:
             out += precondition_rows(
-                rows[rows["panel"] == panel], cells, logged, trained_per_cell(rows), panel
+                rows[rows["panel"] == name], panel.cells, panel.logged, panel.trained, name
             )
+        points = [(None, part)]
         if llm:
             points += [(x, part[part["x"] == x]) for x in sorted(part["x"].unique())]
         for x, sub in points:
-            means = sub.groupby("tau")["err"].mean()
-            if 1.0 not in means.index:
-                continue
-            best, vs = _best_and_weighed(means)
-            common, a1, av, ab = _means_at(sub, best, vs)
-            gain = a1 - av  # error at tau = 1 minus at tau = vs: for the LLM, EM(vs) - EM(1)
-            nan3 = (np.nan, np.nan, np.nan)
-            if unlogged:
-                i1, iv, ig = nan3, nan3, nan3
-            elif llm:
-                i1, iv, ig = _llm_intervals(cells, logged, vs, list(common), resamples)
-            else:
-                i1, iv, ig = _gpt2_intervals(cells, logged, vs, trained_per_cell(rows))
-            ib = i1 if best == 1.0 else iv
-            lo, hi = ig[1], ig[2]
-            what = (
-                f"exact match ({'all x' if x is None else f'x = {x:g}'})"
-                if llm
-                else "the error averaged over n"
-            )
-            text = _scan_text(gain, (lo, hi), (best, vs), what, llm)
-            if unlogged and best != 1.0:
-                text = _not_judged(gain, best, what, unlogged, len(cells))
-            text += "".join(f"; {said}" for said in ("" if unlogged else covers, heuristic_said) if said)
-            at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
-            out.append(
-                verdict_row(
-                    figure=figure,
-                    panel=panel,
-                    x=x if (llm and x is not None) else np.nan,
-                    metric="exact match" if llm else "err (mean over n)",
-                    best_tau=best,
-                    **at,
-                    at_tau1_lo=i1[1],
-                    at_tau1_hi=i1[2],
-                    at_best_lo=ib[1],
-                    at_best_hi=ib[2],
-                    vs_tau=vs,
-                    gain=gain,
-                    gain_lo=lo,
-                    gain_hi=hi,
-                    resolved=bool(lo > 0 or hi < 0),
-                    tau_heuristic=heuristic,
-                    verdict=text,
-                )
-            )
+            row = _point_verdict(figure, panel, x, sub, llm, resamples)
+            if row is not None:
+                out.append(row)
     return out
+
+
+@dataclass(frozen=True)
+class _ScanPanel:
+    """What the verdicts of one scan panel share: its cells (run id, seed), their units by run id (None
+    where a cell logged none), the cells without units (by name), whether each cell trained its own
+    model, the App. J heuristic tau, and the words each verdict ends with (coverage, heuristic)."""
+
+    name: str
+    cells: pd.DataFrame
+    logged: dict[str, pd.DataFrame | None]
+    unlogged: list[str]
+    trained: bool
+    heuristic: float
+    said: str
+
+
+def _scan_panel(
+    rows: pd.DataFrame, name: str, units: Mapping[str, pd.DataFrame | None], llm: bool
+) -> _ScanPanel:
+    """A scan panel's cells, their units and the words its verdicts end with."""
+    cells = rows.loc[rows["panel"] == name, ["run_id", "seed"]].drop_duplicates("run_id")
+    logged = {r: units.get(r) for r in cells["run_id"]}
+    unlogged = sorted(rows.attrs.get("runs", {}).get(r, r) for r, u in logged.items() if u is None)
+    heuristic, heuristic_said = heuristic_tau(rows[rows["panel"] == name])
+    covers = "" if unlogged else coverage_text(rows, cells, logged, llm)
+    said = "".join(f"; {words}" for words in (covers, heuristic_said) if words)
+    return _ScanPanel(name, cells, logged, unlogged, trained_per_cell(rows), heuristic, said)
+
+
+def _point_verdict(
+    figure: str, panel: _ScanPanel, x: float | None, sub: pd.DataFrame, llm: bool, resamples: int
+) -> dict | None:
+    """The verdict row of one point of a scan panel (x None: over all its x): the best tau against tau = 1
+    (or, when tau = 1 is best, the best other), with intervals; None when tau = 1 was not scanned there."""
+    means = sub.groupby("tau")["err"].mean()
+    if 1.0 not in means.index:
+        return None
+    best, vs = _best_and_weighed(means)
+    common, a1, av, ab = _means_at(sub, best, vs)
+    gain = a1 - av  # error at tau = 1 minus at tau = vs: for the LLM, EM(vs) - EM(1)
+    i1, iv, ig = _point_intervals(panel, vs, common, llm, resamples)
+    ib = i1 if best == 1.0 else iv
+    lo, hi = ig[1], ig[2]
+    what = f"exact match ({'all x' if x is None else f'x = {x:g}'})" if llm else "the error averaged over n"
+    text = _scan_text(gain, (lo, hi), (best, vs), what, llm)
+    if panel.unlogged and best != 1.0:
+        text = _not_judged(gain, best, what, panel.unlogged, len(panel.cells))
+    at = dict(at_tau1=1 - a1, at_best=1 - ab) if llm else dict(at_tau1=a1, at_best=ab)  # LLM: EM
+    return verdict_row(
+        figure=figure,
+        panel=panel.name,
+        x=x if (llm and x is not None) else np.nan,
+        metric="exact match" if llm else "err (mean over n)",
+        best_tau=best,
+        **at,
+        at_tau1_lo=i1[1],
+        at_tau1_hi=i1[2],
+        at_best_lo=ib[1],
+        at_best_hi=ib[2],
+        vs_tau=vs,
+        gain=gain,
+        gain_lo=lo,
+        gain_hi=hi,
+        resolved=bool(lo > 0 or hi < 0),
+        tau_heuristic=panel.heuristic,
+        verdict=text + panel.said,
+    )
+
+
+def _point_intervals(
+    panel: _ScanPanel, vs: float, common: pd.Index, llm: bool, resamples: int
+) -> tuple[tuple, tuple, tuple]:
+    """(metric at tau = 1, at tau = vs, their gain) as (value, lo, hi) over the x in ``common``: the LLM's
+    crossed bootstrap or GPT-2's Student t; all NaN when a cell of the panel logged no units."""
+    if panel.unlogged:
+        nan3 = (np.nan, np.nan, np.nan)
+        return nan3, nan3, nan3
+    if llm:
+        return _llm_intervals(panel.cells, panel.logged, vs, list(common), resamples)
+    return _gpt2_intervals(panel.cells, panel.logged, vs, panel.trained)
 
 
 def heuristic_tau(rows: pd.DataFrame) -> tuple[float, str]:

@@ -53,78 +53,104 @@ def theory_verdicts(rows: pd.DataFrame) -> list[dict]:
     for figure, panel, group in _theory_panels(rows):
         sim = _mean_over_seeds(group[group["source"] == "simulation"], ["curve", "x"])
         th = _mean_over_seeds(group[group["source"] == "theory"], ["curve", "x"])
-        both = sim.merge(th, on=["curve", "x"], suffixes=("", "_th"))
-        gap_row = both.loc[(both["err"] - both["err_th"]).abs().idxmax()] if len(both) else None
-        gap = float(abs(gap_row["err"] - gap_row["err_th"])) if gap_row is not None else np.nan
-        gap_note = (
-            f"largest |Thm 4.6 - Monte Carlo| = {gap:.3g} ({gap_row['curve']}, x = {gap_row['x']:g}):"
-            " the finite-l effect of the theory's large-l limit"
-            if gap_row is not None
-            else ""
-        )
-        one, opt = sim[sim["curve"] == "tau=1"].set_index("x"), sim[sim["curve"] == "tau_opt"].set_index("x")
+        gap, gap_note = _theory_gap(sim, th)
+        one, opt = _curve(sim, "tau=1"), _curve(sim, "tau_opt")
         common = one.index.intersection(opt.index)
         if figure == "4" or not len(common):  # Fig. 4 compares linear and linearized attention at tau = 1
-            lin, lzd = (
-                sim[sim["curve"] == "linear"].set_index("x"),
-                sim[sim["curve"] == "linearized"].set_index("x"),
-            )
-            common = lin.index.intersection(lzd.index)
-            if not len(common):
-                continue
-            x = max(common)
-            diff = float(lin.loc[x, "err"] - lzd.loc[x, "err"])
-            se = math.hypot(standard_error(lin.loc[[x]]).iloc[0], standard_error(lzd.loc[[x]]).iloc[0])
-            lo, hi = diff - Z90 * se, diff + Z90 * se
-            verdict = (
-                f"at l = {x:g} linear attention's error exceeds linearized attention's by {diff:.3g}"
-                f" (90% interval {lo:.3g} to {hi:.3g}){'' if lo > 0 else ', not resolved'}; {gap_note}"
-            )
-            out.append(
-                verdict_row(
-                    figure=figure,
-                    panel=panel,
-                    x=x,
-                    metric="err (linear - linearized)",
-                    best_tau=1.0,
-                    **errors_at(lin, lzd, x),
-                    gain=diff,
-                    gain_lo=lo,
-                    gain_hi=hi,
-                    resolved=bool(lo > 0 or hi < 0),
-                    theory_gap=gap,
-                    verdict=verdict,
-                )
-            )
-            continue
-        th_one = th[th["curve"] == "tau=1"].set_index("x")["err"]
-        th_opt = th[th["curve"] == "tau_opt"].set_index("x")["err"]
-        theory_gain = (th_one - th_opt).reindex(common)
-        x = float(theory_gain.idxmax()) if theory_gain.notna().any() else float(max(common))
-        gain = float(one.loc[x, "err"] - opt.loc[x, "err"])
-        se = math.hypot(standard_error(one.loc[[x]]).iloc[0], standard_error(opt.loc[[x]]).iloc[0])
-        lo, hi = gain - Z90 * se, gain + Z90 * se
-        tau_opt = float(opt.loc[x, "tau"])
-        verdict = verdict_text(
-            gain, lo, hi, f"the Monte Carlo error at x = {x:g}", f"tau_opt = {tau_opt:.3g}"
-        )
-        out.append(
-            verdict_row(
-                figure=figure,
-                panel=panel,
-                x=x,
-                metric="err (Monte Carlo)",
-                best_tau=tau_opt,
-                **errors_at(one, opt, x),
-                gain=gain,
-                gain_lo=lo,
-                gain_hi=hi,
-                resolved=bool(lo > 0 or hi < 0),
-                theory_gap=gap,
-                verdict=f"{verdict}; {gap_note}",
-            )
-        )
+            row = _linear_vs_linearized(figure, panel, sim, gap, gap_note)
+        else:
+            row = _tuned_vs_one(figure, panel, one, opt, th, common, gap, gap_note)
+        if row is not None:
+            out.append(row)
     return out
+
+
+def _curve(means: pd.DataFrame, curve: str) -> pd.DataFrame:
+    """One curve's points, indexed by x."""
+    return means[means["curve"] == curve].set_index("x")
+
+
+def _theory_gap(sim: pd.DataFrame, th: pd.DataFrame) -> tuple[float, str]:
+    """The largest |Thm 4.6 - Monte Carlo| over a panel's points (NaN when none match) and the words for
+    it, naming its curve and x ("" when none)."""
+    both = sim.merge(th, on=["curve", "x"], suffixes=("", "_th"))
+    if not len(both):
+        return np.nan, ""
+    row = both.loc[(both["err"] - both["err_th"]).abs().idxmax()]
+    gap = float(abs(row["err"] - row["err_th"]))
+    note = (
+        f"largest |Thm 4.6 - Monte Carlo| = {gap:.3g} ({row['curve']}, x = {row['x']:g}):"
+        " the finite-l effect of the theory's large-l limit"
+    )
+    return gap, note
+
+
+def _linear_vs_linearized(
+    figure: str, panel: str, sim: pd.DataFrame, gap: float, gap_note: str
+) -> dict | None:
+    """Fig. 4's verdict row: linear minus linearized attention's Monte Carlo error at the largest l both
+    reach, with its 90% interval (None when they share no l)."""
+    lin, lzd = _curve(sim, "linear"), _curve(sim, "linearized")
+    common = lin.index.intersection(lzd.index)
+    if not len(common):
+        return None
+    x = max(common)
+    diff = float(lin.loc[x, "err"] - lzd.loc[x, "err"])
+    se = math.hypot(standard_error(lin.loc[[x]]).iloc[0], standard_error(lzd.loc[[x]]).iloc[0])
+    lo, hi = diff - Z90 * se, diff + Z90 * se
+    verdict = (
+        f"at l = {x:g} linear attention's error exceeds linearized attention's by {diff:.3g}"
+        f" (90% interval {lo:.3g} to {hi:.3g}){'' if lo > 0 else ', not resolved'}; {gap_note}"
+    )
+    return verdict_row(
+        figure=figure,
+        panel=panel,
+        x=x,
+        metric="err (linear - linearized)",
+        best_tau=1.0,
+        **errors_at(lin, lzd, x),
+        gain=diff,
+        gain_lo=lo,
+        gain_hi=hi,
+        resolved=bool(lo > 0 or hi < 0),
+        theory_gap=gap,
+        verdict=verdict,
+    )
+
+
+def _tuned_vs_one(
+    figure: str,
+    panel: str,
+    one: pd.DataFrame,
+    opt: pd.DataFrame,
+    th: pd.DataFrame,
+    common: pd.Index,
+    gap: float,
+    gap_note: str,
+) -> dict:
+    """The verdict row of tau_opt against tau = 1: their Monte Carlo errors and gain, with its 90%
+    interval, at the x of ``common`` where the theory's gain is largest (the largest x when it has none)."""
+    theory_gain = (_curve(th, "tau=1")["err"] - _curve(th, "tau_opt")["err"]).reindex(common)
+    x = float(theory_gain.idxmax()) if theory_gain.notna().any() else float(max(common))
+    gain = float(one.loc[x, "err"] - opt.loc[x, "err"])
+    se = math.hypot(standard_error(one.loc[[x]]).iloc[0], standard_error(opt.loc[[x]]).iloc[0])
+    lo, hi = gain - Z90 * se, gain + Z90 * se
+    tau_opt = float(opt.loc[x, "tau"])
+    verdict = verdict_text(gain, lo, hi, f"the Monte Carlo error at x = {x:g}", f"tau_opt = {tau_opt:.3g}")
+    return verdict_row(
+        figure=figure,
+        panel=panel,
+        x=x,
+        metric="err (Monte Carlo)",
+        best_tau=tau_opt,
+        **errors_at(one, opt, x),
+        gain=gain,
+        gain_lo=lo,
+        gain_hi=hi,
+        resolved=bool(lo > 0 or hi < 0),
+        theory_gap=gap,
+        verdict=f"{verdict}; {gap_note}",
+    )
 
 
 def draw_theory(rows: pd.DataFrame, title: str) -> plt.Figure:

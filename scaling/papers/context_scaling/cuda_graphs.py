@@ -14,14 +14,11 @@ device's step counter and advances it, so replayed steps are the eager steps' ke
 their numbers are the eager ones bit for bit. Without ``capture`` (a CPU) the same path runs the step on
 the static buffers eagerly: the logic CI can test.
 
-``GraphedSteps(trainer, batch)`` is the benchmark's form: a captured step per call of ``step()``.
 CUDA graphs themselves run on a GPU only: benchmarks/gpu.py and benchmarks/trial_gpu_checks.py compare their
 numbers and speed with the eager steps'.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 
@@ -124,27 +121,3 @@ def next_losses(engine) -> torch.Tensor:
     if engine.graph is None:
         return engine.step_on(*inputs)
     return engine.graph.run(*inputs, steady=engine.members[0].steady(engine.step))
-
-
-class GraphedSteps:
-    """Training steps of ``trainer`` replayed from one captured CUDA graph, one per ``step()``, each on
-    ``batch()`` (the current step's inputs); ``warmup`` eager steps and the capture happen here."""
-
-    def __init__(self, trainer, batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], warmup: int = WARMUP):
-        cell = trainer.cell if hasattr(trainer, "cell") else trainer.members[0].cell
-        rates = trainer.rates if hasattr(trainer, "rates") else trainer.optimizer.rates
-        if rates is None and cell.train.schedule != "constant":
-            raise ValueError(
-                f"a captured step with its learning rate on the host replays one rate: schedule"
-                f" {cell.train.schedule!r} needs the rate on the device (train.cuda_graphs)"
-            )
-        self.trainer, self.batch = trainer, batch
-        self.steps = StepGraph(trainer, capture=True, warmup=warmup)
-        for _ in range(warmup + 1):  # the eager steps, then the captured one
-            self.step()
-
-    def step(self) -> torch.Tensor:
-        """Train the trainer's current step; its loss(es) on the device (overwritten by the next step)."""
-        out = self.steps.run(*self.batch())
-        self.trainer.step += 1
-        return out

@@ -344,12 +344,8 @@ def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
     retriever = make_retriever(
         t.retriever, train, **({"device": str(device)} if t.retriever == "minilm" else {})
     )
-    points = (
-        [(k, t.noisy_ratios[0]) for k in t.n_demos]
-        if t.panel == "demos"
-        else [(t.n_demos[0], r) for r in t.noisy_ratios]
-    )
-    rows, units, all_prompts, done = [], [], [], 0
+    points = llm_points(t)
+    rows, units, all_prompts = [], [], []
     for index, (k, ratio) in enumerate(points):
         demos = retriever.top_k([query_text(item) for item in test], k)  # retrieval once per x
         # every run's prompts built and tokenised once, answered at each tau (scaling.papers.temperature.scan)
@@ -357,38 +353,59 @@ def llm_scan(cell, device, report=None, sweep_model=None) -> JobResult:
         prompts = prompt_set.run_prompts(0)
         all_prompts += prompts
         moments = prompt_score_moments(model, tokenizer, prompts, t.batch_size).columns()
+        x = float(k if t.panel == "demos" else ratio)
+        point = (k, ratio, x, k if t.panel == "demos" else index)
         for tau in t.taus:
             result = prompt_set.exact_match(model, tokenizer, tau, t.max_new_tokens, t.batch_size)
-            x = float(k if t.panel == "demos" else ratio)
-            units += [
-                (float(tau), x, run, question, correct)
-                for run, answers in enumerate(result.correct)
-                for question, correct in enumerate(answers)
-            ]
-            err = 1.0 - result.mean
-            rows.append(
-                {
-                    "predictor": f"tau={tau:g}",
-                    "n": k,
-                    "step": k if t.panel == "demos" else index,
-                    "x": x,
-                    "err": err,
-                    "err_lo": err - result.std,
-                    "err_hi": err + result.std,
-                    "prompts": len(test) * t.mc_runs,
-                    "em": result.mean,
-                    "em_std": result.std,
-                    "tau": float(tau),
-                    "noisy_ratio": ratio,
-                    **moments,
-                    "panel": t.panel,
-                    "curve": f"tau={tau:g}",
-                }
-            )
-            done += 1
+            units += llm_units(tau, x, result.correct)
+            rows.append(llm_row(t, tau, point, result, len(test), moments))
             if report:
-                report({"step": done, "progress": done / (len(points) * len(t.taus))})
+                report({"step": len(rows), "progress": len(rows) / (len(points) * len(t.taus))})
     curves = pd.DataFrame(rows)
     pooled = prompt_score_moments(model, tokenizer, all_prompts, t.batch_size)
     units = pd.DataFrame(units, columns=LLM_UNIT_COLUMNS)
     return JobResult(curves, {"tau_best": best_tau(curves), **pooled.summary()}, units=units)
+
+
+def llm_points(t) -> list[tuple[int, float]]:
+    """An LLM scan's points as (demonstrations, noisy ratio): panel "demos" varies the demonstrations at
+    the first noisy ratio, panel "noisy_ratio" the ratio at the first number of demonstrations."""
+    if t.panel == "demos":
+        return [(k, t.noisy_ratios[0]) for k in t.n_demos]
+    return [(t.n_demos[0], r) for r in t.noisy_ratios]
+
+
+def llm_units(tau: float, x: float, correct) -> list[tuple]:
+    """The units.parquet rows (LLM_UNIT_COLUMNS) of one tau at one x: whether each Monte Carlo run
+    answered each test question exactly (``correct``: per run, per question)."""
+    return [
+        (float(tau), x, run, question, answer)
+        for run, answers in enumerate(correct)
+        for question, answer in enumerate(answers)
+    ]
+
+
+def llm_row(
+    t, tau: float, point: tuple[int, float, float, int], result, questions: int, moments: dict
+) -> dict:
+    """The curves row of one tau at one point (demonstrations, noisy ratio, x, step): err = 1 - exact
+    match with err -+ one standard deviation over the Monte Carlo runs, and the point's score moments."""
+    k, ratio, x, step = point
+    err = 1.0 - result.mean
+    return {
+        "predictor": f"tau={tau:g}",
+        "n": k,
+        "step": step,
+        "x": x,
+        "err": err,
+        "err_lo": err - result.std,
+        "err_hi": err + result.std,
+        "prompts": questions * t.mc_runs,
+        "em": result.mean,
+        "em_std": result.std,
+        "tau": float(tau),
+        "noisy_ratio": ratio,
+        **moments,
+        "panel": t.panel,
+        "curve": f"tau={tau:g}",
+    }

@@ -277,6 +277,71 @@ def _decode(
     return texts, max(len(tokens) for tokens in generated)
 
 
+def _chunks(token_ids: Sequence[Sequence[int]], chunk_tokens: int) -> list[list[int]]:
+    """The prompts' indices in lexicographic token order (prompts that share a beginning come together),
+    cut into chunks of at most ``chunk_tokens`` prompt tokens (at least one prompt each)."""
+    chunks: list[list[int]] = []
+    size = chunk_tokens
+    for index in sorted(range(len(token_ids)), key=lambda i: list(token_ids[i])):
+        if size + len(token_ids[index]) > chunk_tokens:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(index)
+        size += len(token_ids[index])
+    return chunks
+
+
+def _first_tokens(
+    model, store: _PrefixKV, token_ids, batch_size: int, call_overhead: float, pad_id: int, stats: dict
+) -> dict[int, int]:
+    """The greedy token after each segment of ``store``'s prefix tree, by node: the segments computed
+    level by level (parents first), each level in forward passes of at most ``batch_size`` rows grouped
+    by length (``call_groups``). Adds to ``stats`` its ``prefill_calls`` and ``prompt_tokens``."""
+    segments = store.segments
+    depth: list[int] = []
+    for seg in segments:  # parents come first
+        depth.append(depth[seg.parent] + 1 if seg.parent >= 0 else 0)
+    first: dict[int, int] = {}
+    for level in range(max(depth) + 1):
+        nodes = [n for n, d in enumerate(depth) if d == level]
+        lengths = [segments[n].stop - segments[n].start for n in nodes]
+        for group in call_groups(lengths, batch_size, call_overhead):
+            rows = [nodes[i] for i in group]
+            tokens = _prefill(model, store, token_ids, rows, pad_id)
+            first.update(zip(rows, tokens.tolist()))
+            stats["prefill_calls"] += 1
+            stats["prompt_tokens"] += len(rows) * max(lengths[i] for i in group)
+    return first
+
+
+def _generated_texts(
+    model,
+    tokenizer,
+    store: _PrefixKV,
+    first: dict[int, int],
+    batch_size: int,
+    max_new_tokens: int,
+    stop_at_answer: bool,
+    stats: dict,
+) -> dict[int, str]:
+    """The text generated for each prompt of the prefix tree (by its index there): the segments where
+    prompts end, shortest first, decoded in batches of ``batch_size`` from their first tokens ``first``.
+    Adds to ``stats`` its decoding ``batches`` and their ``steps``."""
+    segments = store.segments
+    ends = sorted((n for n, seg in enumerate(segments) if seg.ends), key=lambda n: segments[n].stop)
+    texts: dict[int, str] = {}
+    for start in range(0, len(ends), batch_size):
+        batch = ends[start : start + batch_size]
+        generated, steps = _decode(
+            model, tokenizer, store, batch, [first[n] for n in batch], max_new_tokens, stop_at_answer
+        )
+        stats["batches"] += 1
+        stats["steps"] += steps
+        for node, text in zip(batch, generated):
+            texts.update(dict.fromkeys(segments[node].ends, text))
+    return texts
+
+
 def generate_token_answers(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -312,43 +377,16 @@ def generate_token_answers(
     for key in ("batches", "steps", "prompt_tokens", "prefill_calls"):
         stats.setdefault(key, 0)
     answers: list[str | None] = [None] * len(token_ids)
-    order = sorted(range(len(token_ids)), key=lambda i: list(token_ids[i]))
     with torch.inference_mode():
-        chunks, size = [], chunk_tokens
-        for index in order:
-            if size + len(token_ids[index]) > chunk_tokens:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(index)
-            size += len(token_ids[index])
-        for prompts in chunks:
+        for prompts in _chunks(token_ids, chunk_tokens):
             ids = [token_ids[i] for i in prompts]
-            segments = prefix_tree(ids, min_shared)
-            store = _PrefixKV(segments)
-            depth = []
-            for seg in segments:  # parents come first
-                depth.append(depth[seg.parent] + 1 if seg.parent >= 0 else 0)
-            first: dict[int, int] = {}
-            for level in range(max(depth) + 1):
-                nodes = [n for n, d in enumerate(depth) if d == level]
-                lengths = [segments[n].stop - segments[n].start for n in nodes]
-                for group in call_groups(lengths, batch_size, call_overhead):
-                    rows = [nodes[i] for i in group]
-                    tokens = _prefill(model, store, ids, rows, tokenizer.pad_token_id)
-                    first.update(zip(rows, tokens.tolist()))
-                    stats["prefill_calls"] += 1
-                    stats["prompt_tokens"] += len(rows) * max(lengths[i] for i in group)
-            ends = sorted((n for n, seg in enumerate(segments) if seg.ends), key=lambda n: segments[n].stop)
-            for start in range(0, len(ends), batch_size):
-                batch = ends[start : start + batch_size]
-                texts, steps = _decode(
-                    model, tokenizer, store, batch, [first[n] for n in batch], max_new_tokens, stop_at_answer
-                )
-                stats["batches"] += 1
-                stats["steps"] += steps
-                for node, text in zip(batch, texts):
-                    for i in segments[node].ends:
-                        answers[prompts[i]] = answer_from_generation(text)
+            store = _PrefixKV(prefix_tree(ids, min_shared))
+            first = _first_tokens(model, store, ids, batch_size, call_overhead, tokenizer.pad_token_id, stats)
+            texts = _generated_texts(
+                model, tokenizer, store, first, batch_size, max_new_tokens, stop_at_answer, stats
+            )
+            for i, text in texts.items():
+                answers[prompts[i]] = answer_from_generation(text)
     return answers  # type: ignore[return-value]
 
 
