@@ -68,8 +68,11 @@ def gated(check):
         if not bool(degraded["resolved"]):
             return Outcome(INCONCLUSIVE, f"the shift does not degrade this model: {degraded['verdict']}; "
                            f"the scan: {outcome.evidence}")  # fmt: skip
-        if not bool(rises["resolved"]):
-            return Outcome(outcome.status, f"{outcome.evidence}; but {rises['verdict']}")
+        if not bool(rises["resolved"]):  # half the precondition: no tau's gain can be "not reproduced"
+            status = INCONCLUSIVE if outcome.status == NOT_REPRODUCED else outcome.status
+            return Outcome(
+                status, f"{outcome.evidence}; but the precondition holds only in part: {rises['verdict']}"
+            )
         return outcome
 
     return gate
