@@ -151,7 +151,7 @@ def test_report_has_the_answer_verdicts_fits_missing_cells_and_runs(store, tmp_p
     assert {"report.html", "fig1.png", "table.parquet", "fits.csv"} <= artifacts
     logged = Path(client.download_artifacts(result.run_id, "report.html", str(tmp_path))).read_text()
     assert (
-        f'/runs/{result.run_id}"><code>{result.run_id}</code></a>' in logged
+        f'/runs/{result.run_id}?workflowType=machine_learning"><code>{result.run_id}</code></a>' in logged
     )  # the report names its own run
 
 

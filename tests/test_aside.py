@@ -4,9 +4,11 @@ are drawn aside writes what one drawn in order writes, and nothing when it fails
 
 import dataclasses
 import math
-import multiprocessing
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +19,8 @@ from analysis.papers.context_scaling.plugin import TRAINING
 from analysis.pipeline import analyse
 from analysis.plugin import AnalysisError, Request
 from analysis.same_outputs import folder_differences
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_work_runs_in_a_child_and_its_result_comes_back():
@@ -79,12 +83,15 @@ def draw_both_ways(store: str, out) -> None:
 
 
 def test_figures_drawn_aside_are_the_figures_drawn_in_order(store, tmp_path):
-    """In a forked process, whose only thread is its main one (earlier tests leave threads in this one, and
-    Aside never forks beside a thread), as in a fresh `python -m analysis`."""
-    child = multiprocessing.get_context("fork").Process(target=draw_both_ways, args=(store, tmp_path))
-    child.start()
-    child.join(600)
-    assert child.exitcode == 0, "an assertion of draw_both_ways failed in the child (its traceback is above)"
+    """In a new interpreter, as a `python -m analysis` runs (this one holds threads earlier tests left, and
+    Aside never forks beside a thread)."""
+    code = "import sys; from pathlib import Path; from test_aside import draw_both_ways; "
+    code += "draw_both_ways(sys.argv[1], Path(sys.argv[2]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, store, str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     assert folder_differences(tmp_path / "False", tmp_path / "True") == [
         (p.name, "") for p in sorted((tmp_path / "False").iterdir())
     ]

@@ -288,6 +288,8 @@ def test_a_directory_given_as_the_sweep(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweeps"]
 
 
+# 25 s of planning a large lattice (slow); the refusal without the flag stays in the default run
+@pytest.mark.slow
 def test_a_large_lattice_is_allowed_by_the_flag_and_sized_quickly(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "big.yaml"

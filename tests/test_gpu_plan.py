@@ -48,7 +48,7 @@ def test_the_dry_run_prints_gpu_hours_from_the_shipped_measured_table(tmp_path, 
     run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path), out=out, options=RunOptions(dry_run=True))
     text = out.getvalue()
     assert "GPU-hours" in text and f"on one {table['device']} (measured on {table['measured']}," in text
-    assert "of one cpu" in text
+    assert "CPU: every training cell asks for a GPU (their time: the GPU lines)" in text
 
 
 def test_gpu_hours_are_the_packs_steps_under_the_measured_fit(tmp_path, tiny_sweep):

@@ -140,6 +140,8 @@ def test_tracking_server_restarted_mid_sweep_loses_no_metric(tmp_path, tiny_swee
         server.stop()
 
 
+# 26 s (slow); tests/test_cluster_driver.py interrupts a driver with SIGINT in the default run
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_the_same_command_resumes(tmp_path, tiny_sweep):
     path = write_sweep(tmp_path, tiny_sweep, "sigint")
     uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.e2e
 STEPS, EVERY = 300, 100
 
 
+# 45 s (slow); the checkpoint checks it relies on run by default (tests/test_checkpoint_integrity.py)
+@pytest.mark.slow
 def test_a_store_older_than_the_storage_is_noticed_and_its_cells_trained_again(tmp_path, tiny_sweep):
     tiny_sweep["name"] = "restored"
     tiny_sweep["defaults"]["train"].update(steps=STEPS, checkpoint_every=EVERY, log_every=EVERY)
