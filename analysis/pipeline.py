@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import pandas as pd
 import yaml
 
+from scaling.aside import Aside
 from scaling.cells import Cell
 from scaling.config import missing_paths_noted
 from scaling.judge import provenance
@@ -39,7 +40,6 @@ from scaling.tracking.backends import existing_store
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
-from .aside import Aside
 from .plugin import Analysis, AnalysisError, AnalysisResult, Request
 from .report import write_report
 
@@ -319,7 +319,7 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
 def figures_aside(result: AnalysisResult) -> Iterator[Callable[[], Callable[[], list[Path]]]]:
     """``drawn()``: the plug-in's figures drawn (their notes added to the result), giving ``saved()``: their
     files in the output folder. Where the plug-in's figures read the table alone they are drawn and saved
-    from the start of the block in a forked process (analysis/aside.py), into a folder of their own that
+    from the start of the block in a forked process (scaling/aside.py), into a folder of their own that
     ``saved`` moves in; else ``drawn`` draws them and ``saved`` saves them, as one process does. Nothing of
     them reaches the output folder when the block fails."""
     aside, beside = None, None

@@ -92,6 +92,47 @@ def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, m
     ]
 
 
+FORKED_READ = """
+import sys
+import pandas as pd
+import scaling.table as table
+
+uri = sys.argv[1]
+threads, _ = table.load_table(uri, "fig1-quick")  # fewer runs than FORKED_READ: read on threads
+forks = []
+
+
+class Counted(table.Aside):
+    def __init__(self, work):
+        super().__init__(work)
+        forks.append(self.pid)
+
+
+table.Aside, table.FORKED_READ = Counted, 2
+forked, _ = table.load_table(uri, "fig1-quick")
+assert len(forks) == 1 and forks[0], forks  # half of the curves read by a forked child
+pd.testing.assert_frame_equal(threads, forked)
+assert threads.attrs["downloads"] == forked.attrs["downloads"] == 0
+print(len(forked))
+"""
+
+
+def test_curves_read_by_two_processes_make_the_table_one_reads_on_threads(store):
+    """In a new interpreter, as `python -m analysis` runs (this one holds threads earlier tests left, and a
+    child is never forked beside a thread)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_READ, store[0]], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) == len(store[1])
+
+
 def test_frames_made_from_the_table_share_its_run_names_instead_of_copying_them():
     """pandas deep-copies attrs into each frame made from a frame; the run names are shared (a 2,000-cell
     analysis spent half its time copying them)."""

@@ -1,4 +1,4 @@
-"""Figures drawn beside the fits (analysis/aside.py): a forked child does the work and returns its result, or
+"""Figures drawn beside the fits (scaling/aside.py): a forked child does the work and returns its result, or
 the caller does it itself (no fork while another thread runs; a child that fails); an analysis whose figures
 are drawn aside writes what one drawn in order writes, and nothing when it fails."""
 
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from synthetic_tables import lattice_table, write_store
 
-from analysis.aside import Aside
 from analysis.papers.context_scaling.plugin import TRAINING
 from analysis.pipeline import analyse
 from analysis.plugin import AnalysisError, Request
 from analysis.same_outputs import folder_differences
+from scaling.aside import Aside
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,11 +19,13 @@ from scaling.judge.fit import (
 )
 from scaling.judge.power_law import (
     Problem,
+    cluster_resample_counts,
     cluster_resample_indices,
     fit_points,
     form_named,
     huber,
     predicted_err,
+    row_weights,
     starting_grid,
 )
 
@@ -73,6 +75,17 @@ def test_resamples_are_unions_of_whole_seeds():
         assert len(idx) == sum(per_seed[s] * len(rows_of[s]) for s in rows_of)
         drawn_counts.append(tuple(per_seed.values()))
     assert len(set(drawn_counts)) > 10, "resamples should differ"
+
+
+def test_resample_counts_weigh_the_rows_of_the_same_draws():
+    seeds = np.array([3, 3, 3, 7, 7, 11, 11, 11, 11, 20, 5, 5])
+    counts, codes = cluster_resample_counts(seeds, 200, np.random.default_rng(4))
+    resamples = cluster_resample_indices(seeds, 200, np.random.default_rng(4))
+    assert counts.shape == (200, 5) and counts.sum(axis=1).tolist() == [5.0] * 200
+    for row, idx in zip(counts, resamples):
+        w = row_weights(row, codes)
+        assert w.dtype == np.float64 and w.flags.c_contiguous
+        assert np.array_equal(w, np.bincount(idx, minlength=len(seeds)).astype(float))
 
 
 def test_noise_free_context_fit_is_exact():

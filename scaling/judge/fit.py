@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .power_law import FORMS, Form, fit_points, form_named
+from .power_law import FORMS, Form, form_named, started_fit
 
 SELECTIONS = ("auto", "diagonal", "all")
 
@@ -110,14 +110,14 @@ def fit_scaling(
     keys = group_keys(table, spec, by)
     carry = [fixed_E] if isinstance(fixed_E, str) else []
     pts = scaling_points(table, spec.axes, keys + carry, select, n_min)
-    rows = []
+    started = []  # every group's fit begun before any is finished: the refit workers never wait on this one
     for key, group in pts.groupby(keys, dropna=False, sort=True):
         floor = _group_floor(group, fixed_E)
-        fit = fit_points(
+        fit = started_fit(
             group, form, fixed_E=floor, n_boot=n_boot, level=level, rng=rng, delta=delta, maxiter=maxiter
         )
-        rows.append({**dict(zip(keys, key)), "form": form, **fit})
-    return pd.DataFrame(rows)
+        started.append((key, fit))
+    return pd.DataFrame([{**dict(zip(keys, key)), "form": form, **fit()} for key, fit in started])
 
 
 def _group_floor(group: pd.DataFrame, fixed_E: float | str | None) -> float | None:

@@ -1,12 +1,13 @@
-"""Work done beside the analysis in a forked process (Aside): a plug-in's figures drawn and saved while the
-fits and verdicts are worked out, so that a 2-core machine keeps both cores busy.
+"""Work done beside the main process in a forked child (Aside), so that a 2-core machine keeps both cores
+busy: an analysis' figures drawn and saved while the fits and verdicts are worked out (analysis.pipeline),
+half of a big sweep's curves read while this process reads the other half (scaling.table).
 
 The fits' bootstrap refits already run on worker processes (scaling.judge.power_law), but the figures,
-drawn after them, kept one core idle for seconds. A fork starts in milliseconds with the read table in its
-memory and writes its files itself; what it returns (the files' paths, the notes it added) comes back
-pickled through a pipe. Nothing is forked while another thread runs (a fork copies only the forking thread,
-and a lock another thread held could stay locked in the child): then, as where ``fork`` does not exist or
-the child fails, the caller does the work itself, as before, and meets its error there.
+drawn after them, kept one core idle for seconds. A fork starts in milliseconds with what the parent read in
+its memory; what it returns comes back pickled through a pipe. Nothing is forked while another thread runs
+(a fork copies only the forking thread, and a lock another thread held could stay locked in the child):
+then, as where ``fork`` does not exist or the child fails, the caller does the work itself, as before, and
+meets its error there.
 """
 
 from __future__ import annotations
