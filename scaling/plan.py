@@ -217,14 +217,6 @@ def deep_merge(base: Any, over: Any) -> Any:
     return copy.deepcopy(over)
 
 
-def add_set_argument(parser, help: str) -> None:
-    """The repeatable ``--set KEY=VALUE`` option of every command that plans a sweep file (collected in
-    ``overrides``, applied by :func:`load_plan`)."""
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
-    )
-
-
 def apply_override(document: dict, assignment: str) -> dict:
     """Apply one ``key=value`` (value in YAML syntax) to the document, as described in the module doc."""
     if "=" not in assignment:
@@ -581,6 +573,16 @@ def load_plan(
     max_cells: int | None = None,
 ) -> Plan:
     """Read, resolve (profile, then overrides) and validate a sweep file."""
+    document, lines = resolved_document(path, profile, overrides)
+    set_paths = {override_path(a): a for a in overrides}
+    return plan_document(document, str(path), lines, profile, set_paths, max_cells)
+
+
+def resolved_document(
+    path: str | Path, profile: str = "", overrides: list[str] | tuple[str, ...] = ()
+) -> tuple[dict, dict]:
+    """A sweep file's document with its profile, then its overrides, applied (not yet validated), and its
+    lines: its ``name`` is the experiment's, known without expanding the cells."""
     document, lines = read_document(path)
     source = str(path)
     if profile:
@@ -593,5 +595,4 @@ def load_plan(
     document.pop("profiles", None)
     for assignment in overrides:
         document = apply_override(document, assignment)
-    set_paths = {override_path(a): a for a in overrides}
-    return plan_document(document, source, lines, profile, set_paths, max_cells)
+    return document, lines

@@ -164,18 +164,18 @@ def load_table(
     cache_dir: Path | None = None,
     workers: int = 16,
     in_place: bool = True,
+    runs: list[RunRecord] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy table of complete cells, and a table of the cells that are not complete (with status).
     Curves on this machine's file system are read in place (``in_place``; False downloads and caches them
-    as a server's are).
+    as a server's are). ``runs``: the experiment's cell runs (``cell_runs``) when read already.
 
     ``table.attrs``: ``downloads`` (curves fetched from the store; 0 when every run was cached or read in
     place),
     ``runs`` (run id -> run name of the complete cells) and ``experiment_id`` (for links to the MLflow UI).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
-    tracker = existing_store(tracking_uri)
-    runs = cell_runs(tracking_uri, experiment, tracker)
+    runs = cell_runs(tracking_uri, experiment) if runs is None else runs
     complete = [r for r in runs if r.status == STATUS_COMPLETE]
     missing = missing_cells(runs)
     cache = cache_dir or default_cache_dir()
@@ -183,6 +183,7 @@ def load_table(
     if len(complete) >= FORKED_READ and all(local):
         stacks, downloads = read_in_place(complete, local), 0
     else:
+        tracker = existing_store(tracking_uri)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             read = list(pool.map(lambda r: _curves(tracker, r, cache, in_place), complete))
         stacks, downloads = [stacked(complete, [frame for frame, _ in read])], sum(f for _, f in read)

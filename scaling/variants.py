@@ -75,3 +75,11 @@ def with_variant(cells: list, variant: tuple[str, ...]) -> list:
     if not variant:
         return cells
     return [dataclasses.replace(p, variant=variant_label(p, variant)) for p in cells]
+
+
+def add_set_argument(parser, help: str) -> None:
+    """The repeatable ``--set KEY=VALUE`` option of every command that plans a sweep file (collected in
+    ``overrides``, applied by scaling.plan.load_plan)."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
+    )

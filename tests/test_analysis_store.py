@@ -133,6 +133,52 @@ def test_curves_read_by_two_processes_make_the_table_one_reads_on_threads(store)
     assert int(done.stdout.split()[-1]) == len(store[1])
 
 
+PLANNED_BESIDE = """
+import sys
+import analysis.pipeline as pipeline
+from analysis.plugin import AnalysisError, Request
+
+uri, sweep = sys.argv[1], sys.argv[2]
+forks = []
+
+
+class Counted(pipeline.Aside):
+    def __init__(self, work):
+        super().__init__(work)
+        forks.append(self.pid)
+
+
+pipeline.Aside = Counted
+request = Request(sweep, profile="quick", tracking_uri=uri)
+source, runs = pipeline.planned_beside_runs(request, uri)
+assert len(forks) == 1 and forks[0], forks  # planned in a child while this process read the store
+assert source == pipeline.resolve(request)
+assert [r.run_id for r in runs] == [r.run_id for r in pipeline.cell_runs(uri, "fig1-quick")]
+bad = Request(sweep, profile="quick", overrides=("train.steps=-5",), tracking_uri="sqlite:////nowhere/x.db")
+try:
+    pipeline.planned_beside_runs(bad, bad.tracking_uri)
+except AnalysisError as err:  # the plan's error, not the missing store's
+    assert "train.steps" in str(err) and "nowhere" not in str(err), err
+else:
+    raise AssertionError("a bad plan was accepted")
+print(len(runs))
+"""
+
+
+def test_a_sweep_planned_beside_the_store_read_is_the_sweep_planned_alone(store):
+    """In a new interpreter, as `python -m analysis` runs (a child is never forked beside a thread)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    code = [sys.executable, "-c", PLANNED_BESIDE, store[0], str(root / "sweeps" / "fig1.yaml")]
+    done = subprocess.run(code, cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) == store[1]["cell_key"].nunique() + 1  # and the failed cell's run
+
+
 def test_frames_made_from_the_table_share_its_run_names_instead_of_copying_them():
     """pandas deep-copies attrs into each frame made from a frame; the run names are shared (a 2,000-cell
     analysis spent half its time copying them)."""

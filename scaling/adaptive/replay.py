@@ -42,11 +42,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..plan import SweepError, add_set_argument, load_plan
+from ..plan import SweepError, load_plan
 from ..redact import redact
 from ..table import load_table
 from ..tracking import TrackingError
 from ..tracking.uri import resolve_tracking_uri
+from ..variants import add_set_argument
 from .policy import Answer, Policy
 
 NO_INTERVAL_WIDTH = 1.0  # a drop interval not yet measured counts as this wide (drops live in [-inf, 1])

@@ -13,9 +13,10 @@ import shlex
 import sys
 
 from ..guards import GuardError
-from ..plan import SweepError, add_set_argument
+from ..plan import SweepError
 from ..redact import install_log_redaction, redact
 from ..tracking import TrackingError
+from ..variants import add_set_argument
 from .phases import run_sweep
 from .run import RunOptions
 
