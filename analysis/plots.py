@@ -59,10 +59,11 @@ def split_name(predictor: str) -> tuple[str, str | None]:
 
 def rows_at(table: pd.DataFrame, level: str | None = None) -> pd.DataFrame:
     """The rows of one split level (None: the overall rows), with the predictor's base name in `base`."""
-    parts = table["predictor"].map(split_name)
-    keep = parts.map(lambda p: p[1] == level).to_numpy(dtype=bool)
+    codes, names = pd.factorize(table["predictor"], use_na_sentinel=False)  # a few names over many rows
+    parts = [split_name(name) for name in names]
+    keep = np.array([p[1] == level for p in parts], dtype=bool)[codes]
     out = table[keep].copy()
-    out["base"] = [p[0] for p in parts[keep]]
+    out["base"] = [parts[c][0] for c in codes[keep]]
     return out
 
 
@@ -513,7 +514,8 @@ def task_label(table: pd.DataFrame) -> pd.Series:
 def context_scaling_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Generic: error vs n, a panel per (task, T), a line per model and N."""
     table = table.assign(_task=task_label(table))
-    keys = sorted({(t, T) for t, T in zip(table["_task"], table["T"])}, key=lambda k: (k[0], k[1]))
+    pairs = table[["_task", "T"]].drop_duplicates()  # a few panels over many rows
+    keys = sorted(set(zip(pairs["_task"], pairs["T"])), key=lambda k: (k[0], k[1]))
     fig, axes = grid(1, max(len(keys), 1))
     colors = model_colors(table)
     for ax, (task, T) in zip(axes[0], keys):
@@ -525,7 +527,8 @@ def context_scaling_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
 def task_scaling_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Generic: error vs T at n = N, a panel per (task, N)."""
     table = table.assign(_task=task_label(table))
-    keys = sorted({(t, N) for t, N in zip(table["_task"], table["N"])})
+    pairs = table[["_task", "N"]].drop_duplicates()
+    keys = sorted(set(zip(pairs["_task"], pairs["N"])))
     fig, axes = grid(1, max(len(keys), 1))
     colors = model_colors(table)
     for ax, (task, N) in zip(axes[0], keys):
