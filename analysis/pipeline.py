@@ -283,13 +283,18 @@ def read(source: Source, uri: str, out: Path, runs: list | None = None) -> Analy
     return result
 
 
-def judged(result: AnalysisResult, plugin: Analysis, request: Request) -> AnalysisResult:
-    """The plug-in's fits and verdicts of a read result (after its ``setup``)."""
+def judged(
+    result: AnalysisResult, plugin: Analysis, request: Request, verdicts: Aside | None = None
+) -> AnalysisResult:
+    """The plug-in's fits and verdicts of a read result (after its ``setup``); ``verdicts``: the verdicts
+    being worked out beside the fits (a plug-in's ``verdicts_from_table``), made here where that child
+    could not run or failed (its error is met here)."""
     result.plugin, result.request = plugin, request
     result.ui_url = request.ui_url or (result.tracking_uri if result.tracking_uri.startswith("http") else "")
     plugin.setup(result)
     result.fits = plugin.fits(result)
-    result.verdicts = plugin.verdicts(result)
+    made = verdicts.result() if verdicts is not None else None
+    result.verdicts = made if made is not None else plugin.verdicts(result)
     return result
 
 
@@ -326,7 +331,12 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
     result = read(source, uri, folder.resolve(), runs)
     result.plugin, result.request = plugin, request
     with figures_aside(result) as figures:
-        result = judged(result, plugin, request)
+        verdicts = Aside(lambda: plugin.verdicts(result)) if plugin.verdicts_from_table else None
+        try:
+            result = judged(result, plugin, request, verdicts)
+        finally:
+            if verdicts is not None:
+                verdicts.result()  # reaped, whatever happened
         saved = figures()
         write_tables(result)
         result.files += saved()

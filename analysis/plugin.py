@@ -172,5 +172,8 @@ class Analysis:
     sections: Callable[[AnalysisResult], list[tuple[str, str]]] = lambda result: []
     summary: Callable[[AnalysisResult], list[str]] = answer_and_verdicts  # printed after an analysis
     # the figures read the table alone (not setup's reads, fits or verdicts): drawn and saved in a process
-    # of their own while the fits and verdicts are worked out (analysis/aside.py)
+    # of their own while the fits and verdicts are worked out (scaling/aside.py)
     figures_from_table: bool = False
+    # the verdicts read the table and the request alone (not setup's reads or the fits): worked out in a
+    # process of their own while the fits are (scaling/aside.py)
+    verdicts_from_table: bool = False

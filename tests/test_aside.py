@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from synthetic_tables import lattice_table, write_store
 
@@ -65,17 +66,18 @@ class Forks(Aside):
 
 
 def draw_both_ways(store: str, out) -> None:
-    """The same analysis with its figures drawn aside and in order, into out/True and out/False; exits 0
-    when each assertion holds (run in a process of one thread: Aside forks only there)."""
+    """The same analysis with its figures and verdicts made aside and in order, into out/True and out/False;
+    exits 0 when each assertion holds (run in a process of one thread: Aside forks only there)."""
     import analysis.pipeline
 
     analysis.pipeline.Aside = Forks
     request = Request(None, "fig1-quick", tracking_uri=store, bootstrap=30, log=False)
     results = {}
     for aside in (True, False):
-        plugin = dataclasses.replace(TRAINING, figures_from_table=aside)
+        plugin = dataclasses.replace(TRAINING, figures_from_table=aside, verdicts_from_table=aside)
         results[aside] = analyse(dataclasses.replace(request, out=out / str(aside)), plugin=plugin)
-    assert len(Forks.children) == 1 and Forks.children[0]  # drawn aside once, in a child
+    assert len(Forks.children) == 2 and all(Forks.children)  # drawn and judged aside once, in children
+    pd.testing.assert_frame_equal(results[True].verdicts, results[False].verdicts)
     assert results[True].notes == results[False].notes
     assert [p.name for p in results[True].files] == [p.name for p in results[False].files]
     assert any(p.suffix == ".svg" for p in results[True].files)

@@ -114,4 +114,5 @@ TRAINING = Analysis(
     sections=fit_sections,
     summary=summary_lines,
     figures_from_table=True,
+    verdicts_from_table=True,
 )
