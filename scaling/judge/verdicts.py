@@ -67,8 +67,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import page_trend_test
-from scipy.stats import t as student_t
 
 from .fit import group_keys
 from .power_law import FORMS
@@ -140,6 +138,8 @@ def t_interval(values: np.ndarray, level: float, min_seeds: int = 3) -> tuple[np
     """Student t interval of the mean over the last axis (one value per seed; any leading axes are
     independent samples, as the coverage test draws them): mean -+ t(S - 1) sd / sqrt(S). NaN where there
     are fewer than ``min_seeds`` values."""
+    from scipy.stats import t as student_t  # scipy.stats: 0.7 s to import, needed only here
+
     values = np.asarray(values, float)
     S = values.shape[-1]
     if S < max(min_seeds, 2):
@@ -200,6 +200,8 @@ def trend_p_value(wide: pd.DataFrame) -> float:
     if complete.shape[1] < 3 or complete.shape[0] < 2:
         return math.nan
     # Page's alternative is increase along the columns: order them from largest axis value down
+    from scipy.stats import page_trend_test
+
     return float(page_trend_test(complete.to_numpy()[:, ::-1]).pvalue)
 
 
