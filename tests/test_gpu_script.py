@@ -68,6 +68,7 @@ def test_the_smoke_run_prints_every_figure_and_writes_the_cost_table_without_ray
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the GPU run's phase rehearsed on the CPU: its parts run by default in test_pack_e2e
 def test_the_sweep_phase_runs_a_sweep_through_ray_and_mlflow_against_its_bare_pack(tmp_path):
     """On a CPU the Fig. 1 slice runs tiny (2 GPT-2 cells packed into one trial); the GPU run's two sweeps
     (their files and every --set) are planned with --dry-run."""

@@ -72,6 +72,7 @@ def test_packed_and_unpacked_sweeps_log_the_same_cells_and_numbers(tmp_path, tin
             )
 
 
+@pytest.mark.slow  # 23 s; a trial killed mid-run resumes from its checkpoint in test_cluster_failures
 def test_packed_sweep_resumes_after_sigkill(tmp_path, tiny_sweep):
     """Two packs of 2 (run.pack: 2); the driver dies once a pack is complete; the rerun finishes the rest."""
     tiny_sweep.update(name="packcrash", run={"pack": 2, "max_concurrent": 1})
