@@ -234,12 +234,16 @@ def read_in_place(runs: list[RunRecord], paths: list[Path]) -> list[pa.Table]:
     order): the second half read by a forked child (scaling.aside) while this process reads the first; all
     here where no child can be forked."""
     half = len(runs) // 2
+
+    def read(part: slice) -> pa.Table:
+        return stacked(runs[part], [read_parquet(p) for p in paths[part]])
+
     # one chunk, not one per file, comes back through the pipe (pickling 5,000 chunks took a second)
-    child = Aside(lambda: stacked(runs[half:], [read_parquet(p) for p in paths[half:]]).combine_chunks())
-    first = stacked(runs[:half], [read_parquet(p) for p in paths[:half]])
+    child = Aside(lambda: read(slice(half, None)).combine_chunks())
+    first = read(slice(0, half))
     second = child.result()
     if second is None:  # not forked (another thread runs), or the child failed: read here, errors and all
-        second = stacked(runs[half:], [read_parquet(p) for p in paths[half:]])
+        second = read(slice(half, None))
     return [first, second]
 
 

@@ -276,26 +276,15 @@ def too_few_points(problem: Problem, spec: Form) -> str:
     )
 
 
-def fit_points(
-    points: pd.DataFrame,
-    form: str,
-    *,
-    fixed_E: float | None = None,
-    n_boot: int = 1000,
-    level: float = 0.9,
-    rng: np.random.Generator | int = 0,
-    delta: float = 1e-3,
-    maxiter: int = 1000,
-) -> dict:
-    """Fit one group's points (columns seed, err and the form's axes) with a seed-cluster bootstrap.
+def fit_points(points: pd.DataFrame, form: str, **options) -> dict:
+    """Fit one group's points (columns seed, err and the form's axes) with a seed-cluster bootstrap
+    (``options``: started_fit's keywords).
 
     Returns a flat dict: the parameters with _lo/_hi interval bounds, n_points, n_seeds, E_fixed,
     converged, message, loss, n_boot, boot_converged (fraction of refits that converged), level and
     a note saying why an interval or a fit is missing.
     """
-    return started_fit(
-        points, form, fixed_E=fixed_E, n_boot=n_boot, level=level, rng=rng, delta=delta, maxiter=maxiter
-    )()
+    return started_fit(points, form, **options)()
 
 
 def started_fit(
@@ -310,7 +299,9 @@ def started_fit(
     maxiter: int = 1000,
 ) -> Callable[[], dict]:
     """fit_points begun: the fit done and its bootstrap refits handed to the worker processes (when they
-    run there); the call returned gives fit_points' dict once they are back. Starting every group's fit
+    run there); the call returned gives fit_points' dict once they are back. ``fixed_E``: E held at this
+    value (0 drops the constant term); ``n_boot`` resamples for the ``level`` interval, drawn from ``rng``;
+    ``delta``: the Huber loss' threshold; ``maxiter``: L-BFGS-B's iterations. Starting every group's fit
     before finishing any keeps the workers busy while this process fits the next group (fit_scaling)."""
     spec = form_named(form)
     rng = np.random.default_rng(rng)
