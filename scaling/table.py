@@ -21,8 +21,6 @@ import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 import pandas as pd
 import pyarrow as pa
@@ -31,6 +29,7 @@ import pyarrow.parquet as pq
 from .aside import Aside
 from .tracking import STATUS_COMPLETE, Columns, RunRecord, TrackingStore
 from .tracking.backends import existing_store
+from .tracking.uri import local_artifact
 
 UNITS = "units.parquet"
 TABLE_COLUMNS = [
@@ -95,22 +94,6 @@ def read_parquet(path: str | Path) -> pa.Table:
     all, at less than half its cost (no dataset is set up for one file: 0.3 ms a file, not 0.7 ms)."""
     with pq.ParquetFile(path) as file:
         return file.read()
-
-
-def local_artifact(artifact_uri: str | None, name: str) -> Path | None:
-    """The file of artifact ``name`` when the run's artifacts live on this machine's file system (a plain
-    path or file:// URI, as the embedded default and a cluster's shared disk have them), else None (a
-    server's mlflow-artifacts:, S3, ...: downloaded). Read in place: copying it into the cache first
-    would only add a write."""
-    if not artifact_uri:
-        return None
-    parsed = urlparse(artifact_uri)
-    if parsed.scheme not in ("", "file") or (
-        parsed.scheme == "file" and parsed.netloc not in ("", "localhost")
-    ):
-        return None
-    path = Path(url2pathname(parsed.path)) / name
-    return path if path.is_file() else None
 
 
 def _artifact(

@@ -4,13 +4,16 @@ run, a failed run, twin runs of one cell, runs without a name, a NaN metric, run
 second experiment."""
 
 import math
+import subprocess
+import sys
 
+import pandas as pd
 import pytest
 
 from scaling.table import TABLE_READS
-from scaling.tracking import BARE, Columns
+from scaling.tracking import BARE, Columns, TrackingError, adaptive_waves
 from scaling.tracking.backends import existing_store, open_store
-from scaling.tracking.database import DatabaseTracker
+from scaling.tracking.database import TABLES, DatabaseTracker
 from scaling.tracking.tracker import Tracker
 
 
@@ -115,3 +118,59 @@ def test_database_stores_get_the_fast_search(store):
     uri = store[0]
     assert type(existing_store(uri)) is DatabaseTracker and type(open_store(uri)) is DatabaseTracker
     assert type(open_store("http://127.0.0.1:1")) is Tracker  # a server: MLflow's paged search
+
+
+def test_the_tables_read_are_mlflows_own():
+    """database.TABLES names MLflow's tables and columns, with the types its models give them."""
+    import sqlalchemy
+    from mlflow.store.tracking.dbmodels import models
+
+    tables = (models.SqlRun, models.SqlTag, models.SqlParam, models.SqlLatestMetric, models.SqlExperiment)
+    for model in tables:
+        table = model.__table__
+        for column, type_ in TABLES[table.name].items():
+            assert isinstance(table.c[column].type, getattr(sqlalchemy, type_)), (table.name, column)
+    assert set(TABLES) == {"runs", "tags", "params", "latest_metrics", "experiments"}
+
+
+def test_experiments_are_looked_up_as_mlflow_looks_them_up(store):
+    uri, first, other = store
+    fast, mlflow = DatabaseTracker.existing(uri), Tracker.existing(uri)
+    for name in ("s", "t", "nothing", "S"):
+        assert fast.experiment_id(name) == mlflow.experiment_id(name)
+    assert fast.experiment_id("s") == first and fast.experiment_id("S") is None  # case counts
+    mlflow.client.delete_experiment(mlflow.experiment_id("doomed", create=True))
+    with pytest.raises(TrackingError, match="'doomed' is deleted"):
+        fast.experiment_id("doomed")
+
+
+def test_waves_on_a_parent_run_are_read_in_place_as_mlflow_reads_them(store):
+    uri, first, _ = store
+    writer = Tracker(uri)
+    parent = writer.sweep_run(first, "s", {"name": "s"})
+    for wave in (2, 1, 10):
+        record = {"wave": wave, "cells": [f"c{wave}"], "settled": 1, "open": 2, "spent": 0.5}
+        writer.log_wave(parent, record, pd.DataFrame({"a": [wave]}))
+    fast = DatabaseTracker.existing(uri)
+    via_mlflow = adaptive_waves.read_waves(writer.client, parent, writer.download)
+    assert fast.read_waves(first, "s") == via_mlflow
+    assert [w["wave"] for w in via_mlflow] == [1, 2, 10]
+
+
+def test_a_reading_command_asks_the_database_without_importing_mlflow(store):
+    """Opening the store, finding the experiment, its runs and its waves: MLflow's imports (~2.5 s) are left
+    to what writes (in a new interpreter: this one has imported MLflow)."""
+    uri = store[0]
+    script = f"""
+import sys
+from scaling.tracking.backends import existing_store
+tracker = existing_store({uri!r})
+experiment = tracker.experiment_id("s")
+runs = tracker.runs_of_sweep("s", params={{"T": "16"}})
+waves = tracker.read_waves(experiment, "s")
+assert len(runs) == 5, runs
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "mlflow")
+assert not loaded, loaded
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -209,11 +209,16 @@ class TrackingStore(abc.ABC):
 
     def sweep_parent(self, experiment_id: str, sweep: str, variant: str = "") -> str | None:
         """The run id of the sweep's parent run (of the ``--set`` variant, when given), if it exists."""
+        parent = self.sweep_parent_run(experiment_id, sweep, variant)
+        return None if parent is None else parent.run_id
+
+    def sweep_parent_run(self, experiment_id: str, sweep: str, variant: str = "") -> RunRecord | None:
+        """The sweep's parent run (of the ``--set`` variant, when given), if it exists: the first started."""
         found = self.find_runs(
             experiment_id, tags={"kind": "sweep", "sweep": sweep}, columns=Columns((), (), ("variant",))
         )
         mine = [r for r in found if r.tags.get("variant", "") == variant]
-        return min(mine, key=lambda r: r.start_time or 0).run_id if mine else None
+        return min(mine, key=lambda r: r.start_time or 0) if mine else None
 
     def cell_records(self, experiment_id: str) -> dict[str, RunRecord]:
         """cell_key -> its run; where a key has several runs, the complete (then oldest) one wins."""

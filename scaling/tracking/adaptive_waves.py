@@ -43,15 +43,26 @@ def log_wave(client, run_id: str, record: dict, answers: pd.DataFrame) -> None:
     retrying(lambda: client.log_batch(run_id, metrics=metrics), "logging a wave's metrics")
 
 
+WAVE = re.compile(r"adaptive/wave_\d+\.json")
+
+
 def read_waves(client, run_id: str, download: Callable[[str, str, str], str]) -> list[dict]:
     """The wave records on the sweep's parent run ``run_id``, in order (empty for a sweep run in full),
     each fetched by ``download(run_id, artifact, directory)`` (Tracker.download)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per wave
     files = retrying(lambda: client.list_artifacts(run_id, "adaptive"), "listing waves")
-    names = sorted(f.path for f in files if re.fullmatch(r"adaptive/wave_\d+\.json", f.path))
+    names = sorted(f.path for f in files if WAVE.fullmatch(f.path))
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             local = download(run_id, name, tmp)
             out.append(json.loads(Path(local).read_text()))
     return out
+
+
+def waves_in(root: Path) -> list[dict]:
+    """The wave records among a parent run's artifacts in the local folder ``root`` (local_artifact_root), in
+    the order read_waves gives them (none without an ``adaptive`` folder), read in place."""
+    folder = root / "adaptive"
+    names = sorted(f"adaptive/{p.name}" for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    return [json.loads((root / name).read_text()) for name in names if WAVE.fullmatch(name)]

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import random
+import sys
 import time
 from typing import Callable, TypeVar
 
@@ -38,13 +39,11 @@ def retrying(
     counted (retry_count) and logged at debug level; with ``say`` False every retry is (the caller says
     what failed itself).
     """
-    from mlflow.exceptions import MlflowException
-
     wait = first_wait
     for attempt in range(attempts):
         try:
             return call()
-        except (MlflowException, OSError, ConnectionError) as err:
+        except transient_kinds() as err:
             code = getattr(err, "error_code", "")
             if code in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
                 raise
@@ -63,6 +62,19 @@ def retrying(
             time.sleep(wait * _JITTER.uniform(0.5, 1.0))
             wait = min(wait * 2, 15.0)
     raise AssertionError("unreachable")
+
+
+def transient_kinds() -> tuple[type[BaseException], ...]:
+    """The errors ``retrying`` may retry: MLflow's (when it is imported: a call that raised one imported it),
+    a database's operational errors met without MLflow (scaling.tracking.database; the ones MLflow's store
+    turns into its TEMPORARILY_UNAVAILABLE), and the system's. Asked when an error is met, so that a reading
+    command that never imports MLflow does not import it to catch its errors (~1 s)."""
+    kinds: list[type[BaseException]] = [OSError, ConnectionError]
+    if "mlflow.exceptions" in sys.modules:
+        kinds.append(sys.modules["mlflow.exceptions"].MlflowException)
+    if "sqlalchemy.exc" in sys.modules:
+        kinds.append(sys.modules["sqlalchemy.exc"].OperationalError)
+    return tuple(kinds)
 
 
 # what an HTTP client's error says when a server cannot be reached, in words (urllib3's are ~600 characters)

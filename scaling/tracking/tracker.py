@@ -4,6 +4,7 @@ the search and download of a sweep's cell runs."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -22,7 +23,7 @@ from . import (
 )
 from .retry import brief, quick_http, retrying
 from .store_template import seed_sqlite_store
-from .uri import artifact_root, check_store_exists
+from .uri import artifact_root, check_store_exists, local_artifact_root
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,21 +43,43 @@ class Tracker(TrackingStore):
 
     backend = "MLflow"
 
-    def __init__(self, uri: str, create: bool = True):
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
+    # whether a reading command's store (create=False) answers its reads without MLflow's client
+    # (database.DatabaseTracker); the client is then made when first needed (~2.5 s of MLflow's imports)
+    reads_without_client = False
 
+    def __init__(self, uri: str, create: bool = True):
         self.uri = uri
         if create:
             seed_sqlite_store(uri)
         else:
             check_store_exists(uri)
-        try:
-            self.client = MlflowClient(tracking_uri=uri)
-        except MlflowException as err:  # e.g. MLflow 3 refuses a file: store unless MLFLOW_ALLOW_FILE_STORE
-            raise TrackingError(
-                f"cannot use the MLflow tracking store {redact(uri)}: {redact(str(err))}"
-            ) from None
+        self._client = None
+        self._client_made = threading.Lock()
+        if create or not self.reads_without_client:
+            self.open_client()  # MLflow's own refusals, at once
+
+    @property
+    def client(self):
+        """MLflow's client of the store, made at the first use."""
+        return self._client or self.open_client()
+
+    def open_client(self):
+        """Make (once, whichever thread asks first) and return MLflow's client of the store; TrackingError
+        where MLflow refuses the store."""
+        with self._client_made:
+            if self._client is None:
+                from mlflow.exceptions import MlflowException
+                from mlflow.tracking import MlflowClient
+
+                try:
+                    self._client = MlflowClient(tracking_uri=self.uri)
+                except (
+                    MlflowException
+                ) as err:  # e.g. MLflow 3 refuses a file: store (MLFLOW_ALLOW_FILE_STORE)
+                    raise TrackingError(
+                        f"cannot use the MLflow tracking store {redact(self.uri)}: {redact(str(err))}"
+                    ) from None
+            return self._client
 
     @classmethod
     def existing(cls, uri: str) -> "Tracker":
@@ -93,10 +116,7 @@ class Tracker(TrackingStore):
         found = retrying(lambda: self.client.get_experiment_by_name(name), f"looking up experiment {name}")
         if found is not None:
             if found.lifecycle_stage == "deleted":
-                raise TrackingError(
-                    f"experiment {name!r} is deleted in {redact(self.uri)}; restore it"
-                    f" (mlflow experiments restore) or rename the sweep"
-                )
+                raise self.deleted(name)
             if create and found.tags.get(EXPERIMENT_KIND_TAG) is None:
                 retrying(
                     lambda: self.client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND),
@@ -120,6 +140,13 @@ class Tracker(TrackingStore):
             if getattr(err, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
                 raise
             return self.experiment_id(name)
+
+    def deleted(self, name: str) -> TrackingError:
+        """The error for an experiment of the sweep's name that is deleted."""
+        return TrackingError(
+            f"experiment {name!r} is deleted in {redact(self.uri)}; restore it"
+            f" (mlflow experiments restore) or rename the sweep"
+        )
 
     def experiment_tags(self, experiment_id: str) -> dict[str, str]:
         return dict(retrying(lambda: self.client.get_experiment(experiment_id), "reading experiment").tags)
@@ -235,8 +262,13 @@ class Tracker(TrackingStore):
         adaptive_waves.log_wave(self.client, run_id, record, answers)
 
     def read_waves(self, experiment_id: str, sweep: str) -> list[dict]:
-        run_id = self.sweep_parent(experiment_id, sweep)
-        return [] if run_id is None else adaptive_waves.read_waves(self.client, run_id, self.download)
+        parent = self.sweep_parent_run(experiment_id, sweep)
+        if parent is None:
+            return []
+        root = local_artifact_root(parent.artifact_uri)
+        if root is not None:  # on this machine: read in place
+            return adaptive_waves.waves_in(root)
+        return adaptive_waves.read_waves(self.client, parent.run_id, self.download)
 
 
 def filter_string(tags: Mapping[str, str], params: Mapping[str, str]) -> str:

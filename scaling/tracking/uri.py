@@ -9,6 +9,7 @@ import shlex
 import sqlite3
 import urllib.parse
 from pathlib import Path
+from urllib.request import url2pathname
 
 from ..cluster import ray_up_head
 from ..redact import redact
@@ -192,3 +193,26 @@ def ui_command(uri: str) -> str | None:
     if uri.startswith(("http://", "https://")):
         return None
     return shlex.join(["mlflow", "ui", "--backend-store-uri", uri])
+
+
+def local_artifact_root(artifact_uri: str | None) -> Path | None:
+    """The folder of a run's artifacts when they live on this machine's file system (a plain path or file://
+    URI, as the embedded default and a cluster's shared disk have them), else None (a server's
+    mlflow-artifacts:, S3, ...: MLflow downloads them)."""
+    if not artifact_uri:
+        return None
+    parsed = urllib.parse.urlparse(artifact_uri)
+    if parsed.scheme not in ("", "file") or (
+        parsed.scheme == "file" and parsed.netloc not in ("", "localhost")
+    ):
+        return None
+    return Path(url2pathname(parsed.path))
+
+
+def local_artifact(artifact_uri: str | None, name: str) -> Path | None:
+    """The file of artifact ``name`` when the run's artifacts live on this machine (local_artifact_root) and
+    it is there, else None (downloaded). Read in place: copying it into a cache first would only add a
+    write."""
+    root = local_artifact_root(artifact_uri)
+    path = None if root is None else root / name
+    return path if path is not None and path.is_file() else None
