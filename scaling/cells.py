@@ -34,8 +34,8 @@ from .config import (
     unread,
 )
 from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
+from .papers.context_scaling.architectures import ModelConfig, model_facts
 from .papers.context_scaling.evaluate import EvalConfig
-from .papers.context_scaling.models import ModelConfig, model_facts
 from .papers.context_scaling.tasks import FAMILIES, TaskConfig
 from .papers.context_scaling.train import TrainConfig
 
@@ -119,9 +119,9 @@ class Cell:
         model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``),
         where ``task`` stands for the family's settings (``TaskFamily.SETTINGS``,
         scaling.papers.context_scaling.tasks) and ``model`` for the architecture's (``ModelFacts.settings``,
-        scaling.papers.context_scaling.models) and a name covers the settings under it (``train`` covers
-        ``train.lr``); less the settings that go unread under their values (scaling.config.unread: the
-        curriculum while it is off, eval.lambdas without a ridge scan)."""
+        scaling.papers.context_scaling.architectures) and a name covers the settings under it (``train``
+        covers ``train.lr``); less the settings that go unread under their values (scaling.config.unread:
+        the curriculum while it is off, eval.lambdas without a ridge scan)."""
         flat = self.flat() if flat is None else flat
         own = self.kind
         skip = set(own.unused(self))

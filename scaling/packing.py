@@ -31,7 +31,7 @@ import torch
 from .cells import Cell
 from .config import canonical, to_dict
 from .cost import ADAM_BYTES_PER_PARAM, StepShape, activation_elements, coefficients, model_params
-from .papers.context_scaling.models import model_facts
+from .papers.context_scaling.architectures import model_facts
 
 AUTO_PACK_SIZE = 8
 AUTO_PACK_MAX_FLOPS = 2e8  # estimated multiply-adds of one training step (forward) of one cell

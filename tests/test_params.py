@@ -12,8 +12,8 @@ import pytest
 from scaling.cells import ALWAYS, Cell, under
 from scaling.judge import provenance
 from scaling.kinds.registry import KINDS, kind
+from scaling.papers.context_scaling.architectures import MODELS, ModelConfig
 from scaling.papers.context_scaling.evaluate import EvalConfig
-from scaling.papers.context_scaling.models import MODELS, ModelConfig
 from scaling.papers.context_scaling.tasks import FAMILIES, TaskConfig
 from scaling.papers.context_scaling.train import TrainConfig
 

@@ -22,7 +22,7 @@ import torch
 from ..checkpoints import behind
 from ..config import check, format_T
 from ..cost import CellCost, training_cost
-from ..papers.context_scaling.models import model_facts
+from ..papers.context_scaling.architectures import model_facts
 from ..papers.context_scaling.stacked import PackTrainer
 from ..papers.context_scaling.train import CellTrainer
 from . import Kind

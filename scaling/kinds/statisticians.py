@@ -39,9 +39,9 @@ import torch
 
 from ..config import check, check_choice
 from ..cost import CellCost, training_cost
+from ..papers.context_scaling.architectures import model_facts
 from ..papers.context_scaling.baselines import LINEAR, applicable_baselines, ridge_validation
 from ..papers.context_scaling.evaluate import context_grid, evaluate
-from ..papers.context_scaling.models import model_facts
 from ..papers.context_scaling.tasks import fresh_prompts, make_family
 from ..papers.context_scaling.train import CellTrainer
 from ..papers.statisticians.constructions import BOUND, gd_transformer, selection_transformer
