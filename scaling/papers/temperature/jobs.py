@@ -200,7 +200,7 @@ def model_to_scan(cell, device, report, sweep_model) -> tuple[torch.nn.Module, d
 
 
 def shift_label(shift) -> str:
-    """The fields of an eval.shift (scaling.papers.context_scaling.tasks.ShiftConfig) that differ from no
+    """The fields of an eval.shift (scaling.papers.context_scaling.configs.ShiftConfig) that differ from no
     shift, e.g. 'x_scale=1.73'."""
     moved = [
         f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default
