@@ -23,7 +23,6 @@ their standard errors).
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import pandas as pd
@@ -31,6 +30,7 @@ import yaml
 
 from analysis.claims import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Outcome
 from scaling.judge.verdicts import INCONCLUSIVE
+from scaling.papers.temperature.settings import COVARIANCE_SCALE
 
 from .verdict_rows import Z90
 
@@ -218,17 +218,13 @@ def sec44_tau(result) -> Outcome:
 
 
 def shift_scale(result) -> float:
-    """c of the covariance shift: temperature.shift_kwargs' scale, else the shift's default (read from the
-    shift itself, scaling.papers.temperature.theory, which imports torch: only for a table that does not
-    say its scale)."""
+    """c of the covariance shift: temperature.shift_kwargs' scale, else the shift's default."""
     column = "param.temperature.shift_kwargs"
     for text in result.table[column].dropna().astype(str) if column in result.table else []:
         given = yaml.safe_load(text)
         if isinstance(given, dict) and "scale" in given:
             return float(given["scale"])
-    from scaling.papers.temperature.theory import input_covariance_shift
-
-    return float(inspect.signature(input_covariance_shift).parameters["scale"].default)
+    return float(COVARIANCE_SCALE)
 
 
 def sec44_counteracts(result) -> Outcome:
