@@ -36,7 +36,7 @@ import torch
 from ...config import canonical
 from .baseline_cache import CachedPredictor, default_jobs, map_prompts
 from .baseline_fits import nn_student_predictions, prefix_fits
-from .configs import DEFAULT_LAMBDAS, TaskConfig, parse_baseline
+from .configs import DEFAULT_LAMBDAS, LINEAR, TaskConfig, parse_baseline
 from .tasks import Prompts, fresh_prompts, make_family
 
 
@@ -46,9 +46,6 @@ class Predictor(Protocol):
 
 class BaselineNotApplicable(ValueError):
     """The baseline is not defined for this task (e.g. a Bayes ridge for a non-linear task)."""
-
-
-LINEAR = ("linear", "linear_mixed_noise")
 
 
 def prefix_grams(xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

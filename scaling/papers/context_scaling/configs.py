@@ -31,6 +31,7 @@ FAMILY_SETTINGS: dict[str, tuple[str, ...]] = {
     "relu_net": ("d", "noise_std", "hidden"),
     "decision_tree": ("d", "noise_std", "depth"),
 }
+LINEAR = ("linear", "linear_mixed_noise")  # the linear-regression families
 # the baselines (scaling.papers.context_scaling.baselines.BASELINES), by name
 BASELINE_NAMES = (
     "zero",
