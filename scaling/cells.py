@@ -34,10 +34,8 @@ from .config import (
     unread,
 )
 from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
-from .papers.context_scaling.evaluate import EvalConfig
-from .papers.context_scaling.models import ModelConfig, model_facts
-from .papers.context_scaling.tasks import FAMILIES, TaskConfig
-from .papers.context_scaling.train import TrainConfig
+from .papers.context_scaling.architectures import ModelConfig, model_facts
+from .papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
 
 # the settings every cell logs as params, whatever its kind, model and task (analysis reads them)
 ALWAYS = ("T", "N", "seed", "job", "model.name", "model.arch")
@@ -117,11 +115,11 @@ class Cell:
     def applicable(self, flat: dict[str, str] | None = None) -> list[str]:
         """The settings (``flat``'s dotted names) that apply to the cell: T, N, seed, job, model.name and
         model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``),
-        where ``task`` stands for the family's settings (``TaskFamily.SETTINGS``,
-        scaling.papers.context_scaling.tasks) and ``model`` for the architecture's (``ModelFacts.settings``,
-        scaling.papers.context_scaling.models) and a name covers the settings under it (``train`` covers
-        ``train.lr``); less the settings that go unread under their values (scaling.config.unread: the
-        curriculum while it is off, eval.lambdas without a ridge scan)."""
+        where ``task`` stands for the family's settings (``FAMILY_SETTINGS``,
+        scaling.papers.context_scaling.configs) and ``model`` for the architecture's (``ModelFacts.settings``,
+        scaling.papers.context_scaling.architectures) and a name covers the settings under it (``train``
+        covers ``train.lr``); less the settings that go unread under their values (scaling.config.unread:
+        the curriculum while it is off, eval.lambdas without a ridge scan)."""
         flat = self.flat() if flat is None else flat
         own = self.kind
         skip = set(own.unused(self))
@@ -130,7 +128,7 @@ class Cell:
             if name in skip:
                 continue
             if name == "task":
-                names += ["task.family", *(f"task.{s}" for s in FAMILIES[self.task.family].SETTINGS)]
+                names += ["task.family", *(f"task.{s}" for s in FAMILY_SETTINGS[self.task.family])]
             elif name == "model":
                 names += [f"model.{s}" for s in model_facts(self.model.arch).applicable(self.model)]
             else:

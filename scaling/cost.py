@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .papers.context_scaling.models import model_facts
+from .papers.context_scaling.architectures import model_facts
 
 TABLE = Path(__file__).with_name("cost_table.json")
 # the same table measured on a GPU by ``python -m benchmarks --gpu`` (docs/gpu.md), with the card's name,
@@ -59,7 +59,7 @@ class StepShape:
 
 def model_params(s: StepShape) -> int:
     """Trainable parameters of the step shape's model
-    (scaling.papers.context_scaling.models.ModelFacts.params)."""
+    (scaling.papers.context_scaling.architectures.ModelFacts.params)."""
     return model_facts(s.arch).params(s)
 
 

@@ -26,12 +26,10 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import torch
-
 from .cells import Cell
 from .config import canonical, to_dict
 from .cost import ADAM_BYTES_PER_PARAM, StepShape, activation_elements, coefficients, model_params
-from .papers.context_scaling.models import model_facts
+from .papers.context_scaling.architectures import model_facts
 
 AUTO_PACK_SIZE = 8
 AUTO_PACK_MAX_FLOPS = 2e8  # estimated multiply-adds of one training step (forward) of one cell
@@ -106,6 +104,8 @@ def memory_guard(cell: Cell, limit: float, table: dict) -> Callable[[object], No
     like ``cell``) need more than ``limit`` bytes (pack_bytes)."""
 
     def guard(engine) -> None:
+        import torch  # a pack's trial, which holds torch already; planning packs without it
+
         need = pack_bytes(cell, len(engine.members), table)
         if need > limit:
             raise torch.OutOfMemoryError(

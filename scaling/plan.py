@@ -51,8 +51,8 @@ from .cells import Cell, resolve_precision
 from .config import ConfigError, check, from_dict, shared_configs
 from .guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from .kinds.registry import kind_of_group
-from .papers.context_scaling.models import ModelConfig, model_facts
-from .papers.context_scaling.train import TrainConfig
+from .papers.context_scaling.architectures import ModelConfig, model_facts
+from .papers.context_scaling.configs import TrainConfig
 from .variants import variant_of, with_variant
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")

@@ -5,7 +5,8 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.papers.context_scaling.baselines import build_baselines, ridge_predictions
+from scaling.papers.context_scaling.baselines import BASELINES, build_baselines, ridge_predictions
+from scaling.papers.context_scaling.configs import BASELINE_NAMES
 from scaling.papers.context_scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 
@@ -50,3 +51,9 @@ def test_prediction_at_n_ignores_labels_from_n_on(prompts):
 def test_unknown_baseline_lists_the_known_ones():
     with pytest.raises(KeyError, match="known: zero, least_squares, ridge"):
         build_baselines(("oracle",), TaskConfig())
+
+
+def test_the_baselines_are_the_ones_the_planner_knows_without_torch():
+    """configs.BASELINE_NAMES (what EvalConfig accepts, without torch) is the registry's names, in order
+    (the order of an unknown name's error)."""
+    assert tuple(BASELINES) == BASELINE_NAMES

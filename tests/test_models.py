@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from scaling.papers.context_scaling.models import ModelConfig, build_model, vectorise
+from scaling.papers.context_scaling.architectures import ATTENTION_NAMES, FEATURE_MAP_NAMES, MODELS
+from scaling.papers.context_scaling.attention import ATTENTIONS
+from scaling.papers.context_scaling.feature_maps import FEATURE_MAPS
+from scaling.papers.context_scaling.models import BUILDERS, ModelConfig, build_model, vectorise
 
 
 @pytest.mark.parametrize(
@@ -87,3 +90,39 @@ def test_the_vectorised_mlp_learns_in_context_only_with_biases():
         errors[bias] = curves[curves["predictor"] == "model"]["err"]
     assert errors[True].mean() < 0.5, errors[True].tolist()
     assert errors[False].mean() > 0.85, errors[False].tolist()
+
+
+def test_every_architecture_has_a_builder_and_the_names_are_the_functions():
+    """The torch-free registries (scaling.papers.context_scaling.architectures) name exactly what the
+    torch side builds and computes, in order."""
+    assert list(BUILDERS) == list(MODELS)
+    assert ATTENTION_NAMES == tuple(ATTENTIONS)
+    assert FEATURE_MAP_NAMES == tuple(FEATURE_MAPS)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"arch": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16},
+        {"arch": "gpt2", "n_layer": 1, "n_head": 4, "n_embd": 8, "layout": "stacked"},
+        {"arch": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "attention": "l1"},
+        {"arch": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "layout": "stacked", "attention": "relu"},
+        {"arch": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "attn_implementation": "eager"},
+        {"arch": "mlp", "width": 12},
+        {"arch": "mlp", "width": 12, "bias": False},
+        {"arch": "mlp", "width": 12, "inputs": "features", "feature_map": "hilbert"},
+        {"arch": "mlp", "width": 12, "inputs": "both", "feature_map": "linear", "bias": False},
+        {"arch": "sgpt", "n_layer": 3, "n_embd": 8},
+        {"arch": "sgpt", "n_layer": 1, "n_embd": 8, "attention": "softmax"},
+        {"arch": "onelayer", "width": 12, "feature_map": "exponential"},
+        {"arch": "linear_on_scalar", "feature_map": "l1_attention"},
+    ],
+)
+def test_the_parameter_count_without_torch_is_the_built_models(model):
+    """ModelFacts.parameters (the packer's step cost, planned without torch) is the count of the model
+    built on the meta device, which the packer counted before."""
+    config = ModelConfig(**model)
+    for d, points in ((3, 5), (8, 41)):
+        with torch.device("meta"):
+            built = build_model(config, d, points)
+        assert MODELS[config.arch].parameters(config, d, points) == sum(p.numel() for p in built.parameters())

@@ -12,10 +12,8 @@ import pytest
 from scaling.cells import ALWAYS, Cell, under
 from scaling.judge import provenance
 from scaling.kinds.registry import KINDS, kind
-from scaling.papers.context_scaling.evaluate import EvalConfig
-from scaling.papers.context_scaling.models import MODELS, ModelConfig
-from scaling.papers.context_scaling.tasks import FAMILIES, TaskConfig
-from scaling.papers.context_scaling.train import TrainConfig
+from scaling.papers.context_scaling.architectures import MODELS, ModelConfig
+from scaling.papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,8 +48,8 @@ def every_setting(task=TaskConfig, model=ModelConfig, train=TrainConfig, evaluat
 
 def undeclared(**classes) -> list[str]:
     """The settings that no declaration makes applicable: not every cell's (ALWAYS), no family's
-    (TaskFamily.SETTINGS), no architecture's (ModelFacts.settings) and read by no kind (Kind.reads)."""
-    family = {"family"} | {s for f in FAMILIES.values() for s in f.SETTINGS}
+    (FAMILY_SETTINGS), no architecture's (ModelFacts.settings) and read by no kind (Kind.reads)."""
+    family = {"family"} | {s for settings in FAMILY_SETTINGS.values() for s in settings}
     arch = {"arch", "name"} | {s for m in MODELS.values() for s in m.settings}
     reads = [r for k in KINDS for r in kind(k).reads if r not in ("task", "model")]
     missing = []
@@ -90,8 +88,8 @@ def test_every_declaration_names_a_real_setting():
     everything = every_setting()
     task_fields = {f.name for f in dataclasses.fields(TaskConfig)}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    for name, family in FAMILIES.items():
-        assert set(family.SETTINGS) <= task_fields, name
+    for name, settings in FAMILY_SETTINGS.items():
+        assert set(settings) <= task_fields, name
     for name, facts in MODELS.items():
         assert set(facts.settings) <= model_fields, name
     for name in KINDS:

@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
+from scaling.papers.context_scaling.configs import FAMILY_SETTINGS
 from scaling.papers.context_scaling.tasks import (
+    FAMILIES,
     LinearRegression,
     TaskConfig,
     TaskPool,
@@ -128,3 +130,10 @@ def test_blocks_of_large_batches_hold_fewer_steps():
     pool = TaskPool(family(d=20), math.inf, seed=0)
     assert pool.block_steps(64, 41) == 16  # Fig. 1: ~0.9 M numbers per block of 16
     assert pool.block_steps(64, 1001) == 1  # one step at a time past the memory bound
+
+
+def test_the_families_are_the_ones_the_planner_knows_without_torch():
+    """configs.FAMILY_SETTINGS (what TaskConfig accepts and what a cell logs, without torch) names exactly
+    the registry's families, in order, each with the settings its class reads."""
+    assert {name: family.SETTINGS for name, family in FAMILIES.items()} == FAMILY_SETTINGS
+    assert list(FAMILIES) == list(FAMILY_SETTINGS)

@@ -340,3 +340,12 @@ def test_garg_strict_load_rejects_missing_weights(garg_checkpoint, tmp_path):
         load_garg_gpt2(tmp_path / "broken.pt", **GARG_SIZES)
     with pytest.raises(FileNotFoundError):
         load_garg_gpt2(tmp_path / "nowhere", **GARG_SIZES)
+
+
+def test_the_shifts_are_the_ones_the_planner_knows_without_torch():
+    """scaling.papers.temperature.settings.SHIFT_NAMES (what temperature.shift accepts, without torch) is the
+    theory's registry, in order (the order of an unknown name's error)."""
+    from scaling.papers.temperature.settings import SHIFT_NAMES
+    from scaling.papers.temperature.theory import SHIFTS
+
+    assert tuple(SHIFTS) == SHIFT_NAMES

@@ -35,10 +35,10 @@ class Kind:
     ``reads``: the cell's settings the kind reads, which its cells log as MLflow params
     (scaling.cells.Cell.params; cell.yaml keeps every setting): ``task`` (the family's settings,
     scaling.papers.context_scaling.tasks), ``model`` (the architecture's,
-    scaling.papers.context_scaling.models.ModelFacts), ``train``, ``eval``, a whole group (``construction``)
-    or one setting (``task.d``, ``temperature.taus``); ``unused(cell)`` names the entries of ``reads`` that
-    this cell leaves unread (e.g. ``train`` for a scan of a given model). T, N, seed, job, model.name and
-    model.arch are every cell's."""
+    scaling.papers.context_scaling.architectures.ModelFacts), ``train``, ``eval``, a whole group
+    (``construction``) or one setting (``task.d``, ``temperature.taus``); ``unused(cell)`` names the
+    entries of ``reads`` that this cell leaves unread (e.g. ``train`` for a scan of a given model). T, N,
+    seed, job, model.name and model.arch are every cell's."""
 
     name: str
     run: Callable[..., dict[str, Any]]

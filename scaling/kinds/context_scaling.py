@@ -7,7 +7,8 @@ scaling.papers.context_scaling.evaluate). A resumed cell (after a crash, or a re
 its checkpoint and ends with the same numbers as one that never stopped; the losses a blinking store missed
 ride in the checkpoint until they are logged. Small cells of one shape train as a pack (``run_pack``: one
 stacked model, scaling.papers.context_scaling.stacked), each resumed, checkpointed and finished as ``run``
-does one cell alone.
+does one cell alone. Planning and analysis load this kind without torch: the functions that run a trial
+import the training code (and with it torch) when they run.
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ from __future__ import annotations
 import functools
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
-from ..checkpoints import behind
 from ..config import check, format_T
 from ..cost import CellCost, training_cost
-from ..papers.context_scaling.models import model_facts
-from ..papers.context_scaling.stacked import PackTrainer
-from ..papers.context_scaling.train import CellTrainer
+from ..papers.context_scaling.architectures import model_facts
 from . import Kind
+
+if TYPE_CHECKING:
+    from ..papers.context_scaling.train import CellTrainer
 
 # the steps a trial replayed from CUDA graphs (a pack's: its stacked steps), where it captures them
 GRAPH_REPLAYS = "trial/graph_replays"
@@ -43,6 +42,8 @@ def resume(trainer: CellTrainer, store, log) -> None:
     continues from the last good one, or from scratch. A checkpoint written when the run held more of its
     losses than it holds now (a tracking store restored from an older backup: scaling.checkpoints.behind)
     is deleted and the cell trained again from step 0, said in the run's ``redone`` tag."""
+    from ..checkpoints import behind  # defers torch (the checkpoints' format) to the trial
+
     state = store.load(trainer.cell.key)
     problems = store.problems.get(trainer.cell.key)
     if problems:
@@ -70,6 +71,8 @@ def checkpoint(trainer: CellTrainer, store, log, losses: list) -> None:
 def finish(trainer: CellTrainer, log):
     """Evaluate, and log weights, the rest of the loss history, curves, the final err/zero and
     status=complete."""
+    import torch
+
     curves = trainer.evaluate()
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "model.pt"
@@ -90,6 +93,8 @@ def final_err_zero(curves) -> dict[str, float]:
 
 def run(cell, trial) -> dict[str, Any]:
     """Train from the last checkpoint to the end, evaluate, log; the final report for Tune."""
+    from ..papers.context_scaling.train import CellTrainer  # defers torch to the trial
+
     trainer = CellTrainer(cell, trial.device)
     resume(trainer, trial.store, trial.log)
     every = cell.train.checkpoint_every
@@ -130,6 +135,8 @@ def run_pack(members: list, pack) -> list[Callable[[], Any]]:
     """Train a pack's (cell, log) members as one stacked model from their checkpoints to their last step;
     each member's finish (evaluate, log), which the trial calls one by one. ``pack``: the device, the
     members' checkpoint store and the progress report (scaling.trial.PackContext)."""
+    from ..papers.context_scaling.train import CellTrainer  # defers torch to the trial
+
     trainers = [CellTrainer(cell, pack.device) for cell, _ in members]
     for trainer, (_, log) in zip(trainers, members):
         resume(trainer, pack.store, log)
@@ -146,6 +153,8 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
     def on_split(indices: list[int], text: str) -> None:
         for i in indices:
             logs[i].note("pack_split", text)
+
+    from ..papers.context_scaling.stacked import PackTrainer  # defers torch to the trial
 
     stacked = PackTrainer(trainers, pack.limit, pack.guard, on_split)
     losses: list[list] = [[] for _ in trainers]

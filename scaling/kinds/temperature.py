@@ -11,27 +11,19 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import ConfigError, check, check_choice, check_path
 from ..cost import CellCost, training_cost
 from ..papers.temperature import smollm
-from ..papers.temperature.curves import PARAMS_SOURCES
-from ..papers.temperature.jobs import (
-    JobResult,
-    attention_histograms,
-    gpt2_scan,
-    llm_scan,
-    shift_label,
-    theory_context,
-    theory_mean_shift,
-    theory_noise,
-)
-from ..papers.temperature.theory import SHIFTS
+from ..papers.temperature.settings import PARAMS_SOURCES, SHIFT_NAMES, shift_label
 from ..tracking.names import curve_metric_key, metric_name
 from . import Kind
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..papers.temperature.jobs import JobResult
 
 LLM_PANELS = ("demos", "noisy_ratio")
 PATH_FIELDS = ("checkpoint", "llm", "sciq_train", "sciq_test")
@@ -42,7 +34,7 @@ class TemperatureConfig:
     """Settings of the temperature jobs (seed 004, Secs. 4-5, App. K); each job reads the ones it needs."""
 
     taus: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)  # gpt2_scan, llm_scan, attention_histograms
-    shift: str = "none"  # a name of temperature_theory.SHIFTS
+    shift: str = "none"  # a name of scaling.papers.temperature.theory.SHIFTS
     shift_kwargs: dict[str, float] = field(default_factory=dict)  # e.g. {scale: 2}
     # theory jobs
     l_over_d: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
@@ -78,7 +70,7 @@ class TemperatureConfig:
             "taus",
             f"needs finite values > 0, got {list(self.taus)}",
         )
-        check_choice(self.shift, "shift", SHIFTS)
+        check_choice(self.shift, "shift", SHIFT_NAMES)
         check_choice(self.params_source, "params_source", PARAMS_SOURCES)
         check_choice(self.panel, "panel", LLM_PANELS)
         check_choice(self.retriever, "retriever", ("tfidf", "minilm"))
@@ -195,10 +187,25 @@ def metric_key(predictor: str) -> str:
     return curve_metric_key(predictor)
 
 
+def science(name: str) -> Callable[..., JobResult]:
+    """The job ``name`` of scaling.papers.temperature.jobs, imported (with torch) when it runs, so that
+    planning and analysis load these kinds without torch."""
+
+    def job(cell, device, report=None, sweep_model=None) -> JobResult:
+        from ..papers.temperature import jobs  # defers torch to the trial
+
+        return getattr(jobs, name)(cell, device, report, sweep_model)
+
+    job.__name__ = job.__qualname__ = name
+    return job
+
+
 def runner(job: Callable[..., JobResult]) -> Callable[..., dict[str, Any]]:
     """A kind's run: the job, then its curves, summary and weights (a model it trained) logged."""
 
     def run(cell, trial) -> dict[str, Any]:
+        import torch
+
         result = job(cell, trial.device, trial.progress, trial.sweep_model)
         with tempfile.TemporaryDirectory() as tmp:
             weights = None
@@ -309,11 +316,23 @@ def run_job(cell, device: torch.device, report=None, sweep_model=None) -> JobRes
     return cell.kind.job(cell, device, report, sweep_model)
 
 
-THEORY_CONTEXT = _kind("theory_context", theory_context, theory_label, THEORY_CONTEXT_READS, check_theory)
-THEORY_NOISE = _kind("theory_noise", theory_noise, theory_label, THEORY_NOISE_READS, check_theory)
-THEORY_MEAN_SHIFT = _kind("theory_mean_shift", theory_mean_shift, theory_label, THEORY_MEAN_SHIFT_READS)
-ATTENTION_HISTOGRAMS = _kind("attention_histograms", attention_histograms, histograms_label, HISTOGRAMS_READS)
-GPT2_SCAN = _kind(
-    "gpt2_scan", gpt2_scan, gpt2_label, GPT2_SCAN_READS, check_gpt2_scan, gpt2_scan_cost, gpt2_scan_unused
+THEORY_CONTEXT = _kind(
+    "theory_context", science("theory_context"), theory_label, THEORY_CONTEXT_READS, check_theory
 )
-LLM_SCAN = _kind("llm_scan", llm_scan, llm_label, LLM_SCAN_READS, check_llm_scan, llm_scan_cost)
+THEORY_NOISE = _kind("theory_noise", science("theory_noise"), theory_label, THEORY_NOISE_READS, check_theory)
+THEORY_MEAN_SHIFT = _kind(
+    "theory_mean_shift", science("theory_mean_shift"), theory_label, THEORY_MEAN_SHIFT_READS
+)
+ATTENTION_HISTOGRAMS = _kind(
+    "attention_histograms", science("attention_histograms"), histograms_label, HISTOGRAMS_READS
+)
+GPT2_SCAN = _kind(
+    "gpt2_scan",
+    science("gpt2_scan"),
+    gpt2_label,
+    GPT2_SCAN_READS,
+    check_gpt2_scan,
+    gpt2_scan_cost,
+    gpt2_scan_unused,
+)
+LLM_SCAN = _kind("llm_scan", science("llm_scan"), llm_label, LLM_SCAN_READS, check_llm_scan, llm_scan_cost)

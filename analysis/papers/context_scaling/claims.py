@@ -34,12 +34,10 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import torch
 
 from analysis.claims import COMPARABLE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, Claim, Outcome
 from analysis.verdicts import numbers
 from scaling.judge.verdicts import AT_CHANCE, INCONCLUSIVE, QUESTIONS, TOO_FEW, ratio_side, value_text
-from scaling.papers.context_scaling.feature_maps import feature_scalar
 
 
 def _task_rows(frame: pd.DataFrame, family: str | None, table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -293,7 +291,11 @@ def psi_l_is_one_gd_step(result=None) -> Outcome:
     """App. B: psi_L(A)_{N,d+1} = x_N^T X^T y, the prediction of one gradient-descent step from w = 0 (step 1)
     on the context's squared loss. A closed form, checked on random prompts in float64: (A A^T A) written
     out, that GD step, and the project's psi_L (scaling.papers.context_scaling.feature_maps, linear_sum) at
-    every prefix."""
+    every prefix. Imports torch here, when the claim is checked: analysis otherwise never starts it."""
+    import torch
+
+    from scaling.papers.context_scaling.feature_maps import feature_scalar
+
     g = torch.Generator().manual_seed(0)
     B, P, d = 64, 13, 5
     xs = torch.randn(B, P, d, generator=g, dtype=torch.float64)

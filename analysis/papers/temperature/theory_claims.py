@@ -23,7 +23,6 @@ their standard errors).
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import pandas as pd
@@ -31,7 +30,7 @@ import yaml
 
 from analysis.claims import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Outcome
 from scaling.judge.verdicts import INCONCLUSIVE
-from scaling.papers.temperature.theory import input_covariance_shift
+from scaling.papers.temperature.settings import COVARIANCE_SCALE
 
 from .verdict_rows import Z90
 
@@ -225,7 +224,7 @@ def shift_scale(result) -> float:
         given = yaml.safe_load(text)
         if isinstance(given, dict) and "scale" in given:
             return float(given["scale"])
-    return float(inspect.signature(input_covariance_shift).parameters["scale"].default)
+    return float(COVARIANCE_SCALE)
 
 
 def sec44_counteracts(result) -> Outcome:

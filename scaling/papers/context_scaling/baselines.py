@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
-import numpy as np
 import torch
-import yaml
 
 from ...config import canonical
 from .baseline_cache import CachedPredictor, default_jobs, map_prompts
 from .baseline_fits import nn_student_predictions, prefix_fits
-from .tasks import Prompts, TaskConfig, fresh_prompts, make_family
+from .configs import DEFAULT_LAMBDAS, LINEAR, TaskConfig, parse_baseline
+from .tasks import Prompts, fresh_prompts, make_family
 
 
 class Predictor(Protocol):
@@ -48,10 +46,6 @@ class Predictor(Protocol):
 
 class BaselineNotApplicable(ValueError):
     """The baseline is not defined for this task (e.g. a Bayes ridge for a non-linear task)."""
-
-
-LINEAR = ("linear", "linear_mixed_noise")
-DEFAULT_LAMBDAS = tuple(float(v) for v in np.logspace(-4, 3, 29))  # 4 per decade
 
 
 def prefix_grams(xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -424,27 +418,6 @@ BASELINES: dict[str, Callable[[TaskConfig, dict], Predictor]] = {
     "decision_tree": library_fit("tree"),
     "nn_student": nn_student,
 }
-
-NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$")
-
-
-def parse_baseline(name: str) -> tuple[str, dict[str, Any]]:
-    """'lasso(alpha=0.1, max_iter=500)' -> ('lasso', {'alpha': 0.1, 'max_iter': 500}); values are YAML, 'none'
-    is None."""
-    match = NAME.match(name)
-    if not match:
-        raise ValueError(f"cannot read baseline {name!r}; write name or name(key=value, ...)")
-    base, body = match.group(1), match.group(2)
-    options: dict[str, Any] = {}
-    for item in filter(str.strip, (body or "").split(",")):
-        key, _, value = item.partition("=")
-        if not _:
-            raise ValueError(f"baseline {name!r}: option {item.strip()!r} needs key=value")
-        value = value.strip()
-        options[key.strip()] = None if value.lower() == "none" else yaml.safe_load(value)
-    if base not in BASELINES:
-        raise KeyError(f"unknown baseline {base!r}; known: {', '.join(BASELINES)}")
-    return base, options
 
 
 def applicable_baselines(

@@ -9,58 +9,13 @@ linear_mixed_noise) are named ``f"{predictor}|{name}={value:g}"`` and normalised
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 import torch
 
-from ...config import ConfigError, check
-from .baselines import DEFAULT_LAMBDAS, Predictor, parse_baseline, ridge_errors
-from .tasks import Prompts, ShiftConfig, TaskFamily, generator
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    prompts: int = 1280  # fresh test prompts (Garg et al.: 1280)
-    n: tuple[int, ...] = ()  # context lengths to score; empty = every n in 1..N
-    baselines: tuple[str, ...] = ("zero", "least_squares", "ridge")
-    bootstrap: int = 1000  # resamples of prompts for the interval
-    ci: float = 0.9  # interval coverage
-    batch_size: int = field(default=256, metadata={"key": False})  # prompts per forward pass
-    shift: ShiftConfig = field(default_factory=ShiftConfig)  # test-time distribution shift; none by default
-    # per-prompt meta names to split errors by (rows named f"{predictor}|{name}={value:g}"); empty means
-    # the family's default (linear_mixed_noise: noise_std; others: none)
-    split_by: tuple[str, ...] = ()
-    # context lengths at which to scan ridge regression's error against lambda on the evaluation prompts
-    # (seed 001 Figs. 2-3, right panels: rows ``ridge_lambda`` with a ``lam`` column); empty: no scan
-    lambda_n: tuple[int, ...] = ()
-    # the scan's grid (1e-4 .. 1e3, 4 per decade); a setting only where there is a scan
-    lambdas: tuple[float, ...] = field(
-        default=DEFAULT_LAMBDAS, metadata={"applies": lambda e: bool(e.lambda_n)}
-    )
-
-    def __post_init__(self):
-        check(self.prompts >= 2, "prompts", f"must be >= 2, got {self.prompts}")
-        check(all(n >= 1 for n in self.n), "n", f"context lengths must be >= 1, got {list(self.n)}")
-        check(
-            all(n >= 1 for n in self.lambda_n),
-            "lambda_n",
-            f"context lengths must be >= 1, got {list(self.lambda_n)}",
-        )
-        check(
-            len(self.lambdas) >= 1 and all(lam > 0 for lam in self.lambdas),
-            "lambdas",
-            f"must be one or more values > 0, got {list(self.lambdas)}",
-        )
-        check(0 < self.ci < 1, "ci", f"must be in (0, 1), got {self.ci}")
-        check(self.bootstrap >= 1, "bootstrap", f"must be >= 1, got {self.bootstrap}")
-        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        for i, name in enumerate(self.baselines):
-            try:
-                parse_baseline(name)
-            except (KeyError, ValueError) as err:
-                raise ConfigError(f"baselines[{i}]", str(err).strip("'\"")) from None
+from .baselines import Predictor, ridge_errors
+from .configs import EvalConfig
+from .tasks import Prompts, TaskFamily, generator
 
 
 def squared_errors(predictor: Predictor, prompts: Prompts, batch_size: int) -> torch.Tensor:

@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import torch
 
 from ...config import check, check_choice
+from .configs import FAMILY_SETTINGS, ShiftConfig, TaskConfig
 
 
 def derive_seed(seed: int, purpose: str, step: int = 0) -> int:
@@ -41,77 +42,6 @@ def generator(seed: int, purpose: str, step: int = 0, device: str | torch.device
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, purpose, step))
     return gen
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    """A task family and its parameters. Each family reads the fields it needs."""
-
-    family: str = "linear"
-    d: int = 8  # input dimension
-    noise_std: float = 0.0  # sigma of the label noise (every family but linear_mixed_noise)
-    noise_stds: tuple[float, ...] = ()  # linear_mixed_noise: the levels, each with equal probability
-    sparsity: int = 3  # sparse_linear: coordinates of beta kept
-    hidden: int = 100  # relu_net: width r of the teacher
-    depth: int = 4  # decision_tree: depth of the trees
-
-    def __post_init__(self):
-        check_choice(self.family, "family", FAMILIES)
-        check(self.d >= 1, "d", f"must be >= 1, got {self.d}")
-        check(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
-        check(math.isfinite(self.noise_std), "noise_std", f"must be finite, got {self.noise_std}")
-        check(
-            all(s >= 0 for s in self.noise_stds),
-            "noise_stds",
-            f"must all be >= 0, got {list(self.noise_stds)}",
-        )
-        check(
-            self.family != "linear_mixed_noise" or len(self.noise_stds) >= 1,
-            "noise_stds",
-            "linear_mixed_noise needs at least one level, e.g. [0.1, 0.5]",
-        )
-        check(self.sparsity >= 1, "sparsity", f"must be >= 1, got {self.sparsity}")
-        check(
-            self.family != "sparse_linear" or self.sparsity <= self.d,
-            "sparsity",
-            f"must be <= d = {self.d}, got {self.sparsity}",
-        )
-        check(self.hidden >= 1, "hidden", f"must be >= 1, got {self.hidden}")
-        check(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
-
-
-@dataclass(frozen=True)
-class ShiftConfig:
-    """A distribution shift applied at evaluation only (seed 004 Sec. 4; Garg et al. Sec. 4).
-
-    Test inputs are x = x_mean * 1 + x_scale * z with z ~ N(0, I_d), so Sigma_x = x_scale^2 I.
-    Every Gaussian task parameter theta (beta, the ReLU teacher's weights, the tree's leaves) becomes
-    task_mean + task_scale * theta; discrete parts (sparse supports, split coordinates) are unchanged.
-    ``noise_std`` replaces the label noise level of every prompt (None keeps the task's). The defaults
-    are no shift. Because the shift is an affine map of the same random draws, a shifted evaluation set
-    uses the same random numbers as the unshifted one.
-    """
-
-    x_mean: float = 0.0
-    x_scale: float = 1.0
-    task_mean: float = 0.0
-    task_scale: float = 1.0
-    noise_std: float | None = None
-
-    def __post_init__(self):
-        check(self.x_scale > 0, "x_scale", f"must be > 0, got {self.x_scale}")
-        check(self.task_scale >= 0, "task_scale", f"must be >= 0, got {self.task_scale}")
-        check(
-            self.noise_std is None or self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}"
-        )
-
-    @property
-    def moves_inputs(self) -> bool:
-        return self.x_mean != 0.0 or self.x_scale != 1.0
-
-    @property
-    def moves_tasks(self) -> bool:
-        return self.task_mean != 0.0 or self.task_scale != 1.0
 
 
 NO_SHIFT = ShiftConfig()
@@ -152,9 +82,9 @@ class TaskFamily:
     """
 
     GAUSSIAN: tuple[str, ...] = ()
-    # the TaskConfig settings the family reads (family is every task's); a cell logs only these as MLflow
-    # params (scaling.cells.Cell.params), its cell.yaml keeps every setting
-    SETTINGS: tuple[str, ...] = ("d", "noise_std")
+    # the TaskConfig settings the family reads (family is every task's), as the planner reads them without
+    # torch (scaling.papers.context_scaling.configs.FAMILY_SETTINGS)
+    SETTINGS: tuple[str, ...] = ()
     default_split: tuple[str, ...] = ()  # meta names evaluation splits by when EvalConfig.split_by is empty
 
     def __init__(self, config: TaskConfig, shift: ShiftConfig | None = None):
@@ -255,6 +185,7 @@ class LinearRegression(TaskFamily):
     E[(beta^T x)^2] = s^2 (t^2 + d mu^2) + m^2 (t^2 + d^2 mu^2).
     """
 
+    SETTINGS = FAMILY_SETTINGS["linear"]
     GAUSSIAN = ("beta",)
 
     def draw_tasks(self, count, gen):
@@ -276,7 +207,7 @@ class LinearMixedNoise(LinearRegression):
     evaluation splits by it by default. E[y^2] = 1 + mean(sigma_l^2); given the level, 1 + sigma_l^2.
     """
 
-    SETTINGS = ("d", "noise_stds")
+    SETTINGS = FAMILY_SETTINGS["linear_mixed_noise"]
     default_split = ("noise_std",)
 
     def levels(self):
@@ -293,7 +224,7 @@ class SparseLinear(TaskFamily):
     values are N(mu, t^2): E[f^2] = s (mu^2 + t^2) E[x_i^2] + s (s - 1) mu^2 E[x_i x_j].
     """
 
-    SETTINGS = ("d", "noise_std", "sparsity")
+    SETTINGS = FAMILY_SETTINGS["sparse_linear"]
     GAUSSIAN = ("values",)
 
     def draw_tasks(self, count, gen):
@@ -318,7 +249,7 @@ class ReluNet(TaskFamily):
     shift gives d (m^2 + s^2); a task shift falls back to a deterministic Monte Carlo.
     """
 
-    SETTINGS = ("d", "noise_std", "hidden")
+    SETTINGS = FAMILY_SETTINGS["relu_net"]
     GAUSSIAN = ("w1", "w2")
 
     def draw_tasks(self, count, gen):
@@ -345,7 +276,7 @@ class DecisionTree(TaskFamily):
     (mu^2 + t^2 + sigma^2 with shifted leaves), whatever the input distribution.
     """
 
-    SETTINGS = ("d", "noise_std", "depth")
+    SETTINGS = FAMILY_SETTINGS["decision_tree"]
     GAUSSIAN = ("leaves",)
 
     def draw_tasks(self, count, gen):

@@ -17,129 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 import pandas as pd
 import torch
 
-from ...config import check, check_choice
 from .adam import DeviceRates, FusedAdam
 from .baselines import Predictor, applicable_baselines
+from .configs import TrainConfig
 from .cuda_graphs import StepGraph
 from .evaluate import evaluate, lambda_scan
 from .models import build_model
 from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, make_family
-
-
-@dataclass(frozen=True)
-class Curriculum:
-    """Garg et al.'s curriculum: the input dimension and the prompt length grow in steps during training.
-
-    At step s the batch has min(d, dims_start + dims_inc * (s // dims_every)) live input coordinates (the
-    others are zeroed before labelling, as Garg et al. do) and min(N+1, points_start + points_inc *
-    (s // points_every)) points (pairs plus query). A start of 0 turns that curriculum off (the default).
-    Garg et al.: dims 5 -> 20, +1 every 2000 steps; points 11 -> 41, +2 every 2000 (linear tasks) and
-    26 -> 101, +5 every 2000 (ReLU-network and tree tasks). Evaluation always uses the full d and N.
-    """
-
-    # the starts are the switches (0 = off), always settings; the steps of a half that is off go unread
-    # (left out of the cell's MLflow params, scaling.config.unread: their absence is said by the switch)
-    dims_start: int = 0
-    dims_inc: int = field(default=1, metadata={"applies": lambda c: c.dims_start > 0})
-    dims_every: int = field(default=2000, metadata={"applies": lambda c: c.dims_start > 0})
-    points_start: int = 0
-    points_inc: int = field(default=2, metadata={"applies": lambda c: c.points_start > 0})
-    points_every: int = field(default=2000, metadata={"applies": lambda c: c.points_start > 0})
-
-    def __post_init__(self):
-        for name in ("dims_start", "points_start"):
-            check(getattr(self, name) >= 0, name, f"must be >= 0 (0 = off), got {getattr(self, name)}")
-        check(self.points_start != 1, "points_start", "a prompt needs at least 2 points (a pair and a query)")
-        for name in ("dims_inc", "dims_every", "points_inc", "points_every"):
-            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-
-    def dims(self, step: int, d: int) -> int:
-        """Live input coordinates at ``step`` for a task of dimension d."""
-        if not self.dims_start:
-            return d
-        return min(d, self.dims_start + self.dims_inc * (step // self.dims_every))
-
-    def points(self, step: int, points: int) -> int:
-        """Points per prompt (pairs plus the query) at ``step`` for a cell of ``points`` = N+1."""
-        if not self.points_start:
-            return points
-        return min(points, self.points_start + self.points_inc * (step // self.points_every))
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-4
-    # steps between checkpoints (and metric flushes); not part of the cell key
-    checkpoint_every: int = field(default=200, metadata={"key": False})
-    log_every: int = field(default=10, metadata={"key": False})  # steps between train/loss points
-    # auto | float32 | bfloat16 (autocast). auto resolves at planning from the cell's resources
-    # (scaling.cells.resolve_precision): bfloat16 for a trial given a GPU, float32 on the CPU; a resolved
-    # float32 is keyed as the default, so CPU cells keep the keys they had before auto existed, and a cell
-    # never planned (no resources) trains in float32
-    precision: str = field(default="auto", metadata={"keyed_as_default": ("float32",)})
-    device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
-    # a training step captured once as a CUDA graph and replayed (scaling.papers.context_scaling.cuda_graphs),
-    # its learning rate read on the device: auto | on | off; auto = on where the trial trains on CUDA. The
-    # replayed steps are the eager ones bit for bit: how, not what, so not part of the key
-    cuda_graphs: str = field(default="auto", metadata={"key": False})
-    curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
-    # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up
-    # from lr / w to lr over the first w = warmup * steps steps, then a cosine decay to 0 at the last step.
-    # Measured on the vectorised MLP (d = 4, T = inf, N = 10): cosine at lr 3e-3 reaches err/zero 0.61 in
-    # 6000 steps, constant lr 1e-3 0.71 in 10000 (sweeps/fig1.yaml's repro profile says more).
-    schedule: str = "constant"
-    warmup: float = field(default=0.05, metadata={"applies": lambda t: t.schedule != "constant"})
-    # the context lengths the loss is taken at (seed 001 App. A: "we always trained a single MLP for all
-    # context lengths by zero-padding to the largest context length", Fig. 1's "trained and tested on the same
-    # set of context lengths: 5, 10, 20, 30, and 40"): one model trained on prompts of each of these lengths,
-    # an MLP's vectorised input zero-padded to the largest, which is the cell's N (scaling.cells.Cell), and
-    # tested at them unless eval.n says otherwise (App. A's GPT-2, "trained on context lengths from 1 to 100
-    # with a step size of 10", tested between them: sweeps/fig4_lengths.yaml). Empty (the default): every
-    # prefix 1..N, the loss of eq. 2
-    lengths: tuple[int, ...] = ()
-
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
-            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        check(math.isfinite(self.lr), "lr", f"must be finite, got {self.lr}")
-        check_choice(self.precision, "precision", ("auto", "float32", "bfloat16"))
-        check_choice(self.cuda_graphs, "cuda_graphs", ("auto", "on", "off"))
-        check_choice(self.schedule, "schedule", ("constant", "cosine"))
-        check(0 <= self.warmup < 1, "warmup", f"must be a fraction of the steps in [0, 1), got {self.warmup}")
-        check(
-            all(n >= 1 for n in self.lengths) and list(self.lengths) == sorted(set(self.lengths)),
-            "lengths",
-            f"context lengths >= 1, increasing, each once (empty: every prefix), got {list(self.lengths)}",
-        )
-        check(
-            not (self.lengths and self.curriculum.points_start),
-            "lengths",
-            "a model trained at given context lengths takes no points curriculum (points_start: 0)",
-        )
-        check(
-            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-            "device",
-            f"must be auto, cpu, cuda or cuda:K, got {self.device!r}",
-        )
-
-    def lr_factor(self, step: int) -> float:
-        """The learning rate of the update made at ``step`` (0-based), as a fraction of ``lr``."""
-        if self.schedule == "constant":
-            return 1.0
-        warm = int(self.warmup * self.steps)
-        if step < warm:
-            return (step + 1) / warm
-        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, self.steps - warm)))
 
 
 def graphs_on(setting: str, device: torch.device) -> bool:

@@ -29,9 +29,8 @@ from typing import Sequence
 
 import torch
 
+from .settings import BOUND
 from .transformer import DTYPE, Head, Layer, ReLUTransformer, Slots, Unit, embed, parallel
-
-BOUND = 1e4  # largest |score| the masks and the selection's offset allow (see the docstring)
 
 
 def unit_vector(slots: Slots, name: str, k: int = 0, scale: float = 1.0) -> torch.Tensor:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from scaling.papers.temperature.settings import PARAMS_SOURCES
 from scaling.papers.temperature.theory import (
     AttentionParams,
     PromptDistribution,
@@ -36,8 +37,6 @@ from scaling.papers.temperature.theory import (
     simulated_optimal_temperature,
     theory_error,
 )
-
-PARAMS_SOURCES = ("sampled", "population")
 
 
 def _parameters(

@@ -24,7 +24,7 @@ the tau whose curve has the least mean error over its points.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,7 @@ from ..context_scaling.tasks import fresh_prompts, make_family
 from ..context_scaling.train import CellTrainer
 from .curves import error_vs_context_curves, figure2_curves, figure4_curves, figure5_histograms
 from .garg import load_garg_gpt2
+from .settings import shift_label
 from .theory import isotropic_distribution, shifted_distribution
 
 Z90 = 1.6448536269514722  # the 90% normal interval, the project's coverage for Monte Carlo rows
@@ -197,15 +198,6 @@ def model_to_scan(cell, device, report, sweep_model) -> tuple[torch.nn.Module, d
         if report:
             report({"step": trainer.step, "progress": 0.9 * trainer.step / cell.train.steps})
     return trainer.model.eval(), trainer.model.state_dict()
-
-
-def shift_label(shift) -> str:
-    """The fields of an eval.shift (scaling.papers.context_scaling.tasks.ShiftConfig) that differ from no
-    shift, e.g. 'x_scale=1.73'."""
-    moved = [
-        f"{f.name}={getattr(shift, f.name):g}" for f in fields(shift) if getattr(shift, f.name) != f.default
-    ]
-    return ",".join(moved) or "none"
 
 
 def gpt2_scan(cell, device, report=None, sweep_model=None) -> JobResult:

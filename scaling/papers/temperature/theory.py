@@ -45,6 +45,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .settings import COVARIANCE_SCALE
+
 DTYPE = torch.float64
 
 
@@ -89,7 +91,7 @@ def no_shift(train: PromptDistribution) -> PromptDistribution:
     return train
 
 
-def input_covariance_shift(train: PromptDistribution, scale: float = 2.0) -> PromptDistribution:
+def input_covariance_shift(train: PromptDistribution, scale: float = COVARIANCE_SCALE) -> PromptDistribution:
     """Sigma_x^test = scale * Sigma_x^train (Fig. 1b uses 2; Sec. 4.4's example uses c)."""
     return replace(train, Sigma_x=scale * train.Sigma_x)
 
