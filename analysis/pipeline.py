@@ -181,9 +181,10 @@ def grid_axes(uri: str, experiment: str) -> tuple[str, ...]:
         parents = tracker.runs_of_sweep(experiment, kind="sweep", columns=BARE)
         if not parents:
             return provenance.DEFAULT_AXES
+        parent = parents[0]
         with tempfile.TemporaryDirectory() as tmp:
             document = yaml.safe_load(
-                Path(tracker.download(parents[0].run_id, "sweep.yaml", tmp)).read_text()
+                Path(tracker.download(parent.run_id, "sweep.yaml", tmp, parent.artifact_uri)).read_text()
             )
     except Exception:  # noqa: BLE001 - no parent run or no sweep.yaml: the default axes
         return provenance.DEFAULT_AXES

@@ -126,11 +126,11 @@ def test_the_tables_read_are_mlflows_own():
     from mlflow.store.tracking.dbmodels import models
 
     tables = (models.SqlRun, models.SqlTag, models.SqlParam, models.SqlLatestMetric, models.SqlExperiment)
-    for model in tables:
+    for model in (*tables, models.SqlExperimentTag):
         table = model.__table__
         for column, type_ in TABLES[table.name].items():
             assert isinstance(table.c[column].type, getattr(sqlalchemy, type_)), (table.name, column)
-    assert set(TABLES) == {"runs", "tags", "params", "latest_metrics", "experiments"}
+    assert set(TABLES) == {"runs", "tags", "params", "latest_metrics", "experiments", "experiment_tags"}
 
 
 def test_experiments_are_looked_up_as_mlflow_looks_them_up(store):
@@ -138,6 +138,10 @@ def test_experiments_are_looked_up_as_mlflow_looks_them_up(store):
     fast, mlflow = DatabaseTracker.existing(uri), Tracker.existing(uri)
     for name in ("s", "t", "nothing", "S"):
         assert fast.experiment_id(name) == mlflow.experiment_id(name)
+    mlflow.client.set_experiment_tag(first, "sweep_file", "s.yaml")
+    for experiment in (first, other):
+        assert fast.experiment_tags(experiment) == mlflow.experiment_tags(experiment)
+    assert fast.experiment_tags(first)["sweep_file"] == "s.yaml"
     assert fast.experiment_id("s") == first and fast.experiment_id("S") is None  # case counts
     mlflow.client.delete_experiment(mlflow.experiment_id("doomed", create=True))
     with pytest.raises(TrackingError, match="'doomed' is deleted"):
@@ -157,10 +161,12 @@ def test_waves_on_a_parent_run_are_read_in_place_as_mlflow_reads_them(store):
     assert [w["wave"] for w in via_mlflow] == [1, 2, 10]
 
 
-def test_a_reading_command_asks_the_database_without_importing_mlflow(store):
-    """Opening the store, finding the experiment, its runs and its waves: MLflow's imports (~2.5 s) are left
-    to what writes (in a new interpreter: this one has imported MLflow)."""
-    uri = store[0]
+def test_a_reading_command_asks_the_database_without_importing_mlflow(store, tmp_path):
+    """Opening the store, finding the experiment, its tags, runs and waves, copying an artifact of a run whose
+    artifacts are on this disk: MLflow's imports (~2.5 s) are left to what writes (in a new interpreter: this
+    one has imported MLflow)."""
+    uri, tmp = store[0], tmp_path
+    Tracker(uri).sweep_run(store[1], "s", {"name": "s"})  # the parent run, with its sweep.yaml
     script = f"""
 import sys
 from scaling.tracking.backends import existing_store
@@ -168,7 +174,11 @@ tracker = existing_store({uri!r})
 experiment = tracker.experiment_id("s")
 runs = tracker.runs_of_sweep("s", params={{"T": "16"}})
 waves = tracker.read_waves(experiment, "s")
+tags = tracker.experiment_tags(experiment)
+parent = tracker.sweep_parent_run(experiment, "s")
+copied = tracker.download(parent.run_id, "sweep.yaml", {str(tmp)!r}, parent.artifact_uri)
 assert len(runs) == 5, runs
+assert open(copied).read().startswith("name: s"), copied
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "mlflow")
 assert not loaded, loaded
 """

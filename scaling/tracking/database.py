@@ -1,7 +1,7 @@
 """MLflow's store on a database (SQLite, PostgreSQL, MySQL) read the fast way (DatabaseTracker): a search of
 runs as one SQL query per table, for only the params, metrics and tags asked for, with search_runs' semantics;
-a reading command's other questions (is the store there, an experiment's id, the waves on a parent run whose
-artifacts are on this machine) answered by SQL too, without MLflow.
+a reading command's other questions (is the store there, an experiment's id and tags, the waves on a parent
+run whose artifacts are on this machine) answered by SQL too, without MLflow.
 
 MLflow's ``search_runs`` builds an ORM object, then an MLflow object, for every param, tag and metric of
 every run it finds, in pages of 1,000: ~490,000 objects and 25 s for a sweep of 10,000 cells, most of
@@ -32,7 +32,7 @@ from .tracker import Tracker, picked
 RECORD_TAGS = ("cell_key", "status", "mlflow.runName")
 
 # MLflow's tables and the columns read of them (its dbmodels: SqlRun, SqlTag, SqlParam, SqlLatestMetric,
-# SqlExperiment), each column's type one of sqlalchemy.types
+# SqlExperiment, SqlExperimentTag), each column's type one of sqlalchemy.types
 TABLES = {
     "runs": {
         "run_uuid": "String",
@@ -48,6 +48,7 @@ TABLES = {
     "params": {"key": "String", "value": "String", "run_uuid": "String"},
     "latest_metrics": {"key": "String", "value": "Float", "is_nan": "Boolean", "run_uuid": "String"},
     "experiments": {"experiment_id": "Integer", "name": "String", "lifecycle_stage": "String"},
+    "experiment_tags": {"key": "String", "value": "String", "experiment_id": "Integer"},
 }
 
 
@@ -121,6 +122,13 @@ class DatabaseTracker(Tracker):
         if found[0].lifecycle_stage == "deleted":
             raise self.deleted(name)
         return str(found[0].experiment_id)
+
+    def experiment_tags(self, experiment_id: str) -> dict[str, str]:
+        from sqlalchemy import select
+
+        tags = self.tables["experiment_tags"]
+        query = select(tags.c.key, tags.c.value).where(tags.c.experiment_id == int(experiment_id))
+        return dict(retrying(lambda: self.rows(query), "reading experiment"))
 
     def find_runs(
         self,
