@@ -349,6 +349,11 @@ def verdict_points(table: pd.DataFrame, question: Question, keys: list[str], rul
     return rows.groupby(cols, dropna=False, sort=True)["err"].mean().reset_index()
 
 
+# the columns judged_points reads besides the group keys (relative_to_zero, collapse_baselines and
+# verdict_points)
+POINT_COLUMNS = ("cell_key", "predictor", "model", "seed", "T", "N", "n", "err")
+
+
 def judged_points(
     table: pd.DataFrame, question: str, *, by: tuple[str, ...] | None, rule: Rule, against_zero: bool
 ) -> tuple[list[str], list[pd.DataFrame]]:
@@ -357,6 +362,8 @@ def judged_points(
     stays empty."""
     q = question_named(question)
     keys = group_keys(table, FORMS[question], by)
+    read = {*keys, *POINT_COLUMNS}  # the columns judged: the others would only be copied by every selection
+    table = table[[c for c in table.columns if c in read]]
     table = relative_to_zero(table, keys) if against_zero else table.assign(measure="err")
     keys = [*keys, "measure"]  # constant within a group: carried into the verdict rows
     if "predictor" in table:  # the zero predictor is the yardstick (err/zero = 1), not a candidate
