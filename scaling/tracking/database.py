@@ -22,9 +22,8 @@ import operator
 from functools import cached_property
 from typing import Mapping
 
-from ..redact import redact
-from . import EVERYTHING, Columns, RunRecord, TrackingError
-from .retry import brief, retrying
+from . import EVERYTHING, Columns, RunRecord
+from .retry import retrying
 from .tracker import Tracker, picked
 
 # the tags a RunRecord's own fields are read from: cell_key, status, and the run's name where the runs
@@ -80,23 +79,11 @@ class DatabaseTracker(Tracker):
             for name, columns in TABLES.items()
         }
 
-    def check_reachable(self) -> None:
-        """Fail fast, with the URI, when the store's experiments cannot be read."""
+    def probe(self) -> None:
+        """One quick read of the store (Tracker.check_reachable tries it): an experiment's id, by SQL."""
         from sqlalchemy import select
 
-        experiments = self.tables["experiments"]
-        try:
-            retrying(
-                lambda: self.rows(select(experiments.c.experiment_id).limit(1)),
-                "reaching the tracking store",
-                attempts=3,
-                first_wait=0.5,
-                say=False,  # the error below says it, in one line
-            )
-        except Exception as err:  # noqa: BLE001 - any failure here means unusable
-            raise TrackingError(
-                f"cannot use the MLflow tracking store {redact(self.uri)}: {brief(err)}"
-            ) from None
+        self.rows(select(self.tables["experiments"].c.experiment_id).limit(1))
 
     def rows(self, query) -> list:
         """The rows of one query, in a connection of its own."""

@@ -96,18 +96,23 @@ class Tracker(TrackingStore):
         """Fail fast (seconds, not MLflow's minutes of HTTP retries), with the URI, when the store is
         unusable."""
         try:
-            with quick_http():
-                retrying(
-                    lambda: self.client.search_experiments(max_results=1),
-                    "reaching the tracking store",
-                    attempts=3,
-                    first_wait=0.5,
-                    say=False,  # the error below says it, in one line
-                )
+            retrying(
+                self.probe,
+                "reaching the tracking store",
+                attempts=3,
+                first_wait=0.5,
+                say=False,  # the error below says it, in one line
+            )
         except Exception as err:  # noqa: BLE001 - any failure here means unusable
             raise TrackingError(
                 f"cannot use the MLflow tracking store {redact(self.uri)}: {brief(err)}"
             ) from None
+
+    def probe(self) -> None:
+        """One quick read of the store (check_reachable tries it): an experiment, by MLflow's REST client
+        without its own retries."""
+        with quick_http():
+            self.client.search_experiments(max_results=1)
 
     def experiment_id(
         self, name: str, create: bool = False, tags: dict[str, str] | None = None
