@@ -23,7 +23,6 @@ from scaling.judge.power_law import (
     cluster_resample_indices,
     fit_points,
     form_named,
-    huber,
     predicted_err,
     row_weights,
     starting_grid,
@@ -38,6 +37,13 @@ def context_table(rng, seeds=range(5), noise=0.05, seed_noise=0.03, law=None, **
     return synthetic_table(
         law, ns=NS, Ts=[INF], seeds=seeds, rng=rng, noise=noise, seed_noise=seed_noise, **kw
     )
+
+
+def huber(r: np.ndarray, delta: float) -> np.ndarray:
+    """The Huber loss written plainly, elementwise: r^2 / 2 inside |r| <= delta, delta (|r| - delta / 2)
+    outside (reference_loss_and_grad's; Problem.loss_and_grad computes it in place)."""
+    a = np.abs(r)
+    return np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
 
 
 def test_huber_matches_scipy_special():
