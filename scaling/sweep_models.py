@@ -42,12 +42,15 @@ def load_complete_model(experiment: str, params: dict[str, str], uri: str | None
                 continue
             run_id = run.run_id
             Path(tmp, run_id).mkdir()
-            cell = yaml.safe_load(Path(tracker.download(run_id, "cell.yaml", f"{tmp}/{run_id}")).read_text())
+            # with the run's artifact_uri: a copy where the artifacts are on this disk, else one request
+            cell = yaml.safe_load(
+                Path(tracker.download(run_id, "cell.yaml", f"{tmp}/{run_id}", run.artifact_uri)).read_text()
+            )
             absent = [k for k in params if k not in logged]
             if absent:
                 flat = Cell.from_dict(cell).flat()
                 if any(flat.get(k) != str(params[k]) for k in absent):
                     continue
-            path = tracker.download(run_id, "model.pt", f"{tmp}/{run_id}")
+            path = tracker.download(run_id, "model.pt", f"{tmp}/{run_id}", run.artifact_uri)
             return cell, torch.load(path, map_location="cpu", weights_only=True)
     raise TrackingError(f"no complete cell run in {experiment!r} has settings {params}")
