@@ -164,7 +164,8 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
 
     from scaling.plan import plan_document
     from scaling.tracking.backends import open_store
-    from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
+    from scaling.trial import run_cell, run_pack
+    from scaling.trial_spec import TrialMember, TrialSpec
 
     torch.set_num_threads(1)
     uri = f"sqlite:///{tmp}/mlflow.db"

@@ -34,7 +34,6 @@ import logging
 import uuid
 from typing import Callable
 
-import torch
 from pyarrow import fs as pafs
 
 from . import storage
@@ -52,6 +51,8 @@ class CheckpointDamaged(RuntimeError):
 def encode(state: dict) -> bytes:
     """The checkpoint file's bytes: the header (digest, step, logged_through), then torch's serialisation of
     ``state``."""
+    import torch  # here: the driver reads checkpoints' headers without loading torch (scaling.sweep)
+
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
@@ -93,6 +94,8 @@ def decode(blob: bytes) -> dict:
         payload = blob  # written before digests: torch's own checks only
         if not blob:
             raise CheckpointDamaged("it is empty")
+    import torch
+
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any failure to read is damage

@@ -23,7 +23,7 @@ from typing import TextIO
 
 from .storage import OUTAGE_NOTICE
 from .tracking.uri import experiment_ui_link, ui_command
-from .trial import spec_in
+from .trial_spec import spec_in
 
 # Loggers whose warnings are Ray's and Tune's own chatter, not the sweep's news: the token-auth notice
 # at every start, Tune's hints. Errors still show.

@@ -20,7 +20,8 @@ from analysis.__main__ import main
 from scaling.kinds.registry import KINDS
 from scaling.plan import load_plan
 from scaling.tracking.tracker import Tracker
-from scaling.trial import TrialMember, TrialSpec, run_cell
+from scaling.trial import run_cell
+from scaling.trial_spec import TrialMember, TrialSpec
 
 SWEEP = {
     "name": "decay",

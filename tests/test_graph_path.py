@@ -15,7 +15,8 @@ from scaling.papers.context_scaling.adam import DeviceRates, FusedAdam
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer, TrainConfig, graphs_on, lr_factors
 from scaling.tracking.tracker import Tracker
-from scaling.trial import TrialMember, TrialSpec, run_cell, run_pack
+from scaling.trial import run_cell, run_pack
+from scaling.trial_spec import TrialMember, TrialSpec
 from tests.conftest import tiny_cell_dict
 
 MODELS = {

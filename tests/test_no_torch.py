@@ -1,9 +1,12 @@
-"""Planning, costing, packing and analysing cells never import torch (issue 45: ~1.5 s of start of every
-analysis): only building, training or evaluating a model does. Checked in a new interpreter."""
+"""Planning, costing, packing, a dry run and analysing cells never import torch (issue 45: ~1.5 s of the
+start of every analysis): only building, training or evaluating a model does. Checked in a new
+interpreter."""
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,6 +45,43 @@ def test_building_a_model_does_import_torch():
         "assert 'torch' not in sys.modules\n"
         "from scaling.papers.context_scaling.models import build_model\n"
         "build_model(ModelConfig(arch='mlp', width=4), 2, 3)\nprint('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "True", done.stderr
+
+
+DRY_RUN = """
+import sys
+from scaling.sweep.__main__ import main
+
+store, storage = sys.argv[1:]
+code = main(["sweeps/fig1.yaml", "--dry-run", "--tracking-uri", store, "--storage", storage])
+print(code, sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+
+
+def test_a_dry_run_on_a_machine_without_a_gpu_leaves_torch_unimported(tmp_path):
+    """`python -m scaling.sweep FILE --dry-run` plans, costs, packs and reads the store and the
+    checkpoints' headers without torch: it asks torch for this machine's GPUs only where a GPU driver's
+    device file exists."""
+    from scaling.sweep.dry_run import GPU_DEVICE_FILES
+
+    if any(Path(f).exists() for f in GPU_DEVICE_FILES):
+        pytest.skip("this machine has a GPU driver: the dry run asks torch for its GPUs")
+    args = [f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")]
+    done = subprocess.run(
+        [sys.executable, "-c", DRY_RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout[-2000:]
+
+
+def test_where_a_gpu_driver_s_device_file_exists_the_dry_run_asks_torch():
+    """The check above can fail: with a device file present, finding the GPUs imports torch."""
+    code = (
+        "import sys\nfrom scaling.sweep import dry_run\n"
+        "dry_run.GPU_DEVICE_FILES = (sys.executable,)\n"
+        "assert 'torch' not in sys.modules\ndry_run.local_cuda()\nprint('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "True", done.stderr

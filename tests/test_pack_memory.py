@@ -25,7 +25,8 @@ from scaling.packing import (
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer
 from scaling.tracking.tracker import Tracker
-from scaling.trial import TrialMember, TrialSpec, pack_memory, run_pack
+from scaling.trial import pack_memory, run_pack
+from scaling.trial_spec import TrialMember, TrialSpec
 from tests.conftest import tiny_cell_dict
 
 TOL = dict(rtol=1e-4, atol=1e-5)  # a member packed against alone: the rounding of batched products

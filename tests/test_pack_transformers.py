@@ -12,7 +12,8 @@ from scaling.papers.context_scaling.stacked import PackTrainer, stack
 from scaling.papers.context_scaling.stacked_transformers import StackedTransformer
 from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
 from scaling.tracking.tracker import Tracker
-from scaling.trial import PackMemberError, TrialMember, TrialSpec, run_pack
+from scaling.trial import PackMemberError, run_pack
+from scaling.trial_spec import TrialMember, TrialSpec
 from tests.conftest import tiny_cell_dict
 from tests.test_checkpoint_integrity import zero_block
 

@@ -11,7 +11,8 @@ from conftest import tiny_cell_dict
 from scaling import trial
 from scaling.cells import Cell
 from scaling.tracking.tracker import Tracker
-from scaling.trial import Throttled, TrialMember, TrialSpec, run_cell, run_pack
+from scaling.trial import Throttled, run_cell, run_pack
+from scaling.trial_spec import TrialMember, TrialSpec
 
 
 def spec_of(cells, tmp_path, name):

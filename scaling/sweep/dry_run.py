@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TextIO
-
-import torch
 
 from ..cards import Card, Cards, run_cards, type_cards
 from ..checkpoints import CheckpointStore
@@ -45,6 +44,20 @@ def describe_plan(
     out.write(describe_gpu(plan, gpus=gpus[0], gpus_from=gpus[1], cards=cards) + "\n")
 
 
+# A GPU driver's device files on Linux (NVIDIA's, ROCm's, WSL's): without any, torch finds no GPU here.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def local_cuda():
+    """torch.cuda where torch finds a GPU on this machine, else None. Without a GPU driver's device file
+    (Linux) torch is not asked: it would find none, and a dry run plans without loading it (about 1 s)."""
+    if sys.platform.startswith("linux") and not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        return None
+    import torch
+
+    return torch.cuda if torch.cuda.is_available() else None
+
+
 def cards_to_plan(run) -> Cards | None:
     """The cards --dry-run plans the GPU packs for (scaling.cards; no Ray started): --gpu-memory, the
     `ray up` cluster's node types, this machine's GPUs, else (None or the fallback) the cost table's card."""
@@ -52,12 +65,13 @@ def cards_to_plan(run) -> Cards | None:
     if table is None or run.options.gpu_memory:
         return run_cards(run.options.gpu_memory, [], table)
     found = type_cards(read_node_types()) if run.head is not None else []
-    if not found and torch.cuda.is_available():
-        found = [machine_card()]
+    cuda = local_cuda() if not found else None
+    if cuda is not None:
+        found = [machine_card(cuda)]
     return run_cards(None, found, table)
 
 
-def machine_card() -> Card:
+def machine_card(cuda) -> Card:
     """The smallest of this machine's CUDA cards, its memory read as a run reads a live node's (NVML: the
     same plan), else as torch reports it."""
     from .card_probe import node_card_memory  # imports Ray: only on a machine with CUDA
@@ -65,9 +79,9 @@ def machine_card() -> Card:
     measured = node_card_memory()
     if measured is not None:
         return Card(measured[0], measured[1], "this machine's GPU")
-    cards = range(torch.cuda.device_count())
-    memory, index = min((torch.cuda.get_device_properties(i).total_memory, i) for i in cards)
-    return Card(float(memory), torch.cuda.get_device_name(index), "this machine's GPU")
+    cards = range(cuda.device_count())
+    memory, index = min((cuda.get_device_properties(i).total_memory, i) for i in cards)
+    return Card(float(memory), cuda.get_device_name(index), "this machine's GPU")
 
 
 def cpus_to_plan(run) -> tuple[int, str]:
@@ -96,8 +110,9 @@ def gpus_to_plan(run) -> tuple[int | None, str]:
         count = sum(int(t.resources.get("GPU", 0)) * t.max_workers for t in types if t.resources)
         if count:
             return count, "the GPUs the cluster's autoscaler may start"
-    if torch.cuda.is_available():
-        return torch.cuda.device_count(), "this machine's GPUs"
+    cuda = local_cuda()
+    if cuda is not None:
+        return cuda.device_count(), "this machine's GPUs"
     return None, ""
 
 

@@ -25,7 +25,8 @@ from ..leases import Leases
 from ..packing import gpu_budget, pack_groups, pack_key
 from ..progress import Progress
 from ..redact import redact
-from ..trial import TrialMember, TrialSpec, spec_in, tune_trainable
+from ..trial import tune_trainable
+from ..trial_spec import TrialMember, TrialSpec, spec_in
 from .run import SweepRun
 
 
