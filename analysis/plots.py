@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 
 import matplotlib
+import matplotlib.font_manager  # noqa: F401  (the T labels' size)
 import matplotlib.ticker  # noqa: F401  (integer ticks)
 import matplotlib.transforms  # noqa: F401  (the T axis break)
 
@@ -239,7 +240,12 @@ def note_off_frame(ax) -> None:
             0.02,
             0.02,
             "\n".join(
-                textwrap.fill(f"{side} the frame: " + "; ".join(lines), 48, subsequent_indent="  ")
+                # broken between the lines named, never inside one: wrapped with no-break spaces in each
+                textwrap.fill(
+                    f"{side} the frame: " + "; ".join(line.replace(" ", "\u00a0") for line in lines),
+                    48,
+                    subsequent_indent="  ",
+                ).replace("\u00a0", " ")
                 for side, lines in off.items()
             ),
             transform=ax.transAxes,
@@ -383,16 +389,39 @@ def draw_baselines_over_T(ax, others: pd.DataFrame, where: dict[float, float], f
 
 
 def T_axis(ax, where: dict[float, float], ticks: list[float], labels: list[str]) -> None:
-    """A log T axis labelled at each T, T = inf as "inf (fresh)" past an axis break."""
+    """A log T axis with a tick at each T, labelled where the labels keep apart (spaced_labels), T = inf as
+    "inf (fresh)" past an axis break."""
     ax.set_xscale("log")
     if ticks:
         labels = [("\u221e\n(fresh)" if label == "inf" else label) for label in labels]
-        ax.set_xticks(ticks, labels)
-        ax.minorticks_off()
         ax.set_xlim(ticks[0] / 2, ticks[-1] * 2)
+        ax.set_xticks(ticks, spaced_labels(ax, ticks, labels))
+        ax.minorticks_off()
         finite = [T for T in where if not math.isinf(T)]
         if finite and any(math.isinf(T) for T in where):
             axis_break(ax, max(finite), where[math.inf])
+
+
+DIGIT_EM = 0.64  # a digit's width in DejaVu Sans, matplotlib's font, in ems
+
+
+def spaced_labels(ax, ticks: list[float], labels: list[str]) -> list[str]:
+    """The labels of a log axis' ticks with every k-th kept, counted down from the largest finite T (T = inf's
+    kept too), for the smallest k whose kept labels are at least half an em apart on the axis' width before
+    the layout (which only widens it); the others blank, their ticks kept: many T close together (1, 2, 4,
+    ... 256) would run into each other ("128256")."""
+    size = matplotlib.font_manager.FontProperties(size=matplotlib.rcParams["xtick.labelsize"]).get_size()
+    width = ax.get_position().width * ax.figure.get_figwidth() * 72  # points
+    lo, hi = (math.log(v) for v in ax.get_xlim())
+    at = [(math.log(t) - lo) / (hi - lo) * width for t in ticks]
+    # the first lines side by side: only inf's label has a second line ("(fresh)", under its narrow first)
+    half = [len(label.split("\n")[0]) * DIGIT_EM * size / 2 for label in labels]
+    last = len(ticks) - 1 - (labels[-1].startswith("\u221e") and len(ticks) > 1)
+    for k in range(1, len(ticks) + 1):
+        kept = [i for i in range(len(ticks)) if i > last or (last - i) % k == 0]
+        if all(at[j] - at[i] >= half[i] + half[j] + size / 2 for i, j in zip(kept, kept[1:])):
+            break
+    return [label if i in kept else "" for i, label in enumerate(labels)]
 
 
 def draw_task(

@@ -256,6 +256,32 @@ def test_task_panel_draws_inf_at_the_right_edge_past_a_break():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "1e5", "1e6", "\u221e\n(fresh)"]
 
 
+def test_close_T_are_labelled_apart_down_from_the_largest():
+    """T = 1, 2, 4, ... 256 on a panel 4 inches wide: labelled every other T from 256 down, no two labels
+    touching once drawn (before, "128" and "256" ran together); every T keeps its tick."""
+    Ts = tuple(2.0**k for k in range(9)) + (math.inf,)
+    table = lattice_table(rng=np.random.default_rng(0), models=("mlp",), Ts=Ts, Ns=(4, 8), all_n=False)
+    fig = plots.task_scaling_figure(table)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = ax.get_xticklabels()
+        assert len(ax.get_xticks()) == len(Ts)
+        expected = ["1", "", "4", "", "16", "", "64", "", "256", "\u221e\n(fresh)"]
+        assert [t.get_text() for t in labels] == expected
+        boxes = [t.get_window_extent(renderer) for t in labels if t.get_text()]
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
+
+
+def test_a_foot_note_breaks_between_the_lines_it_names_never_inside_one():
+    table = full_table("fig1")
+    low = table["predictor"].isin(["least_squares", "ridge"])
+    table = table.assign(err=table["err"].where(~low, 1e-6))  # OLS and Bayes ridge below every model
+    fig = figures.draw(table, "fig1").figures["fig1"]
+    foot = next(t.get_text() for t in fig.axes[1].texts if t.get_text().startswith("below the frame"))
+    assert foot.split("\n") == ["below the frame: OLS 1e-06;", "  Bayes ridge (theory) 1e-06"]
+
+
 def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):
     """Ridge-vs-lambda rows as cells log them (scaling.papers.context_scaling.train.lambda_scan on real
     prompts), per model's cell."""
