@@ -267,10 +267,13 @@ def tidy(experiment: str, runs: list[RunRecord], stacks: list[pa.Table]) -> pd.D
         ]
     )
     curves = pa.concat_tables(stacks, promote_options="permissive").to_pandas()  # converted once
-    if set(cells) & set(curves) != {"run_id"}:  # columns of one name on both sides: merge's suffixes
-        table = cells.merge(curves, on="run_id", how="inner", validate="one_to_many")
-        lead = TABLE_COLUMNS + sorted(c for c in table.columns if c not in TABLE_COLUMNS)
-        return table[lead].sort_values(list(SORT_KEYS), ignore_index=True)
+    shared = sorted(set(cells) & set(curves) - {"run_id"})
+    if shared:  # a merge would keep both as <name>_x and <name>_y, and a reader find neither
+        raise ValueError(
+            f"the curves of {experiment!r} have columns that the cells' columns also name: {shared}; a"
+            " kind's curves.parquet names what varies within a cell (predictor, n, err, ...), and the cell's"
+            " settings come from its run's params"
+        )
     left, right = inner_rows(cells["run_id"], curves["run_id"])
     side = {**{c: (cells, left) for c in cells}, **{c: (curves, right) for c in curves if c != "run_id"}}
 

@@ -86,3 +86,15 @@ def test_a_run_twice_is_merges_error():
     table = stacked(runs, [curves(np.random.default_rng(0), [1, 2], lam=False)] * 2)
     with pytest.raises(pd.errors.MergeError):
         tidy("s", runs, [table])
+
+
+@pytest.mark.parametrize("column", ["seed", "param.task.d"])
+def test_curves_that_name_a_cell_column_are_a_clear_error(column):
+    """A kind whose curves name a cell column (a merge would keep both, suffixed, and a reader find neither)
+    is told which and why, not given a table without the column."""
+    runs = [record(0, "mlp", 4.0, 4, 0)]
+    part = curves(np.random.default_rng(0), [1, 2], lam=False)
+    part = part.append_column(column, pa.array(["0"] * part.num_rows))
+    said = rf"curves of 's' have columns that the cells' columns also name: \['{column}'\]"
+    with pytest.raises(ValueError, match=said):
+        tidy("s", runs, [stacked(runs, [part])])
