@@ -3,13 +3,14 @@ sweep CLI through Ray Tune and MLflow with the embedded store, against its bare 
 
 Two sweeps, each ``python -m scaling.sweep`` in a process of its own (the local Ray, an SQLite MLflow store
 and checkpoints in a scratch folder): ``sweeps/smoke.yaml`` with its models given a quarter of the GPU each
-(its 24 cells in GPU packs, four trials at once), and a slice of ``sweeps/fig1.yaml``'s full profile (its 6
-GPT-2 cells at N = 40, the paper's size, ``SLICE_STEPS`` steps, one trial holding the GPU). Then their bare
-packs: the same cells grouped as the driver groups them (scaling.gpu_plan.gpu_packs), trained one pack after
-another with the kind's loop (PackTrainer, as scaling.kinds.context_scaling.train_stacked) and evaluated, in
-a process of its own without Ray, MLflow or checkpoints (``python -m benchmarks.gpu_sweep bare ...``). Each
-sweep's line: its wall time against its bare packs' (the target: at most 1.3x for the Fig. 1 slice, whose
-one trial the bare pack is exactly) and the GPU's utilisation sampled every 0.2 s while it ran (NVML).
+(its 36 cells in four GPU packs of 9, all four trials at once), and a slice of ``sweeps/fig1.yaml``'s full
+profile (its 6 GPT-2 cells at N = 40, the paper's size, ``SLICE_STEPS`` steps, one trial holding the GPU).
+Then their bare packs: the same cells grouped as the driver groups them (scaling.gpu_plan.gpu_packs), trained
+one pack after another with the kind's loop (PackTrainer, as scaling.kinds.context_scaling.train_stacked) and
+evaluated, in a process of its own without Ray, MLflow or checkpoints (``python -m benchmarks.gpu_sweep bare
+...``). Each sweep's line: its wall time against its bare packs' (the target: at most 1.3x for the Fig. 1
+slice, whose one trial the bare pack is exactly) and the GPU's utilisation sampled every 0.2 s while it ran
+(NVML).
 
 Run it in a process without CUDA state of its own (the GPU run's second command, docs/gpu.md): the other
 phases' CUDA context would hold memory the trials need. ``--smoke`` runs both sweeps at tiny sizes on the
