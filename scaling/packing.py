@@ -157,12 +157,15 @@ def auto_parts(cell: Cell, count: int, slots: int) -> int:
     return parts
 
 
-def pack_limit(pack: str | int, cell: Cell, gpu: GpuBudget | None = None, signature: str | None = "") -> int:
+def pack_limit(pack: str | int, cell: Cell, gpu: GpuBudget | None = None) -> int:
     """How many cells like ``cell`` one pack may hold under the setting ``run.pack``, on a GPU with the
-    budget ``gpu`` or (None) on a CPU; ``signature``: the cell's pack_signature, when already known."""
-    if signature == "":
-        signature = pack_signature(cell)
-    if signature is None or pack in ("off", 1, 0):
+    budget ``gpu`` or (None) on a CPU."""
+    return 1 if pack_signature(cell) is None else packable_limit(pack, cell, gpu)
+
+
+def packable_limit(pack: str | int, cell: Cell, gpu: GpuBudget | None = None) -> int:
+    """pack_limit of a cell its kind packs (its pack_signature is not None)."""
+    if pack in ("off", 1, 0):
         return 1
     if pack != "auto":
         return int(pack)
@@ -198,7 +201,7 @@ def pack_groups(
     groups: list[list[int]] = []
     parts: dict[tuple, int] = {}  # per signature: the same shapes and steps, so the same answer
     for i, cell in enumerate(cells):
-        limit = pack_limit(pack, cell, budgets[i], signatures[i][0])
+        limit = 1 if signatures[i][0] is None else packable_limit(pack, cell, budgets[i])
         if pack == "auto" and limit > 1:
             count = counts[signatures[i]]
             if signatures[i] not in parts:

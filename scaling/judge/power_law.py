@@ -151,11 +151,9 @@ class Problem:
         return np.empty(rows), np.empty(rows), np.empty(rows), np.empty(rows, bool)
 
     def __getstate__(self) -> dict:
-        """Pickled without the scratch arrays (a worker makes its own)."""
+        """Pickled without the scratch arrays (a worker makes its own; unpickling fills __dict__ with the
+        rest, as for any object)."""
         return {k: v for k, v in self.__dict__.items() if k != "_scratch"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
 
     def terms(self, theta: np.ndarray) -> np.ndarray:
         """(G, 1+K) log of each additive term at each distinct x: e, then c_k - s_k log x_k (-inf where

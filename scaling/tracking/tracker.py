@@ -74,9 +74,8 @@ class Tracker(TrackingStore):
 
                 try:
                     self._client = MlflowClient(tracking_uri=self.uri)
-                except (
-                    MlflowException
-                ) as err:  # e.g. MLflow 3 refuses a file: store (MLFLOW_ALLOW_FILE_STORE)
+                # e.g. MLflow 3 refuses a file: store (MLFLOW_ALLOW_FILE_STORE)
+                except MlflowException as err:
                     raise TrackingError(
                         f"cannot use the MLflow tracking store {redact(self.uri)}: {redact(str(err))}"
                     ) from None
