@@ -37,7 +37,7 @@ from scaling.variants import add_set_argument
 from .claims import tally
 from .compare import compare
 from .figures import LAYOUTS
-from .paper import PAPERS, analyse_figures, commands, write_paper
+from .paper import PAPERS, analyse_figures, commands, profiles_read, write_paper
 from .pipeline import analyse
 from .plugin import AnalysisError, Request
 
@@ -164,8 +164,7 @@ def request_of(args: argparse.Namespace) -> Request:
 def paper_summary(figures: dict, claims, page: Path, request: Request) -> list[str]:
     """What ``--paper`` prints: the claims' tally per paper, where the report is, what to run next (the
     first part not run, the report); each claim with its numbers or reason is in the report."""
-    at = f" ({request.profile} profile)" if request.profile else ""
-    lines = [f"reproduction report{at}: {tally(claims)}"]
+    lines = [f"reproduction report{profiles_read(figures, request.profile)}: {tally(claims)}"]
     for paper in PAPERS:
         parts = [figures[part.key] for part in paper.parts]
         ran = sum(f.result is not None for f in parts)

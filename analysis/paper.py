@@ -222,6 +222,16 @@ class Figure:
         return self.part.key
 
 
+def profiles_read(figures: dict[str, Figure], profile: str) -> str:
+    """The profiles the report's numbers come from, for its title: " (quick profile)", or with the parts
+    read at a profile of their own (``FILE:PROFILE``) named, " (quick profile; fig1 at repro)"."""
+    own = [
+        f"{f.name} at {f.profile}" for f in figures.values() if f.result is not None and f.profile != profile
+    ]
+    said = ([f"{profile} profile"] if profile else []) + own
+    return f" ({'; '.join(said)})" if said else ""
+
+
 def split_spec(spec: str, profile: str) -> tuple[str, str]:
     """(sweep file, profile) of ``FILE`` (the request's profile) or ``FILE:PROFILE``."""
     path, colon, own = spec.rpartition(":")
@@ -442,7 +452,7 @@ def write_paper(
     claims = claims[columns + ["sweep_file", "cost", "sweep_command", "analysis_command"]]
     claims.to_csv(out / "claims.csv", index=False)
     sections = "".join(paper_section(paper, figures, claims, request, out) for paper in PAPERS)
-    at = f" ({html.escape(profile)} profile)" if profile else ""
+    at = html.escape(profiles_read(figures, profile))
     toc = "".join(
         f'<li><a href="#seed-{p.seed}">Seed {p.seed}</a>: '
         f"{html.escape(claiming.tally(claims[claims['paper'] == p.seed]))}</li>"

@@ -205,6 +205,47 @@ def test_fig7b_an_error_that_rises_with_the_context_length_is_read_from_the_one_
     )
 
 
+def test_a_claim_whose_cells_are_not_complete_yet_says_so_not_that_the_profile_lacks_them():
+    """Fig. 1B's padded-MLP claim with the per-N MLP judged and the padded cells still training (a sweep
+    stopped part-way, as the report reads it): "not run", counting the cells the sweep's command trains,
+    where the profile has them; "in this profile" only where it has none."""
+    from scaling.judge.verdicts import context_verdicts
+
+    rng = np.random.default_rng(3)
+    out = []
+    for seed in range(5):
+        for n in (5, 20):
+            err = 0.6 * math.exp(0.02 * rng.normal())
+            for predictor, e in (("model", err), ("zero", 1.0)):
+                out.append(dict(sweep="s", cell_key=f"mlp-s{seed}", model="mlp", T=math.inf, N=n,
+                                seed=seed, predictor=predictor, n=n, err=e))  # fmt: skip
+    table = pd.DataFrame(out)
+    verdicts = context_verdicts(table).assign(question="context")
+    waiting = pd.DataFrame(
+        [
+            {"cell_key": f"pad-{t}", "run_id": "", "name": f"mlp_padded T={t} N=20 seed=0", "status": s,
+             "error": ""}
+            for t, s in (("16", "RUNNING"), ("inf", "not started"))
+        ]
+    )  # fmt: skip
+    text = f"MLP (vectorised input) does not context-scale [{PADDED}]"
+    claim = [c for c in CLAIMS if c.figure == "fig1" and c.text == text]
+
+    def said(missing):
+        result = AnalysisResult("fig1", Path("."), table, missing, request=Request(), verdicts=verdicts)
+        row = evaluate({"fig1": result}, claims=claim).iloc[0]
+        assert row.status == "not run"
+        return row.evidence
+
+    assert said(waiting) == (
+        "no complete mlp_padded cells: 2 mlp_padded cells of this profile not complete yet"
+        " (the sweep's command trains them)"
+    )
+    assert said(waiting.iloc[:0]) == said(pd.DataFrame()) == "no mlp_padded cells in this profile"
+    other = waiting.assign(name=waiting["name"].str.replace("mlp_padded", "mlp_padded_wide"))
+    assert said(other) == "no mlp_padded cells in this profile"  # another model's cells are not its own
+
+
 def test_app_b_psi_l_is_one_gd_step_is_checked_without_any_run():
     claims = evaluate({}, claims=[c for c in CLAIMS if c.panel == "App. B"])
     assert list(claims.status) == ["reproduced"] and "max relative difference" in claims.evidence[0]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from analysis.__main__ import main as analysis_main
-from analysis.paper import PAPERS
+from analysis.paper import PAPERS, PARTS, Figure, profiles_read
 from analysis.papers.context_scaling import claims as claims_context_scaling
 from analysis.papers.statisticians import claims as claims_statisticians
 from analysis.papers.temperature import claims as claims_temperature
@@ -122,6 +122,22 @@ def test_a_claim_whose_sweep_ran_shows_its_numbers_profile_and_commands(report, 
     agree = fig1[fig1["claim"].str.startswith("Thm. 4.6 matches Monte Carlo")]
     assert list(agree["panel"]) == ["1a", "1b", "1c"] and agree["evidence"].str.contains("points agree").all()
     assert "fig1-tiny" in page and "stat-gd-tiny" in page and "data:image/png;base64," in page
+    # temp_fig4 was given at its own profile but has no runs: the numbers are all the tiny profile's
+    assert "<h1>Reproduction report: seeds 001, 003 and 004 (tiny profile)</h1>" in page
+
+
+def test_the_title_names_the_parts_read_at_a_profile_of_their_own():
+    """``--paper sweeps/fig1.yaml:repro sweeps/fig2.yaml --profile quick``: the numbers of Fig. 1 are the
+    repro profile's, and the title and the printed tally say so; a part given so but not run is not named."""
+    fig1, fig2, temp = (Figure(PARTS[key][1]) for key in ("fig1", "fig2", "temp-fig4"))
+    fig1.profile, fig1.result = "repro", object()
+    fig2.profile, fig2.result = "quick", object()
+    temp.profile = "own"
+    figures = {f.name: f for f in (fig1, fig2, temp)}
+    assert profiles_read(figures, "quick") == " (quick profile; fig1 at repro)"
+    assert profiles_read(figures, "") == " (fig1 at repro; fig2 at quick)"
+    assert profiles_read({"fig2": fig2}, "quick") == " (quick profile)"
+    assert profiles_read({}, "") == ""
 
 
 def test_a_claim_whose_sweep_did_not_run_says_so_with_the_command_to_run_it(report, store):

@@ -53,6 +53,23 @@ def _task_rows(frame: pd.DataFrame, family: str | None, table: pd.DataFrame | No
     return frame if families == {family} else frame.iloc[0:0]
 
 
+def absent(result, model: str, family: str | None) -> str:
+    """Why a claim on ``model`` has no verdict: the profile has none of its cells, or some of them are not
+    complete yet (a sweep stopped or still running, whose command trains them), counted from the analysis's
+    missing cells (named "<model> T=... N=... seed=...")."""
+    on = f" on {family}" if family else ""
+    missing = result.missing
+    names = missing["name"].astype(str) if "name" in missing else pd.Series([], dtype=str)
+    waiting = int(names.str.startswith(f"{model} ").sum())
+    if not waiting:
+        return f"no {model} cells{on} in this profile"
+    cells = "cell" if waiting == 1 else "cells"
+    return (
+        f"no complete {model} cells{on}: {waiting} {model} {cells} of this profile not complete yet"
+        " (the sweep's command trains them)"
+    )
+
+
 def verdict_row(result, question: str, model: str, family, near) -> tuple[pd.Series, float] | Outcome:
     """The verdict row a claim on `model` reads (the group at the largest T for context scaling, the n
     nearest `near` for task scaling, on one task family) and its fixed value, or why there is none."""
@@ -66,9 +83,7 @@ def verdict_row(result, question: str, model: str, family, near) -> tuple[pd.Ser
         result.table,
     )
     if rows.empty:
-        return Outcome(
-            NOT_RUN, f"no {model} cells" + (f" on {family}" if family else "") + " in this profile"
-        )
+        return Outcome(NOT_RUN, absent(result, model, family))
     fixed = rows[q.fixed].astype(float)
     pick = fixed.max() if near is None else min(fixed.unique(), key=lambda x: (abs(x - near), x))
     return rows[fixed == pick].iloc[0], float(pick)
