@@ -56,7 +56,8 @@ def _task_rows(frame: pd.DataFrame, family: str | None, table: pd.DataFrame | No
 def absent(result, model: str, family: str | None) -> str:
     """Why a claim on ``model`` has no verdict: the profile has none of its cells, or some of them are not
     complete yet (a sweep stopped or still running, whose command trains them), counted from the analysis's
-    missing cells (named "<model> T=... N=... seed=...")."""
+    missing cells, named by the kind as "<model> T=... N=... seed=..." (scaling.kinds.context_scaling.label;
+    its model is the table's, the preset's name else its arch)."""
     on = f" on {family}" if family else ""
     missing = result.missing
     names = missing["name"].astype(str) if "name" in missing else pd.Series([], dtype=str)
