@@ -68,14 +68,22 @@ def rows_at(table: pd.DataFrame, level: str | None = None) -> pd.DataFrame:
     return out
 
 
+def trained_across(rows: pd.DataFrame) -> dict[str, float]:
+    """The models with a single N where the rows span several (seed 001 App. A's padded MLP: one network
+    trained at every length of the figure), each with that N."""
+    if rows["N"].nunique() < 2:
+        return {}
+    trained = rows[rows["base"] == "model"] if "base" in rows else rows
+    Ns = trained.groupby("model")["N"].agg(["nunique", "max"])
+    return {str(model): float(row["max"]) for model, row in Ns.iterrows() if row["nunique"] == 1}
+
+
 def trained_and_tested(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows at n = N (each network tested at the length it was trained up to), and, where the rows span
-    several N, every n of a model with a single N (seed 001 App. A's padded MLP: one network trained at every
-    length of the figure, tested at each), its N read as that n."""
-    several = rows["N"].nunique() > 1
-    one_N = rows.groupby("model")["N"].transform("nunique") == 1 if several else rows["n"] != rows["n"]
+    """The rows at n = N (each network tested at the length it was trained up to), and every n of a model
+    trained across the lengths (``trained_across``), its N read as that n."""
+    across = rows["model"].isin(list(trained_across(rows)))
     trained = rows["base"] == "model" if "base" in rows else True  # its baselines stay at n = N
-    within = rows[one_N & (rows["n"] != rows["N"]) & trained]
+    within = rows[across & (rows["n"] != rows["N"]) & trained]
     return pd.concat([rows[rows["n"] == rows["N"]], within.assign(N=within["n"])], ignore_index=True)
 
 
@@ -268,8 +276,14 @@ def draw_context(
     """Error against n (every evaluated n; a line per model and N, a line style per N) or, ``diagonal``,
     against N at n = N (``trained_and_tested``: a padded MLP's own curve)."""
     rows = rows_at(table, level)
+    xlabel = "context length n"
     if diagonal:
+        across = trained_across(rows if models is None else rows[rows["model"].isin(models)])
         rows = trained_and_tested(rows)
+        xlabel = "context length N (train = test = N)" + "".join(
+            f"\n{model}: one network for every N \u2264 {N:g}"
+            for model, N in across.items()
+        )
     x = "N" if diagonal else "n"
     trained = rows[rows["base"] == "model"]
     if models is not None:
@@ -303,7 +317,7 @@ def draw_context(
         add_band_key(ax, int(trained["seed"].nunique()))
     finish(
         ax,
-        "context length N (train = test = N)" if diagonal else "context length n",
+        xlabel,
         title,
         trained.empty,
         frame,

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from analysis import figures
 from analysis.claims import evaluate
 from analysis.papers.context_scaling.claims import CLAIMS, PADDED, PER_N
 from analysis.pipeline import analyse
@@ -159,6 +160,15 @@ def test_a_tiny_padded_sweep_is_tested_at_each_length_and_the_claim_reads_that_o
         mine.evidence
     )
     assert other.status != "not run"  # the per-N view: the N = 3 and N = 6 networks at n = N
+    panel_b = [ax for ax in figures.draw(table, "fig1").figures["fig1"].axes if "(B)" in ax.get_title()]
+    labels = {ax.get_xlabel() for ax in panel_b}
+    # the padded MLP is drawn at each length it was tested at, not at n = N of separate networks: said
+    own_line = "mlp_padded: one network for every N \u2264 6"
+    assert labels == {f"context length N (train = test = N)\n{own_line}"}, labels
+    per_N = figures.draw(table[table["model"] == "mlp"], "fig1").figures["fig1"].axes
+    assert {ax.get_xlabel() for ax in per_N if "(B)" in ax.get_title()} == {
+        "context length N (train = test = N)"
+    }
 
 
 def test_a_bad_lengths_setting_in_a_sweep_file_names_its_line(tmp_path):
