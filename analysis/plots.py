@@ -281,8 +281,7 @@ def draw_context(
         across = trained_across(rows if models is None else rows[rows["model"].isin(models)])
         rows = trained_and_tested(rows)
         xlabel = "context length N (train = test = N)" + "".join(
-            f"\n{model}: one network for every N \u2264 {N:g}"
-            for model, N in across.items()
+            f"\n{model}: one network for every N \u2264 {N:g}" for model, N in across.items()
         )
     x = "N" if diagonal else "n"
     trained = rows[rows["base"] == "model"]
