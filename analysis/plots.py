@@ -278,10 +278,12 @@ def draw_context(
     rows = rows_at(table, level)
     xlabel = "context length n"
     if diagonal:
-        across = trained_across(rows if models is None else rows[rows["model"].isin(models)])
+        across = trained_across(rows)  # as trained_and_tested finds them; named where drawn (``models``)
         rows = trained_and_tested(rows)
         xlabel = "context length N (train = test = N)" + "".join(
-            f"\n{model}: one network for every N \u2264 {N:g}" for model, N in across.items()
+            f"\n{model}: one network for every N \u2264 {N:g}"
+            for model, N in across.items()
+            if models is None or model in models
         )
     x = "N" if diagonal else "n"
     trained = rows[rows["base"] == "model"]
