@@ -32,7 +32,7 @@ import torch
 
 from scaling.cells import Cell
 from scaling.devices import use_precision
-from scaling.papers.context_scaling.stacked import PackTrainer
+from scaling.papers.context_scaling.stacked import PackTrainer, release_memory
 from scaling.papers.context_scaling.train import CellTrainer
 
 FIG1 = {"d": 8, "N": 40, "n_layer": 8, "n_head": 8, "n_embd": 256, "batch": 64}  # sweeps/fig1.yaml's GPT-2
@@ -201,21 +201,27 @@ def oom_probe(size: dict, K: int, steps: int, headroom: float) -> dict:
     cells = [cell_of(size, s, steps=steps, checkpoint_every=max(1, steps // 2)) for s in range(K)]
     train(trainers(cells[:2], device), steps)
     peak = torch.cuda.max_memory_reserved(device)
-    torch.cuda.empty_cache()
+    release_memory(device)
     total = torch.cuda.get_device_properties(device).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, headroom * peak / total), device)
     splits: list[str] = []
-    members = trainers(cells, device)
-    pack = PackTrainer(members, on_split=lambda indices, text: splits.append(text))
+    pack = PackTrainer(trainers(cells, device), on_split=lambda indices, text: splits.append(text))
     while not pack.done_training:
         pack.train_until(*pack.next_segment())
-    alone = [train(trainers([c], device), steps)[0] for c in cells]
-    diff = max(
-        float((p - q).abs().max())
-        for a, m in zip(alone, members)
-        for p, q in zip(a.model.parameters(), m.model.parameters())
-    )
-    return {"pair_peak": peak, "cap": headroom * peak, "splits": splits, "limit": pack.limit, "diff": diff}
+    packed = [[p.detach().cpu() for p in m.model.parameters()] for m in pack.trainers]
+    limit = pack.limit
+    del pack  # the pack's trainers and engine give their memory back before the members train alone
+    release_memory(device)
+    diff = 0.0
+    for cell, params in zip(cells, packed):  # one at a time, each let go before the next: the cap holds one
+        alone = train(trainers([cell], device), steps)[0]
+        diff = max(
+            diff,
+            *(float((p.detach().cpu() - q).abs().max()) for p, q in zip(alone.model.parameters(), params)),
+        )
+        del alone
+        release_memory(device)
+    return {"pair_peak": peak, "cap": headroom * peak, "splits": splits, "limit": limit, "diff": diff}
 
 
 def pack_splits_on_card(
@@ -244,7 +250,14 @@ def pack_splits_on_card(
         return [check("trial_pack_splits_on_card", False, f"the probe ran past {timeout_s:g} s: killed")]
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        return [check("trial_pack_splits_on_card", False, f"the probe failed: {tail[0][:300]}")]
+        return [
+            check(
+                "trial_pack_splits_on_card",
+                False,
+                f"the probe failed: {tail[0][:300]}",
+                traceback=done.stderr[-4000:],  # in gpu.json: where it ran out
+            )
+        ]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     ok = bool(got["splits"]) and got["diff"] <= PACK_TOL
     return [
