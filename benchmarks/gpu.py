@@ -54,7 +54,7 @@ PHASE_SECONDS = {
     "fig1": 35,
     "packs": 60,
     "cost": 35,
-    "checks": 70,
+    "checks": 110,  # the out-of-memory probe: 16 fp32 Fig. 1 cells packed, then each alone
     "kinds": 40,
     "llm": 120,
     "sweep": 245,  # its own steps' limits (benchmarks.gpu_sweep.LIMITS) keep it inside
