@@ -4,6 +4,9 @@ the step a graph captures (StepGraph: static inputs, the rate read at the device
 steps for other shapes) is the eager step, bit for bit, for cells and packs, resumed or not. On a GPU the
 same path captures and replays CUDA graphs (benchmarks/trial_gpu_checks.py checks replay against eager)."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -143,6 +146,27 @@ def test_a_pack_keeps_its_engine_and_graph_across_checkpoints():
     active, stop = pack.next_segment()
     pack.train_until(active, stop)
     assert pack.engine_of(active) is engine and engine.graph is graph and graph.eager_steps == 3
+
+
+def test_a_finished_packs_engine_and_graph_are_freed_before_the_next_pack_is_stacked():
+    """The graph holds its engine (a cycle): left to the collector, the private memory pools of finished
+    packs' graphs stayed on the card while the next packs trained, until a capped card ran out."""
+    trainers = [CellTrainer(cell("gpt2", seed=s), graphs=True) for s in range(2)]
+    pack = PackTrainer(trainers, limit=1)  # two packs of one, one after the other
+    gc.disable()
+    try:
+        active, _ = pack.next_segment()
+        engine = pack.engine_of(active)
+        first, graph = weakref.ref(engine), weakref.ref(engine.graph)
+        del engine
+        while not trainers[0].done_training:
+            pack.train_until(*pack.next_segment())
+        assert first() is None and graph() is None  # freed at once, not at the collector's next pass
+        while not pack.done_training:
+            pack.train_until(*pack.next_segment())
+    finally:
+        gc.enable()
+    assert all(t.done_training for t in trainers)
 
 
 def trial_spec(cells: list[Cell], tmp_path, name: str) -> TrialSpec:

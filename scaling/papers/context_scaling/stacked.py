@@ -269,7 +269,7 @@ class PackTrainer:
         """After an out-of-memory error: the members take the engine's last finished step, and the pack
         splits in two (a member alone that does not fit raises)."""
         self.drop_engine()
-        engine.graph = None
+        engine.graph = None  # (an engine not the current one, e.g. its capture failed, has one too)
         members = engine.members
         if len(members) == 1:
             raise torch.OutOfMemoryError(f"{members[0].cell.name} alone does not fit the device: {what}")
@@ -284,9 +284,18 @@ class PackTrainer:
             )
 
     def drop_engine(self) -> None:
-        if self._engine is not None and self._engine[1].graph is not None:
-            self._replayed += self._engine[1].graph.replays
+        """Let the current engine go, with its memory: its CUDA graph (which holds the engine: a cycle the
+        collector would free only later) is cut loose, so its private memory pool is given back before the
+        next engine is stacked. Kept, the pools of finished packs filled a capped card until a member alone
+        no longer fitted (an H200, 2026-11-28)."""
+        if self._engine is None:
+            return
+        engine = self._engine[1]
         self._engine = None
+        if engine.graph is not None:
+            self._replayed += engine.graph.replays
+            engine.graph = None
+            release_memory(engine.members[0].device)
 
     @property
     def replayed(self) -> int:
