@@ -41,7 +41,8 @@ def test_without_a_measured_table_the_dry_run_says_none_is_measured(tmp_path, ti
 def test_the_dry_run_prints_gpu_hours_from_the_shipped_measured_table(tmp_path, tiny_sweep):
     """scaling/cost_table_cuda.json is the GPU script's measurement on a real card (docs/results.md)."""
     table = load_gpu_table()
-    assert table is not None and not table["smoke"] and "H100" in table["device"]
+    assert table is not None and not table["smoke"] and "H200" in table["device"]
+    assert table["train_precision"] == "bfloat16" and table["cuda_graphs"]  # as a GPU trial trains now
     out = io.StringIO()
     path = gpu_sweep(tmp_path, tiny_sweep)
     uri = f"sqlite:///{tmp_path}/m.db"
