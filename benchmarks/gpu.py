@@ -42,6 +42,7 @@ import torch
 
 from .common import skipped
 from .gpu_common import TINY, Check, PhaseTimeout, Run, time_limit
+from .gpu_compile import compile_phase
 from .gpu_cost import cost_phase
 from .gpu_kinds import kinds_phase, llm_phase
 from .gpu_steps import fig1_phase, packs_phase
@@ -55,6 +56,7 @@ PHASE_SECONDS = {
     "packs": 60,
     "cost": 35,
     "checks": 110,  # the out-of-memory probe: 16 fp32 Fig. 1 cells packed, then each alone
+    "compile": 150,  # train.compile at K = 32 and 64: each compile of the 8-layer pack may take a minute
     "kinds": 40,
     "llm": 120,
     "sweep": 245,  # its own steps' limits (benchmarks.gpu_sweep.LIMITS) keep it inside
@@ -132,6 +134,7 @@ PHASES = {
     "packs": packs_phase,
     "cost": cost_phase,
     "checks": checks_phase,
+    "compile": compile_phase,
     "kinds": kinds_phase,
     "llm": llm_phase,
     "sweep": sweep_phase,

@@ -23,10 +23,12 @@ STEPS = 500_000  # a cell's steps (Fig. 1's): more than any timing trains
 LOG_EVERY = 100  # sweeps/fig1.yaml's
 
 
-def cell_of(size: dict, precision: str, device: torch.device, arch: str = "gpt2", seed: int = 0) -> Cell:
+def cell_of(
+    size: dict, precision: str, device: torch.device, arch: str = "gpt2", seed: int = 0, compile: str = "off"
+) -> Cell:
     """A linear-regression cell of ``size`` (d, N, batch and the model's n_layer, n_head, n_embd, or an MLP's
     width) as a sweep plans it for a trial on ``device``: ``precision`` "auto" resolved there (bfloat16 on a
-    GPU); members of a pack differ in seed and T, as a sweep's cells do."""
+    GPU), ``compile`` its train.compile; members of a pack differ in seed and T, as a sweep's cells do."""
     if arch == "mlp":
         model = {"arch": "mlp", "width": size["width"]}
     else:
@@ -45,6 +47,7 @@ def cell_of(size: dict, precision: str, device: torch.device, arch: str = "gpt2"
                 "batch_size": size["batch"],
                 "lr": 1e-4,
                 "precision": precision,
+                "compile": compile,
                 "device": device.type,
                 "log_every": LOG_EVERY,
                 "checkpoint_every": STEPS,

@@ -33,6 +33,9 @@ def _join(where: str, key: str | int) -> str:
     return f"{where}.{key}" if where else key
 
 
+SWITCH = {True: "on", False: "off"}  # a string setting given a YAML boolean: the switch it spells
+
+
 def _coerce(value: Any, kind: Any, where: str) -> Any:
     """Coerce one YAML value to the annotated type ``kind`` or raise a ConfigError at ``where``."""
     origin = typing.get_origin(kind)
@@ -88,6 +91,8 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
             raise ConfigError(where, "not a number (nan); give a number")
         return float(value)
     if kind is str:
+        if isinstance(value, bool):  # YAML 1.1 reads an unquoted on/off (yes/no, true/false) as a boolean
+            return SWITCH[value]
         if not isinstance(value, str):
             raise ConfigError(where, f"expected a string, got {value!r}")
         return value
@@ -357,4 +362,6 @@ def missing_paths_noted() -> typing.Iterator[list[str]]:
 
 def check_choice(value: str, field: str, choices: typing.Iterable[str]) -> None:
     choices = list(choices)
-    check(value in choices, field, f"unknown value {value!r}; known: {', '.join(choices)}")
+    switch = value in SWITCH.values()
+    read = " (YAML reads an unquoted on/off, yes/no or true/false as on/off)" if switch else ""
+    check(value in choices, field, f"unknown value {value!r}{read}; known: {', '.join(choices)}")

@@ -37,6 +37,7 @@ BOOKKEEPING = (
     "train.checkpoint_every",
     "train.log_every",
     "train.cuda_graphs",
+    "train.compile",
     "eval.bootstrap",
     "eval.batch_size",
 )

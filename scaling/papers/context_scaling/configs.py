@@ -181,6 +181,10 @@ class TrainConfig:
     # its learning rate read on the device: auto | on | off; auto = on where the trial trains on CUDA. The
     # replayed steps are the eager ones bit for bit: how, not what, so not part of the key
     cuda_graphs: str = field(default="auto", metadata={"key": False})
+    # a stacked transformer pack's forward and loss compiled by torch.compile (inductor's fused kernels) at
+    # its steady shape, inside the captured step: off | on. Off until a GPU measures it faster (docs/gpu.md);
+    # like packing it moves numbers by rounding only (tests/test_pack_compile.py): how, not what, not keyed
+    compile: str = field(default="off", metadata={"key": False})
     curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
     # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up
     # from lr / w to lr over the first w = warmup * steps steps, then a cosine decay to 0 at the last step.
@@ -204,6 +208,7 @@ class TrainConfig:
         check(math.isfinite(self.lr), "lr", f"must be finite, got {self.lr}")
         check_choice(self.precision, "precision", ("auto", "float32", "bfloat16"))
         check_choice(self.cuda_graphs, "cuda_graphs", ("auto", "on", "off"))
+        check_choice(self.compile, "compile", ("off", "on"))
         check_choice(self.schedule, "schedule", ("constant", "cosine"))
         check(0 <= self.warmup < 1, "warmup", f"must be a fraction of the steps in [0, 1), got {self.warmup}")
         check(

@@ -193,6 +193,9 @@ class StackedTransformer:
         self.device = self.params[names[0]].device
         self.bf16 = cell.train.precision == "bfloat16"
         self._block: tuple[range, torch.Tensor, torch.Tensor] | None = None
+        # train.compile: the forward and loss as inductor's kernels, one shape (a curriculum's others eager)
+        compiled = cell.train.compile == "on"
+        self.compiled = torch.compile(self.eager_losses, dynamic=False) if compiled else None
 
     def autocast(self):
         """As CellTrainer's: bf16 autocast without its cast cache (a CUDA graph cannot capture one)."""
@@ -216,9 +219,14 @@ class StackedTransformer:
         return xs[:, j], ys[:, j]
 
     def losses(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        """Each member's prefix loss (scaling.papers.context_scaling.train.prefix_loss) on its batch: (K,)."""
+        """Each member's prefix loss (scaling.papers.context_scaling.train.prefix_loss) on its batch: (K,);
+        compiled at the steady shape where ``train.compile`` is on."""
+        steady = self.compiled is not None and self.members[0].steady(self.step)
+        return (self.compiled if steady else self.eager_losses)(self.inputs, xs, ys)
+
+    def eager_losses(self, inputs: dict, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         with self.autocast():
-            pred = self.forward(self.template, self.inputs, xs, ys)  # (K, B, P)
+            pred = self.forward(self.template, inputs, xs, ys)  # (K, B, P)
         return (pred.float()[:, :, 1:] - ys[:, :, 1:]).pow(2).mean(dim=(1, 2))
 
     def step_on(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:

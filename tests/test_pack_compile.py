@@ -1,0 +1,69 @@
+"""``train.compile: on``: a stacked transformer pack's forward and loss compiled by torch.compile (inductor,
+here its CPU kernels) inside the pack's step path; its members end with the numbers they reach trained alone,
+it is not part of a cell's key, and the GPU script's compile phase runs on the CPU (tiny)."""
+
+import json
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from benchmarks import gpu
+from scaling.cells import Cell
+from scaling.config import ConfigError
+from scaling.papers.context_scaling.train import CellTrainer
+from tests.conftest import tiny_cell_dict
+from tests.test_pack_transformers import GPT2_STACKED, assert_same_numbers, train_alone, train_packed
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def members(compile: str) -> list[Cell]:
+    """Three GPT-2 cells of Fig. 2's stacked layout (its boolean mask inside the compiled forward), their
+    steps through the CUDA-graph path's logic (``cuda_graphs: on``: static buffers, eager on a CPU)."""
+    train = {**tiny_cell_dict()["train"], "compile": compile, "cuda_graphs": "on"}
+    return [
+        Cell.from_dict(tiny_cell_dict(model=GPT2_STACKED, T=t, seed=s, train={**train, "lr": lr}))
+        for t, s, lr in ((4, 0, 1e-3), (float("inf"), 1, 1e-3), (8, 2, 3e-3))
+    ]
+
+
+def test_compiled_pack_members_end_with_their_numbers_alone():
+    graphs = counters["stats"]["unique_graphs"]
+    packed = train_packed([CellTrainer(c) for c in members("on")])
+    assert counters["stats"]["unique_graphs"] > graphs  # the pack's steps went through torch.compile
+    alone = train_alone(members("off"))
+    for a, p in zip(alone, packed):
+        assert_same_numbers(a, p)
+
+
+def test_compile_is_how_not_what():
+    on, off = members("on"), members("off")
+    assert [c.key for c in on] == [c.key for c in off]
+    assert on[0].train.compile == "on"
+    # YAML 1.1 reads an unquoted on/off as true/false: the switch is still understood
+    spelled = Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "compile": True}))
+    assert spelled.train.compile == "on"
+    graphs = Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "cuda_graphs": False}))
+    assert graphs.train.cuda_graphs == "off"
+    with pytest.raises(ConfigError, match="compile: unknown value 'sometimes'; known: off, on"):
+        Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "compile": "sometimes"}))
+    with pytest.raises(ConfigError, match=r"unknown value 'on' \(YAML reads an unquoted on/off"):
+        Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "schedule": True}))
+
+
+def test_gpu_script_compile_phase_on_the_cpu(tmp_path):
+    assert gpu.main(str(tmp_path), smoke=True, phases=["compile"]) == 0
+    results = json.loads((tmp_path / "gpu.json").read_text())["results"]
+    (line,) = [x for x in results if x["name"].startswith("pack")]
+    assert line["name"] == "pack_compile[tiny K=2]" and line["status"] == "INFO"
+    extra = line["extra"]
+    assert extra["param_diff"] < 1e-5  # the same members' steps, compiled or not, on the same data
+    assert extra["first_steps_s"]["on"] > extra["first_steps_s"]["off"]  # the compile is in the first steps
+    assert set(extra["seconds_per_step"]) == {"off", "on"}
