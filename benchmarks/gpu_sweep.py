@@ -190,7 +190,11 @@ def sweep_phase(run: Run, seconds: float) -> None:
             argv = [sys.executable, "-m", "benchmarks.gpu_sweep", "bare", *sweeps_of(run)[name]]
             status, output, _, _ = run_process(argv, limit_of(run, f"bare {name}"), log)
             bare = json.loads(output.strip().splitlines()[-1]) if status == 0 else None
-            run.add(sweep_line(run, name, walls[name], bare, samples))
+            experiment = Path(sweeps_of(run)[name][0]).stem  # the sweep's name is its file's (fig1, smoke)
+            phases = trial_seconds(f"sqlite:///{work / name}.db", experiment)
+            run.add(sweep_line(run, name, walls[name], bare, samples, phases))
+            if name == "fig1_slice" and bare is not None and phases:
+                run.add(projected_line(run, walls[name], bare, phases))
     if samples is not None:
         samples.close(run.out / "smi.csv")
 
@@ -229,10 +233,74 @@ def summary(output: str) -> str:
     return found[-1].split("] ", 1)[-1] if found else "(no summary: see sweeps.log)"
 
 
-def sweep_line(run: Run, name: str, wall: tuple, bare: dict | None, samples: Sampler | None) -> Check:
+def trial_seconds(uri: str, experiment: str) -> dict[str, float]:
+    """The mean over the experiment's complete cell runs of each ``trial/seconds/<phase>`` (scaling.timeline:
+    where its trials' time went); {} where none were logged (or the store cannot be read)."""
+    from scaling.timeline import PREFIX
+    from scaling.tracking.tracker import Tracker
+
+    try:
+        tracker = Tracker.existing(uri)
+        found_id = tracker.experiment_id(experiment)
+        tags = {"kind": "cell", "status": "complete"}
+        runs = tracker.find_runs(found_id, tags=tags) if found_id is not None else []
+    except Exception:  # noqa: BLE001 - the line says the phases were not read
+        return {}
+    found = [{k[len(PREFIX) :]: v for k, v in r.metrics.items() if k.startswith(PREFIX)} for r in runs]
+    found = [f for f in found if f]
+    return {k: sum(f.get(k, 0.0) for f in found) / len(found) for k in found[0]} if found else {}
+
+
+def setting(args: list[str], key: str) -> str:
+    """The value a sweep's argument list gives ``key`` (its last ``--set key=value``)."""
+    return [a.split("=", 1)[1] for a in args if a.startswith(key + "=")][-1]
+
+
+def in_trials(phases: dict[str, float]) -> str:
+    """'in its trials (...): setup 15 s, train 44 s, ...' from trial_seconds."""
+    if not phases:
+        return "the trials' seconds by phase not read"
+    return "in its trials (each cell run's trial/seconds, mean): " + ", ".join(
+        f"{name} {value:.1f} s" for name, value in phases.items()
+    )
+
+
+def projected_line(run: Run, wall: tuple, bare: dict, phases: dict[str, float]) -> Check:
+    """The Fig. 1 slice's sweep against its bare pack at the full profile's steps and checkpoints (its
+    cells' own), from the slice: the sweep's time outside its steps and checkpoints taken as fixed, its
+    steps and checkpoints at the slice's rates, the bare pack's steps at theirs and its evaluation fixed.
+    Reported, not judged: the slice's own line is the measurement."""
+    from scaling.plan import load_plan
+
+    full = next(iter(load_plan(str(ROOT / "sweeps/fig1.yaml"), "", ()).cells)).cell.train
+    steps, every = (
+        int(setting(sweeps_of(run)["fig1_slice"], k)) for k in ("train.steps", "train.checkpoint_every")
+    )
+    seconds = wall[3] - wall[2]
+    train, saves = phases.get("train", 0.0), phases.get("checkpoint", 0.0)
+    per_save = saves / max(1, steps // every)
+    scale = full.steps / steps
+    sweep = seconds - train - saves + train * scale + per_save * (full.steps // full.checkpoint_every)
+    alone = bare["train"] * scale + bare["evaluate"]
+    return Check(
+        "sweep_projected[fig1]",
+        "INFO",
+        f"{sweep / alone:.2f}x at the full profile's {full.steps} steps (a checkpoint every"
+        f" {full.checkpoint_every}), projected from the slice: the sweep {sweep / 3600:.2f} h (its"
+        f" {seconds - train - saves:.0f} s outside the steps and checkpoints fixed, steps at"
+        f" {train / steps * 1e3:.2f} ms, {per_save:.1f} s a checkpoint) against its bare pack"
+        f" {alone / 3600:.2f} h (steps at {bare['train'] / steps * 1e3:.2f} ms)",
+        {"ratio": sweep / alone, "sweep_s": sweep, "bare_s": alone},
+    )
+
+
+def sweep_line(
+    run: Run, name: str, wall: tuple, bare: dict | None, samples: Sampler | None, phases: dict | None = None
+) -> Check:
     status, output, start, end = wall
     seconds = end - start
     where = samples.during(start, end) if samples is not None else "utilisation not sampled (no GPU)"
+    where += "; " + in_trials(phases or {})
     if status != 0:
         what = "stopped at its time limit" if status is None else f"exit status {status}"
         return Check(f"sweep[{name}]", "FAIL", f"{what} after {seconds:.0f} s: {summary(output)}; {where}")

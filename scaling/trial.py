@@ -43,6 +43,7 @@ from .packing import device_pack_size, memory_guard
 from .redact import trial_tracking_uri
 from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
 from .sweep_models import load_complete_model
+from .timeline import Timeline
 from .tracking import CellRunLog
 from .tracking.backends import open_cell_log
 from .trial_spec import TrialSpec, spec_in
@@ -79,9 +80,10 @@ class Throttled:
 class PackContext:
     """What a kind's ``run_pack`` gets besides its members: the device, the members' checkpoint store, the
     tracking URI (for kinds that read other runs: ``sweep_model``) and ``progress`` (a dict to Tune: sent at
-    once with ``force``, else at most every PROGRESS_EVERY_S seconds). For a pack, ``limit``: how many
-    members the device's memory fits stacked at once (None: all), and ``guard``: the check each stacked step
-    makes first on a device of stated memory (scaling.packing.memory_guard; None on a card)."""
+    once with ``force``, else at most every PROGRESS_EVERY_S seconds), ``timeline``: the trial's seconds by
+    phase since it started (scaling.timeline). For a pack, ``limit``: how many members the device's memory
+    fits stacked at once (None: all), and ``guard``: the check each stacked step makes first on a device of
+    stated memory (scaling.packing.memory_guard; None on a card)."""
 
     device: torch.device
     store: CheckpointStore
@@ -89,6 +91,7 @@ class PackContext:
     report: Callable[[dict], None] | None = field(default=None, repr=False)
     limit: int | None = field(default=None, kw_only=True)
     guard: Callable[[Any], None] | None = field(default=None, kw_only=True, repr=False)
+    timeline: Timeline = field(default_factory=Timeline, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         self.throttled = Throttled(self.report)
@@ -174,9 +177,11 @@ def held_report(held: dict[str, Holder], report) -> dict[str, Any]:
     return final
 
 
-def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
-    """Run one cell by its kind and log it; ``report`` receives progress dicts (tune.report in a trial).
-    A failure marks the cell's run failed with its traceback and is raised again (Tune retries)."""
+def run_cell(spec: TrialSpec, report=None, timeline: Timeline | None = None) -> dict[str, Any]:
+    """Run one cell by its kind and log it; ``report`` receives progress dicts (tune.report in a trial),
+    ``timeline`` the seconds by phase since the trial started (default: from now). A failure marks the
+    cell's run failed with its traceback and is raised again (Tune retries)."""
+    timeline = timeline or Timeline()
     (cell,) = spec.cells()
     leases, held = take_leases(spec)
     if held:
@@ -190,7 +195,12 @@ def run_cell(spec: TrialSpec, report=None) -> dict[str, Any]:
             leases[cell.key].record()
             prepared.note_cap(log)
             trial = TrialContext(
-                prepared.device, prepared.store, trial_tracking_uri(spec.tracking_uri), report, log=log
+                prepared.device,
+                prepared.store,
+                trial_tracking_uri(spec.tracking_uri),
+                report,
+                log=log,
+                timeline=timeline,
             )
             try:
                 final = cell.kind.run(cell, trial)
@@ -208,17 +218,18 @@ class PackMemberError(RuntimeError):
     """Some members of a pack failed (their runs say why); the others are complete."""
 
 
-def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
+def run_pack(spec: TrialSpec, report=None, timeline: Timeline | None = None) -> dict[str, Any]:
     """Train, evaluate and log a pack's members by their kind's ``run_pack``, each as its own cell.
 
     Members whose run is complete already (a retried trial) are skipped, and so are members whose lease
     another trial holds (reported as ``held``); the others resume from their own checkpoints. A member
     that fails (e.g. diverges to NaN) is marked failed in its run and does not stop the others; the trial
-    then raises, naming it, so Tune retries the pack (from checkpoints).
+    then raises, naming it, so Tune retries the pack (from checkpoints). ``timeline``: as run_cell's.
     """
+    timeline = timeline or Timeline()
     leases, held = take_leases(spec)
     try:
-        final = run_members(spec, [c for c in spec.cells() if c.key in leases], leases, report)
+        final = run_members(spec, [c for c in spec.cells() if c.key in leases], leases, report, timeline)
     except Exception:
         if held:  # the last report names them: the driver waits for them instead of failing them
             held_report(held, report)
@@ -228,7 +239,9 @@ def run_pack(spec: TrialSpec, report=None) -> dict[str, Any]:
     return held_report(held, report) if held else final
 
 
-def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], report) -> dict[str, Any]:
+def run_members(
+    spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], report, timeline: Timeline
+) -> dict[str, Any]:
     """Train and finish the pack's members this trial holds (see run_pack)."""
     if not cells:
         return {"progress": 1.0, "finished": 1}
@@ -252,6 +265,7 @@ def run_members(spec: TrialSpec, cells: list[Cell], leases: dict[str, Lease], re
             report,
             limit=limit,
             guard=guard,
+            timeline=timeline,
         )
         errors = finish_members(todo, train_members(todo, pack))
         if errors:
@@ -311,6 +325,7 @@ def finish_members(todo: list[tuple[Cell, CellRunLog]], finishes: list[Callable[
 
 def tune_trainable(config: dict[str, Any]) -> None:
     """The Ray Tune function trainable: one trial = one cell, or a pack of cells."""
+    timeline = Timeline()  # the trial's seconds from here (scaling.timeline)
     # defers Ray Tune (~2 s): run_cell and run_pack also run without Ray (tests, benchmarks)
     from ray import tune
 
@@ -324,4 +339,4 @@ def tune_trainable(config: dict[str, Any]) -> None:
         tune.report(values)
 
     with outages_heard(heard.append):
-        (run_pack if spec.is_pack else run_cell)(spec, report=report)
+        (run_pack if spec.is_pack else run_cell)(spec, report=report, timeline=timeline)

@@ -4,6 +4,7 @@ sweep phase runs a real tiny sweep through Ray Tune and MLflow against its bare 
 sweeps), and a phase that runs over its time limit is stopped while the others still run."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -87,6 +88,13 @@ def test_the_sweep_phase_runs_a_sweep_through_ray_and_mlflow_against_its_bare_pa
     slice_ = lines["sweep[fig1_slice]"]
     assert slice_["status"] == "INFO" and "2/2 cells complete" in slice_["text"], slice_
     assert slice_["extra"]["bare"]["cells"] == 2 and slice_["extra"]["ratio"] > 1
+    # where the trial's time went, from its cells' runs (scaling.timeline), and the slice at full length
+    assert re.search(
+        r"in its trials .*: setup [\d.]+ s, train [\d.]+ s, checkpoint [\d.]+ s, evaluate", slice_["text"]
+    )
+    projected = lines["sweep_projected[fig1]"]
+    assert projected["status"] == "INFO" and "at the full profile's 500000 steps" in projected["text"]
+    assert projected["extra"]["ratio"] < slice_["extra"]["ratio"]  # fixed costs shrink with length
     assert "2/2 cells complete" in (tmp_path / "sweeps.log").read_text()
 
 

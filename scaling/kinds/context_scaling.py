@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..config import check, format_T
 from ..cost import CellCost, training_cost
 from ..papers.context_scaling.architectures import model_facts
+from ..timeline import Timeline
 from . import Kind
 
 if TYPE_CHECKING:
@@ -68,16 +69,19 @@ def checkpoint(trainer: CellTrainer, store, log, losses: list) -> None:
     store.save(trainer.cell.key, state)
 
 
-def finish(trainer: CellTrainer, log):
-    """Evaluate, and log weights, the rest of the loss history, curves, the final err/zero and
-    status=complete."""
+def finish(trainer: CellTrainer, log, timeline: Timeline):
+    """Evaluate, and log weights, the rest of the loss history, curves, the final err/zero, the trial's
+    seconds by phase (this cell's evaluation its own) and status=complete."""
     import torch
 
-    curves = trainer.evaluate()
+    began = timeline.clock()
+    with timeline.phase("evaluate"):
+        curves = trainer.evaluate()
+    timings = timeline.metrics(evaluate=timeline.clock() - began)
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "model.pt"
         torch.save(trainer.model.state_dict(), weights)
-        log.finish(trainer.cell, curves, weights, summary=final_err_zero(curves))
+        log.finish(trainer.cell, curves, weights, summary=final_err_zero(curves), timings=timings)
     return curves
 
 
@@ -109,8 +113,10 @@ def run(cell, trial) -> dict[str, Any]:
                 {"step": step, "progress": step / steps, "start": start, "loss": loss}, force=False
             )
 
-        trainer.train_until((trainer.step // every + 1) * every, on_loss)
-        checkpoint(trainer, trial.store, trial.log, losses)
+        with trial.timeline.steps():
+            trainer.train_until((trainer.step // every + 1) * every, on_loss)
+        with trial.timeline.phase("checkpoint"):
+            checkpoint(trainer, trial.store, trial.log, losses)
         trial.progress(
             {
                 "step": trainer.step,
@@ -121,7 +127,7 @@ def run(cell, trial) -> dict[str, Any]:
         )
     if trainer.graph is not None:
         trial.log.log_metrics(GRAPH_REPLAYS, [(trainer.step, trainer.graph.replays)])
-    curves = finish(trainer, trial.log)
+    curves = finish(trainer, trial.log, trial.timeline)
     model_curve = curves[curves["predictor"] == "model"]
     return {
         "step": trainer.step,
@@ -141,7 +147,9 @@ def run_pack(members: list, pack) -> list[Callable[[], Any]]:
     for trainer, (_, log) in zip(trainers, members):
         resume(trainer, pack.store, log)
     train_stacked(trainers, [log for _, log in members], pack)
-    return [functools.partial(finish, trainer, log) for trainer, (_, log) in zip(trainers, members)]
+    return [
+        functools.partial(finish, trainer, log, pack.timeline) for trainer, (_, log) in zip(trainers, members)
+    ]
 
 
 def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
@@ -171,11 +179,13 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
             progress = {"step": min(step, behind_min), "progress": done / steps, "start": start}
             pack.progress({**progress, "loss": float("nan")}, force=False)
 
-        stacked.train_until(active, stop, on_loss)
+        with pack.timeline.steps():
+            stacked.train_until(active, stop, on_loss)
         for trainer in active:
             i = trainers.index(trainer)
             if trainer.step % trainer.cell.train.checkpoint_every == 0 or trainer.done_training:
-                checkpoint(trainer, pack.store, logs[i], losses[i])
+                with pack.timeline.phase("checkpoint"):
+                    checkpoint(trainer, pack.store, logs[i], losses[i])
                 losses[i] = []
         pack.progress(
             {

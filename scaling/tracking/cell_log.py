@@ -208,9 +208,11 @@ class CellLog(CellRunLog):
         summary: dict[str, float] | None = None,
         metric_key: Callable[[str], str] | None = None,
         units: pd.DataFrame | None = None,
+        timings: dict[str, float] | None = None,
     ) -> None:
-        """Log the artifacts, then the buffered training losses, curves, summary and status=complete, then end
-        the run: three round trips for a cell of up to ~1000 points (log_batches).
+        """Log the artifacts, then the buffered training losses, curves, summary (metrics and tags),
+        ``timings`` (metrics: scaling.timeline) and status=complete, then end the run: three round trips for
+        a cell of up to ~1000 points (log_batches).
 
         status=complete is the last tag of the last batch, and a batch stores its metrics before its tags,
         so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere
@@ -231,7 +233,10 @@ class CellLog(CellRunLog):
             Metric(metric_key(predictor), float(err), now, int(step))
             for predictor, step, err in zip(rows["predictor"], rows[steps], rows["err"])
         ]
-        metrics += [Metric(name, float(value), now, 0) for name, value in (summary or {}).items()]
+        metrics += [
+            Metric(name, float(value), now, 0)
+            for name, value in {**(summary or {}), **(timings or {})}.items()
+        ]
         tags = [RunTag(name, f"{value:.6g}") for name, value in (summary or {}).items()]
         skipped = curves.attrs.get("skipped_baselines") or {}
         if skipped:  # baselines of the sweep's list not defined for this cell's task

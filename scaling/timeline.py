@@ -1,0 +1,49 @@
+"""Where a trial's wall time goes: the seconds of each of its phases, logged with each cell's run.
+
+A trial's ``Timeline`` starts when the trial does (scaling.trial.tune_trainable) and adds up the seconds
+spent in each phase the training kind names (scaling.kinds.context_scaling): ``train`` (the steps),
+``checkpoint`` (checkpoints and the losses logged with them), ``evaluate``; ``setup`` is the time from the
+trial's start to its first training step (the training code's import, the leases, the runs opened, models
+and data built, checkpoints read). Each cell's run gets them as metrics ``trial/seconds/<phase>`` (a pack's
+members share the pack's, and each has its own evaluation's), so the MLflow UI shows what besides training
+a trial cost, and the GPU script's sweep phase reads them (benchmarks.gpu_sweep). Wall-clock seconds on the
+host: a phase on a GPU ends where the host waits for the device (a loss read, a checkpoint's copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Iterator
+
+PREFIX = "trial/seconds/"
+
+
+class Timeline:
+    """Seconds per phase since ``clock()`` (time.monotonic) at creation; see the module docstring."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.began = clock()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def steps(self) -> Iterator[None]:
+        """A block of training steps (phase ``train``); the first one ends the setup."""
+        self.seconds.setdefault("setup", self.clock() - self.began)
+        with self.phase("train"):
+            yield
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the block's seconds to ``name``."""
+        start = self.clock()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + self.clock() - start
+
+    def metrics(self, **own: float) -> dict[str, float]:
+        """{"trial/seconds/<phase>": seconds} so far, with ``own`` phases (one member's) in place of the
+        trial's."""
+        return {PREFIX + name: round(value, 3) for name, value in {**self.seconds, **own}.items()}
