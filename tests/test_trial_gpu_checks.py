@@ -32,7 +32,7 @@ def test_each_check_runs_on_a_cpu_and_passes_there():
     lines = [
         *graph_equals_eager(CPU, TINY, steps=8, K=2),
         *resume_equals_whole(CPU, TINY, steps=8, stop=3, K=2),
-        *bf16_within_seed_spread(CPU, TINY, seeds=2, steps=6),
+        *bf16_within_seed_spread(CPU, TINY, seeds=2, segment=6, learned=10.0),  # "learned" at once
         *pack_splits_on_card(CPU),
     ]
     assert [line["name"] for line in lines] == [
@@ -47,6 +47,16 @@ def test_each_check_runs_on_a_cpu_and_passes_there():
     assert all(set(line) == {"name", "status", "text", "extra"} for line in lines)
     assert lines[0]["extra"]["replayed"] == 8 - 3  # the steps after 3 eager ones go through the graph path
     assert len(lines[4]["extra"]["fp32"]) == len(lines[4]["extra"]["bf16"]) == 2
+    assert lines[4]["extra"]["step"] == 6 and "learned by step 6" in lines[4]["text"]
+
+
+def test_the_bf16_check_says_so_when_the_cells_never_left_their_plateau():
+    """Both packs train segment by segment until the budget would be passed; not learned, no verdict."""
+    (line,) = bf16_within_seed_spread(CPU, TINY, seeds=2, segment=4, budget_s=5.0, learned=0.0)
+    assert line["status"] == "INFO" and not line["extra"]["learned"]
+    assert line["extra"]["step"] >= 8 and line["extra"]["step"] % 4 == 0  # more than one segment, whole ones
+    assert f"still on the loss plateau at step {line['extra']['step']}" in line["text"]
+    assert line["extra"]["seconds"]["fp32"] + line["extra"]["seconds"]["bf16"] < 5.0 + 3.0
 
 
 def test_the_bitwise_comparison_sees_one_step_of_difference():
