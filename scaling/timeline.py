@@ -1,6 +1,6 @@
 """Where a trial's wall time goes: the seconds of each of its phases, logged with each cell's run.
 
-A trial's ``Timeline`` starts when the trial does (scaling.trial.tune_trainable) and adds up the seconds
+A trial's ``Timeline`` starts when the trial does (scaling.trainable.tune_trainable) and adds up the seconds
 spent in each phase the training kind names (scaling.kinds.context_scaling): ``train`` (the steps),
 ``checkpoint`` (checkpoints and the losses logged with them), ``evaluate``; ``setup`` is the time from the
 trial's start to its first training step (the training code's import, the leases, the runs opened, models

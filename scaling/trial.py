@@ -10,7 +10,8 @@ fails. It knows no kind by name.
 Checkpoints are keyed by the cell (scaling.checkpoints), not by the Tune trial, so they outlive any one
 driver: a rerun after a crash, or a sweep edited to add cells (a new Tune experiment, never
 ``Tuner.restore``, which unpickles and cannot add cells), continues each cell from its own last
-checkpoint. Tune's retries after a worker dies restart ``tune_trainable``, which resumes the same way.
+checkpoint. Tune's retries after a worker dies restart the trainable (scaling.trainable), which resumes
+the same way.
 
 A trial trains a cell only while it holds the cell's lease (scaling.leases), taken before the cell's run
 is opened or its checkpoint read and given back when it ends: a cell another driver's trial holds is
@@ -41,12 +42,12 @@ from .devices import cap_gpu_memory, trial_device, trial_memory, use_precision
 from .leases import Holder, Lease, Leases
 from .packing import device_pack_size, memory_guard
 from .redact import trial_tracking_uri
-from .storage import OUTAGE_NOTICE, outages_heard, trial_storage_uri
+from .storage import trial_storage_uri
 from .sweep_models import load_complete_model
 from .timeline import Timeline
 from .tracking import CellRunLog
 from .tracking.backends import open_cell_log
-from .trial_spec import TrialSpec, spec_in
+from .trial_spec import TrialSpec
 
 # Seconds between a trial's progress reports to Tune while it trains between checkpoints: the driver's
 # heartbeat line (at most once a minute) then shows a step that moves, although a long cell may checkpoint
@@ -321,22 +322,3 @@ def finish_members(todo: list[tuple[Cell, CellRunLog]], finishes: list[Callable[
             log.fail(traceback.format_exc())
             errors[cell.key] = f"{cell.name} ({cell.key}): {traceback.format_exc().strip().splitlines()[-1]}"
     return errors
-
-
-def tune_trainable(config: dict[str, Any]) -> None:
-    """The Ray Tune function trainable: one trial = one cell, or a pack of cells."""
-    timeline = Timeline()  # the trial's seconds from here (scaling.timeline)
-    # defers Ray Tune (~2 s): run_cell and run_pack also run without Ray (tests, benchmarks)
-    from ray import tune
-
-    spec = TrialSpec.from_dict(spec_in(config))
-    heard: list[str] = []  # an outage of the storage this trial rode through: its next report names it
-
-    def report(values: dict) -> None:
-        if heard:
-            values = {**values, OUTAGE_NOTICE: heard[0]}
-            heard.clear()
-        tune.report(values)
-
-    with outages_heard(heard.append):
-        (run_pack if spec.is_pack else run_cell)(spec, report=report, timeline=timeline)

@@ -85,3 +85,24 @@ def test_where_a_gpu_driver_s_device_file_exists_the_dry_run_asks_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "True", done.stderr
+
+
+SWEEP = """
+import sys
+from scaling.sweep.__main__ import main
+
+store, storage = sys.argv[1:]
+tiny = ["train.steps=4", "grid.T=[16]", "grid.N=[5]", "grid.seed=[0, 1]", "grid.model=[gpt2]", "run.pack=2",
+        "eval.prompts=32", "eval.bootstrap=10", "models.gpt2={n_layer: 1, n_head: 2, n_embd: 16}"]
+sets = [arg for setting in tiny for arg in ("--set", setting)]
+code = main(["sweeps/fig1.yaml", *sets, "--tracking-uri", store, "--storage", storage, "--num-cpus", "2"])
+print(code, sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+
+
+def test_a_sweeps_driver_never_imports_torch(tmp_path):
+    """A real sweep (Ray Tune, MLflow, a trial that trains a pack of 2): torch is loaded in the trial's
+    process only (scaling.trainable), not in the driver's (about 2 s of every sweep's start here)."""
+    argv = [sys.executable, "-c", SWEEP, f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr

@@ -25,9 +25,11 @@ from ..leases import Leases
 from ..packing import gpu_budget, pack_groups, pack_key
 from ..progress import Progress
 from ..redact import redact
-from ..trial import tune_trainable
+from ..trainable import tune_trainable
 from ..trial_spec import TrialMember, TrialSpec, spec_in
 from .run import SweepRun
+
+TUNE_LOGGERS_OFF = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"  # Ray Tune's switch for its default result loggers
 
 
 def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
@@ -149,7 +151,10 @@ def run_rounds(run: SweepRun, pending, progress: Progress) -> list:
 
 def make_tuner(run: SweepRun, specs: list[TrialSpec], progress: Progress, round_: int = 0):
     """The Tune experiment: one trial per spec, each with its resources, named by its key; its name is
-    unique to this driver and round (two drivers of one sweep share the storage)."""
+    unique to this driver and round (two drivers of one sweep share the storage). Tune's own result loggers
+    (a CSV, a JSON and a TensorBoard file per trial) are off unless TUNE_DISABLE_AUTO_CALLBACK_LOGGERS is
+    set: MLflow is the record, and the TensorBoard logger imports torch into the driver (~2 s a sweep)."""
+    os.environ.setdefault(TUNE_LOGGERS_OFF, "1")
     plan = run.plan
     trainable = tune.with_resources(tune_trainable, lambda config: spec_in(config)["resources"])
     return tune.Tuner(
