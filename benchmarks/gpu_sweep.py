@@ -192,7 +192,8 @@ def sweep_phase(run: Run, seconds: float) -> None:
             bare = json.loads(output.strip().splitlines()[-1]) if status == 0 else None
             experiment = Path(sweeps_of(run)[name][0]).stem  # the sweep's name is its file's (fig1, smoke)
             phases = trial_seconds(f"sqlite:///{work / name}.db", experiment)
-            run.add(sweep_line(run, name, walls[name], bare, samples, phases))
+            driver = driver_seconds(f"sqlite:///{work / name}.db", experiment)
+            run.add(sweep_line(run, name, walls[name], bare, samples, phases, driver))
             if name == "fig1_slice" and bare is not None and phases:
                 run.add(projected_line(run, walls[name], bare, phases))
     if samples is not None:
@@ -233,22 +234,35 @@ def summary(output: str) -> str:
     return found[-1].split("] ", 1)[-1] if found else "(no summary: see sweeps.log)"
 
 
-def trial_seconds(uri: str, experiment: str) -> dict[str, float]:
-    """The mean over the experiment's complete cell runs of each ``trial/seconds/<phase>`` (scaling.timeline:
-    where its trials' time went); {} where none were logged (or the store cannot be read)."""
-    from scaling.timeline import PREFIX
+def logged_seconds(uri: str, experiment: str, tags: dict, prefix: str) -> dict[str, float]:
+    """The mean over the experiment's runs with ``tags`` of each metric ``prefix`` + phase (scaling.timeline:
+    the trials' ``trial/seconds/``, the driver's ``sweep/seconds/``); {} where none were logged (or the store
+    cannot be read)."""
     from scaling.tracking.tracker import Tracker
 
     try:
         tracker = Tracker.existing(uri)
         found_id = tracker.experiment_id(experiment)
-        tags = {"kind": "cell", "status": "complete"}
         runs = tracker.find_runs(found_id, tags=tags) if found_id is not None else []
     except Exception:  # noqa: BLE001 - the line says the phases were not read
         return {}
-    found = [{k[len(PREFIX) :]: v for k, v in r.metrics.items() if k.startswith(PREFIX)} for r in runs]
+    found = [{k[len(prefix) :]: v for k, v in r.metrics.items() if k.startswith(prefix)} for r in runs]
     found = [f for f in found if f]
     return {k: sum(f.get(k, 0.0) for f in found) / len(found) for k in found[0]} if found else {}
+
+
+def trial_seconds(uri: str, experiment: str) -> dict[str, float]:
+    """Where the sweep's trials' time went: the mean over its complete cell runs of each phase."""
+    from scaling.timeline import PREFIX
+
+    return logged_seconds(uri, experiment, {"kind": "cell", "status": "complete"}, PREFIX)
+
+
+def driver_seconds(uri: str, experiment: str) -> dict[str, float]:
+    """Where the sweep's driver's time went, from its parent run: plan, ray, cards, store, trials."""
+    from scaling.timeline import DRIVER_PREFIX
+
+    return logged_seconds(uri, experiment, {"kind": "sweep"}, DRIVER_PREFIX)
 
 
 def setting(args: list[str], key: str) -> str:
@@ -256,13 +270,18 @@ def setting(args: list[str], key: str) -> str:
     return [a.split("=", 1)[1] for a in args if a.startswith(key + "=")][-1]
 
 
-def in_trials(phases: dict[str, float]) -> str:
-    """'in its trials (...): setup 15 s, train 44 s, ...' from trial_seconds."""
-    if not phases:
-        return "the trials' seconds by phase not read"
-    return "in its trials (each cell run's trial/seconds, mean): " + ", ".join(
+def in_trials(phases: dict[str, float], driver: dict[str, float] | None = None) -> str:
+    """'in its trials (...): setup 15 s, train 44 s, ...; its driver: ...' from trial_seconds and
+    driver_seconds."""
+    text = "in its trials (each cell run's trial/seconds, mean): " + ", ".join(
         f"{name} {value:.1f} s" for name, value in phases.items()
     )
+    text = text if phases else "the trials' seconds by phase not read"
+    if driver:
+        text += "; its driver (the sweep run's sweep/seconds): " + ", ".join(
+            f"{name} {value:.1f} s" for name, value in driver.items()
+        )
+    return text
 
 
 def projected_line(run: Run, wall: tuple, bare: dict, phases: dict[str, float]) -> Check:
@@ -295,12 +314,18 @@ def projected_line(run: Run, wall: tuple, bare: dict, phases: dict[str, float]) 
 
 
 def sweep_line(
-    run: Run, name: str, wall: tuple, bare: dict | None, samples: Sampler | None, phases: dict | None = None
+    run: Run,
+    name: str,
+    wall: tuple,
+    bare: dict | None,
+    samples: Sampler | None,
+    phases: dict | None = None,
+    driver: dict | None = None,
 ) -> Check:
     status, output, start, end = wall
     seconds = end - start
     where = samples.during(start, end) if samples is not None else "utilisation not sampled (no GPU)"
-    where += "; " + in_trials(phases or {})
+    where += "; " + in_trials(phases or {}, driver)
     if status != 0:
         what = "stopped at its time limit" if status is None else f"exit status {status}"
         return Check(f"sweep[{name}]", "FAIL", f"{what} after {seconds:.0f} s: {summary(output)}; {where}")

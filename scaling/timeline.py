@@ -7,7 +7,9 @@ trial's start to its first training step (the training code's import, the leases
 and data built, checkpoints read). Each cell's run gets them as metrics ``trial/seconds/<phase>`` (a pack's
 members share the pack's, and each has its own evaluation's), so the MLflow UI shows what besides training
 a trial cost, and the GPU script's sweep phase reads them (benchmarks.gpu_sweep). Wall-clock seconds on the
-host: a phase on a GPU ends where the host waits for the device (a loss read, a checkpoint's copy).
+host: a phase on a GPU ends where the host waits for the device (a loss read, a checkpoint's copy). A sweep's
+driver keeps one too (``sweep/seconds/<phase>`` on the sweep's parent run: plan, Ray, cards, store,
+trials; scaling.sweep.phases).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import time
 from typing import Callable, Iterator
 
 PREFIX = "trial/seconds/"
+DRIVER_PREFIX = "sweep/seconds/"  # a sweep driver's phases, on the sweep's parent run (scaling.sweep.phases)
 
 
 class Timeline:
-    """Seconds per phase since ``clock()`` (time.monotonic) at creation; see the module docstring."""
+    """Seconds per phase since ``clock()`` (time.monotonic) at creation, named ``prefix`` + phase in
+    ``metrics``; see the module docstring."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic, prefix: str = PREFIX):
+        self.clock, self.prefix = clock, prefix
         self.began = clock()
         self.seconds: dict[str, float] = {}
 
@@ -46,4 +50,4 @@ class Timeline:
     def metrics(self, **own: float) -> dict[str, float]:
         """{"trial/seconds/<phase>": seconds} so far, with ``own`` phases (one member's) in place of the
         trial's."""
-        return {PREFIX + name: round(value, 3) for name, value in {**self.seconds, **own}.items()}
+        return {self.prefix + name: round(value, 3) for name, value in {**self.seconds, **own}.items()}

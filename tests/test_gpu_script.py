@@ -89,9 +89,10 @@ def test_the_sweep_phase_runs_a_sweep_through_ray_and_mlflow_against_its_bare_pa
     assert slice_["status"] == "INFO" and "2/2 cells complete" in slice_["text"], slice_
     assert slice_["extra"]["bare"]["cells"] == 2 and slice_["extra"]["ratio"] > 1
     # where the trial's time went, from its cells' runs (scaling.timeline), and the slice at full length
-    assert re.search(
-        r"in its trials .*: setup [\d.]+ s, train [\d.]+ s, checkpoint [\d.]+ s, evaluate", slice_["text"]
-    )
+    phases = r"in its trials .*: setup [\d.]+ s, train [\d.]+ s, checkpoint [\d.]+ s, evaluate"
+    assert re.search(phases, slice_["text"]), slice_["text"]
+    driver = r"its driver \(the sweep run's sweep/seconds\): plan [\d.]+ s, ray [\d.]+ s, cards [\d.]+ s"
+    assert re.search(driver, slice_["text"]), slice_["text"]
     projected = lines["sweep_projected[fig1]"]
     assert projected["status"] == "INFO" and "at the full profile's 500000 steps" in projected["text"]
     assert projected["extra"]["ratio"] < slice_["extra"]["ratio"]  # fixed costs shrink with length

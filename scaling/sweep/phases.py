@@ -93,8 +93,10 @@ def run_sweep(
     if done_already(run):
         return run.outcome
     say_behind(run)
+    run.timeline.seconds["plan"] = run.timeline.clock() - run.timeline.began  # plan, store read, checks
     start(run)
-    unfinished = train(run)
+    with run.timeline.phase("trials"):
+        unfinished = train(run)
     if unfinished is not None:
         report(run, unfinished)
     return run.outcome
@@ -117,6 +119,7 @@ def plan_run(
     check_gpu_memory(options.gpu_memory)
     plan = load_plan(path, profile, overrides, options.max_cells)
     run = SweepRun(path, profile, overrides, options, out, started, plan, address=options.address)
+    run.timeline.began = started  # the driver's phases count from here (the plan's loading among them)
     run.policy = adaptive_policy(plan, path) if options.adaptive else None
     run.head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     if run.head is not None and not run.address:
@@ -280,13 +283,15 @@ def start(run: SweepRun) -> None:
     env |= {stores.STORAGE_URI_ENV: run.store_uri} if has_secret(run.store_uri) else {}
     quiet_ray(options.verbose)
     new_store = run.tracker is None
-    start_cluster(
-        run.address, options.num_cpus, options.num_gpus, new_store, env=env, verbose=options.verbose
-    )
-    node_types = read_node_types() if run.head is not None else []
-    autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
-    waiting = check_feasible(run.pending, autoscaling, node_types, smaller_profiles(run))
-    run.cards = gpu_cards(run, node_types)
+    with run.timeline.phase("ray"):
+        start_cluster(
+            run.address, options.num_cpus, options.num_gpus, new_store, env=env, verbose=options.verbose
+        )
+        node_types = read_node_types() if run.head is not None else []
+        autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
+        waiting = check_feasible(run.pending, autoscaling, node_types, smaller_profiles(run))
+    with run.timeline.phase("cards"):
+        run.cards = gpu_cards(run, node_types)
     if run.head is not None:
         run.say(f"[{run.name}] on the `ray up` cluster of {run.head.source} (Ray at {run.address})")
     if waiting:
@@ -294,13 +299,15 @@ def start(run: SweepRun) -> None:
             f"[{run.name}] {len(waiting)} cells wait for a node the autoscaler starts"
             f" (node types: {describe(node_types)})"
         )
-    run.tracker = run.tracker or open_store(run.uri)
-    sweep_file = Path(run.path).name
-    run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags={"sweep_file": sweep_file})
-    run.parent = run.tracker.sweep_run(
-        run.experiment_id, run.name, run.plan.document, " ".join(run.plan.variant)
-    )
-    show_lattice(run)
+    with run.timeline.phase("store"):
+        run.tracker = run.tracker or open_store(run.uri)
+        sweep_file = Path(run.path).name
+        tags = {"sweep_file": sweep_file}
+        run.experiment_id = run.tracker.experiment_id(run.name, create=True, tags=tags)
+        run.parent = run.tracker.sweep_run(
+            run.experiment_id, run.name, run.plan.document, " ".join(run.plan.variant)
+        )
+        show_lattice(run)
     run.shared = {
         "tracking_uri": redact(run.uri),
         "experiment_id": run.experiment_id,
@@ -420,5 +427,7 @@ def report(run: SweepRun, unfinished: list) -> None:
     clean_temp_files(run.store_uri, [p.cell.key for p in run.pending])
     outcome = run.outcome
     run.tracker.end_sweep_run(
-        run.parent, "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED"
+        run.parent,
+        "FINISHED" if outcome.ok else "FAILED" if outcome.failed else "KILLED",
+        run.timeline.metrics(),
     )

@@ -20,6 +20,7 @@ from ..cluster import Head
 from ..plan import Plan, PlannedCell
 from ..progress import Summary
 from ..redact import redact
+from ..timeline import DRIVER_PREFIX, Timeline
 from ..tracking import TrackingStore
 
 
@@ -79,6 +80,8 @@ class SweepRun:
     parent: str | None = None  # the sweep's parent run
     shared: dict[str, str] = field(default_factory=dict)  # what every trial's spec carries (TrialSpec)
     trials: list[int] = field(default_factory=list)  # trials of each Tune experiment run
+    # the driver's seconds by phase, logged on the sweep's parent run when it ends (scaling.timeline)
+    timeline: Timeline = field(default_factory=lambda: Timeline(prefix=DRIVER_PREFIX))
 
     @property
     def name(self) -> str:

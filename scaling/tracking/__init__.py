@@ -129,8 +129,9 @@ class TrackingStore(abc.ABC):
         and ``metrics`` as columns (MLflow: views.py; a store without a UI: nothing)."""
 
     @abc.abstractmethod
-    def end_sweep_run(self, run_id: str, status: str) -> None:
-        """End the sweep's parent run as FINISHED, FAILED or KILLED."""
+    def end_sweep_run(self, run_id: str, status: str, seconds: dict[str, float] | None = None) -> None:
+        """End the sweep's parent run as FINISHED, FAILED or KILLED, with ``seconds`` (the driver's seconds
+        by phase, scaling.timeline) as its metrics."""
 
     @abc.abstractmethod
     def find_runs(

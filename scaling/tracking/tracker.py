@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -181,9 +182,15 @@ class Tracker(TrackingStore):
         key, value = views.view_tag(params, metrics, names)
         retrying(lambda: self.client.set_experiment_tag(experiment_id, key, value), "setting the runs view")
 
-    def end_sweep_run(self, run_id: str, status: str) -> None:
+    def end_sweep_run(self, run_id: str, status: str, seconds: dict[str, float] | None = None) -> None:
         """FINISHED once every cell is complete, FAILED when cells failed or the sweep broke, KILLED when
-        interrupted (a rerun reopens it)."""
+        interrupted (a rerun reopens it); ``seconds`` logged first (a rerun's are the latest values)."""
+        if seconds:
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            metrics = [Metric(name, float(value), now, 0) for name, value in seconds.items()]
+            retrying(lambda: self.client.log_batch(run_id, metrics=metrics), "logging the sweep's seconds")
         retrying(lambda: self.client.set_terminated(run_id, status), "ending sweep run")
 
     def find_runs(
