@@ -2,7 +2,9 @@
 here its CPU kernels) inside the pack's step path; its members end with the numbers they reach trained alone,
 it is not part of a cell's key, and the GPU script's compile phase runs on the CPU (tiny)."""
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from torch._dynamo.utils import counters
 from benchmarks import gpu
 from scaling.cells import Cell
 from scaling.config import ConfigError
+from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer
 from tests.conftest import tiny_cell_dict
 from tests.test_pack_transformers import GPT2_STACKED, assert_same_numbers, train_alone, train_packed
@@ -67,3 +70,19 @@ def test_gpu_script_compile_phase_on_the_cpu(tmp_path):
     assert extra["param_diff"] < 1e-5  # the same members' steps, compiled or not, on the same data
     assert extra["first_steps_s"]["on"] > extra["first_steps_s"]["off"]  # the compile is in the first steps
     assert set(extra["seconds_per_step"]) == {"off", "on"}
+
+
+def test_a_dropped_compiled_engine_is_freed_at_once():
+    """torch.compile of the engine's bound method holds the engine (a cycle, as its CUDA graph's): a finished
+    pack's engine must go at once, not at the collector's next pass (its memory is the next pack's)."""
+    trainers = [CellTrainer(c) for c in members("on")[:2]]
+    pack = PackTrainer(trainers, limit=1)  # two packs of one, one after the other
+    gc.disable()
+    try:
+        active, _ = pack.next_segment()
+        engine = weakref.ref(pack.engine_of(active))
+        while not trainers[0].done_training:
+            pack.train_until(*pack.next_segment())
+        assert engine() is None
+    finally:
+        gc.enable()

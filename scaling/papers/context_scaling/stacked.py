@@ -292,6 +292,8 @@ class PackTrainer:
             return
         engine = self._engine[1]
         self._engine = None
+        if getattr(engine, "compiled", None) is not None:  # torch.compile of its bound method holds it too
+            engine.compiled = None
         if engine.graph is not None:
             self._replayed += engine.graph.replays
             engine.graph = None
