@@ -1,6 +1,7 @@
-"""``train.compile: on``: a stacked transformer pack's forward and loss compiled by torch.compile (inductor,
-here its CPU kernels) inside the pack's step path; its members end with the numbers they reach trained alone,
-it is not part of a cell's key, and the GPU script's compile phase runs on the CPU (tiny)."""
+"""``train.compile: on``: the training step compiled by torch.compile (inductor, here its CPU kernels): a
+stacked transformer pack's forward and loss, an MLP pack's written-out step, a cell's model trained alone;
+each ends with the numbers it reaches uncompiled, a dropped engine goes at once, the setting is not part
+of a cell's key, and the GPU script's compile phase runs on the CPU (tiny)."""
 
 import gc
 import json
@@ -86,3 +87,22 @@ def test_a_dropped_compiled_engine_is_freed_at_once():
         assert engine() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("model", ["mlp-pack", "gpt2-alone"])
+def test_compile_where_a_cell_trains_alone_and_in_an_mlp_pack(model):
+    """``train.compile: on`` is not silently nothing elsewhere: a cell trained alone compiles its model, an
+    MLP pack its written-out step; the numbers are those of the uncompiled cells alone."""
+    arch, count = ({"arch": "mlp", "width": 16}, 2) if model == "mlp-pack" else (GPT2_STACKED, 1)
+
+    def cells(setting: str) -> list[Cell]:
+        train = {**tiny_cell_dict()["train"], "compile": setting}
+        return [
+            Cell.from_dict(tiny_cell_dict(model=arch, seed=s, T=4 + s, train=train)) for s in range(count)
+        ]
+
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = train_packed([CellTrainer(c) for c in cells("on")]) if count > 1 else train_alone(cells("on"))
+    assert counters["stats"]["unique_graphs"] > graphs
+    for a, p in zip(train_alone(cells("off")), compiled):
+        assert_same_numbers(a, p)

@@ -181,9 +181,10 @@ class TrainConfig:
     # its learning rate read on the device: auto | on | off; auto = on where the trial trains on CUDA. The
     # replayed steps are the eager ones bit for bit: how, not what, so not part of the key
     cuda_graphs: str = field(default="auto", metadata={"key": False})
-    # a stacked transformer pack's forward and loss compiled by torch.compile (inductor's fused kernels) at
-    # its steady shape, inside the captured step: off | on. Off until a GPU measures it faster (docs/gpu.md);
-    # like packing it moves numbers by rounding only (tests/test_pack_compile.py): how, not what, not keyed
+    # the training step's forward and loss compiled by torch.compile (inductor's fused kernels) at the steady
+    # shape, inside the captured step: a cell's model, a transformer pack's stacked forward, an MLP pack's
+    # written-out step: off | on. Off until a GPU measures it faster (docs/gpu.md); like packing it moves
+    # numbers by rounding only (tests/test_pack_compile.py): how, not what, so not keyed
     compile: str = field(default="off", metadata={"key": False})
     curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
     # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up

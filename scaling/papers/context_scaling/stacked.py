@@ -72,6 +72,9 @@ class StackedMembers:
         self.dtype = torch.bfloat16 if bf16 else torch.float32  # autocast's matmul dtype
         self._features: tuple[range, torch.Tensor, torch.Tensor] | None = None  # (steps, (K, S, B, P, F), ys)
         self._run_steps: int | None = None
+        # train.compile: the written-out forward and backward as inductor's kernels at the steady shape
+        compiled = members[0].cell.train.compile == "on"
+        self.compiled = torch.compile(self.losses_and_grads, dynamic=False) if compiled else None
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The current step's features (K, B, P, F) and labels (K, B, P) of every member.
@@ -156,7 +159,8 @@ class StackedMembers:
     def step_on(self, h: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         """One training step of every member on its features and labels, the step counter left alone; their
         losses before it (K,), on the device (scaling.papers.context_scaling.cuda_graphs captures this)."""
-        losses, grads = self.losses_and_grads(h, ys)
+        steady = self.compiled is not None and self.members[0].steady(self.step)
+        losses, grads = (self.compiled if steady else self.losses_and_grads)(h, ys)
         self.optimizer.update(grads, self.members[0].cell.train.lr_factor(self.step))
         return losses
 

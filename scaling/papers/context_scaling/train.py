@@ -100,6 +100,10 @@ class CellTrainer:
         self.rates = DeviceRates([cell.train.lr], self.lr_factors(), 0) if self.graphs else None
         self.capture = self.device.type == "cuda" if capture is None else capture
         self.graph = StepGraph(self, capture=self.capture) if self.graphs else None
+        # train.compile: the model's forward (and its backward) as inductor's kernels at the steady shape;
+        # compiled on first use only (a pack's members train in the pack's engine, compiled there)
+        compiled = cell.train.compile == "on"
+        self.compiled = torch.compile(self.model, dynamic=False) if compiled else None
 
     def lr_factors(self) -> torch.Tensor:
         """The cell's schedule on its device (lr_factors), for device-held learning rates."""
@@ -151,8 +155,9 @@ class CellTrainer:
         """One training step on the batch (xs, ys), the step counter left alone; the loss before it, on the
         device (no synchronisation: scaling.papers.context_scaling.cuda_graphs captures this)."""
         self.model.train()
+        model = self.compiled if self.compiled is not None and self.steady(self.step) else self.model
         with self._autocast():
-            pred = self.model(xs, ys)
+            pred = model(xs, ys)
         loss = (
             prefix_loss(pred.float(), ys)
             if self.columns is None
