@@ -62,6 +62,7 @@ def test_compile_is_how_not_what():
         Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "schedule": True}))
 
 
+@pytest.mark.slow  # the GPU run's phase on the CPU (another compile, ~11 s); the paths it runs are above
 def test_gpu_script_compile_phase_on_the_cpu(tmp_path):
     assert gpu.main(str(tmp_path), smoke=True, phases=["compile"]) == 0
     results = json.loads((tmp_path / "gpu.json").read_text())["results"]
@@ -75,8 +76,10 @@ def test_gpu_script_compile_phase_on_the_cpu(tmp_path):
 
 def test_a_dropped_compiled_engine_is_freed_at_once():
     """torch.compile of the engine's bound method holds the engine (a cycle, as its CUDA graph's): a finished
-    pack's engine must go at once, not at the collector's next pass (its memory is the next pack's)."""
-    trainers = [CellTrainer(c) for c in members("on")[:2]]
+    pack's engine must go at once, not at the collector's next pass (its memory is the next pack's). MLP
+    engines here (PackTrainer.drop_engine lets any engine go the same way; they compile in seconds)."""
+    train = {**tiny_cell_dict()["train"], "compile": "on"}
+    trainers = [CellTrainer(Cell.from_dict(tiny_cell_dict(seed=s, train=train))) for s in range(2)]
     pack = PackTrainer(trainers, limit=1)  # two packs of one, one after the other
     gc.disable()
     try:

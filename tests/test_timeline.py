@@ -1,20 +1,16 @@
 """A trial's seconds by phase (scaling.timeline): how they add up, and that each cell's run carries them
 (``trial/seconds/<phase>``) after a real trial, a cell alone and a pack, into a real MLflow store."""
 
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from scaling.timeline import DRIVER_PREFIX, PREFIX, Timeline
+from scaling.timeline import PREFIX, Timeline
 from scaling.trial import run_cell, run_pack
 from tests.test_graph_path import cell, trial_spec
 
 PHASES = ("setup", "train", "checkpoint", "evaluate")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class Clock:
@@ -68,34 +64,5 @@ def test_each_cell_run_carries_its_trials_seconds_by_phase(tmp_path, count):
     assert len(shared) == 1  # a pack's members share its setup, steps and checkpoints
 
 
-def test_a_sweep_run_carries_its_drivers_seconds_by_phase(tmp_path):
-    """A real sweep through the CLI (its own Ray, a new SQLite store): the sweep's parent run holds
-    ``sweep/seconds/<phase>`` for the plan, Ray's start, the cards, the store and the trials, which add up
-    to no more than the run; its cells' runs hold their trial's."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    tiny = ["train.steps=4", "grid.T=[16]", "grid.N=[5]", "grid.seed=[0, 1]", "grid.model=[gpt2]",
-            "run.pack=2", "eval.prompts=32", "eval.bootstrap=10",
-            "models.gpt2={n_layer: 1, n_head: 2, n_embd: 16}"]  # fmt: skip
-    argv = [
-        sys.executable,
-        "-m",
-        "scaling.sweep",
-        "sweeps/fig1.yaml",
-        *[a for s in tiny for a in ("--set", s)],
-    ]
-    argv += ["--tracking-uri", uri, "--storage", str(tmp_path / "storage"), "--num-cpus", "2"]
-    began = time.monotonic()
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    wall = time.monotonic() - began
-    assert done.returncode == 0, done.stdout + done.stderr
-    client = MlflowClient(uri)
-    (experiment,) = [e.experiment_id for e in client.search_experiments() if e.name == "fig1"]
-    (sweep,) = client.search_runs([experiment], "tags.kind = 'sweep'")
-    driver = {
-        k[len(DRIVER_PREFIX) :]: v for k, v in sweep.data.metrics.items() if k.startswith(DRIVER_PREFIX)
-    }
-    assert set(driver) == {"plan", "ray", "cards", "store", "trials"}
-    assert driver["ray"] > 0 and driver["trials"] > 0 and sum(driver.values()) < wall
-    cells = client.search_runs([experiment], "tags.kind = 'cell'")
-    assert len(cells) == 2 and all(PREFIX + "setup" in run.data.metrics for run in cells)
-    assert max(run.data.metrics[PREFIX + "train"] for run in cells) < driver["trials"]
+# A real sweep through the CLI, its sweep run's sweep/seconds and its cells' trial/seconds:
+# tests/test_no_torch.py::test_a_sweeps_driver_never_imports_torch (one sweep for both checks).
