@@ -59,7 +59,7 @@ PHASE_SECONDS = {
     "packs": 60,
     "cost": 35,
     "checks": 230,  # bf16 against fp32 off the plateau (120 s), the out-of-memory probe (80 s), the rest
-    "compile": 150,  # train.compile at K = 32 and 64: each compile of the 8-layer pack may take a minute
+    "compile": 150,  # train.compile at K = 64, then 32: each compile of the 8-layer pack may take a minute
     "kinds": 40,
     "llm": 120,
     "sweep": 245,  # its own steps' limits (benchmarks.gpu_sweep.LIMITS) keep it inside
