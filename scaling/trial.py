@@ -128,6 +128,12 @@ class Prepared:
         if self.cap:
             log.note("gpu_memory_cap", self.cap)
 
+    def context(self, kind: type[PackContext], spec: TrialSpec, report, timeline: Timeline, **more):
+        """The context a kind runs in (TrialContext for a cell, PackContext for a pack: ``more`` holds the
+        rest of its fields) on this trial's device and store."""
+        uri = trial_tracking_uri(spec.tracking_uri)
+        return kind(self.device, self.store, uri, report, timeline=timeline, **more)
+
 
 def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     """Threads, device and GPU memory cap of the trial (scaling.devices); its checkpoint store, which
@@ -195,14 +201,7 @@ def run_cell(spec: TrialSpec, report=None, timeline: Timeline | None = None) -> 
         else:
             leases[cell.key].record()
             prepared.note_cap(log)
-            trial = TrialContext(
-                prepared.device,
-                prepared.store,
-                trial_tracking_uri(spec.tracking_uri),
-                report,
-                log=log,
-                timeline=timeline,
-            )
+            trial = prepared.context(TrialContext, spec, report, timeline, log=log)
             try:
                 final = cell.kind.run(cell, trial)
             except Exception:
@@ -259,15 +258,7 @@ def run_members(
         if note:
             for _, log in todo:
                 log.note("pack_memory", note)
-        pack = PackContext(
-            prepared.device,
-            prepared.store,
-            trial_tracking_uri(spec.tracking_uri),
-            report,
-            limit=limit,
-            guard=guard,
-            timeline=timeline,
-        )
+        pack = prepared.context(PackContext, spec, report, timeline, limit=limit, guard=guard)
         errors = finish_members(todo, train_members(todo, pack))
         if errors:
             raise PackMemberError("; ".join(errors.values()))
