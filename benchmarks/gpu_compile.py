@@ -54,14 +54,16 @@ def compile_phase(run: Run, seconds: float) -> None:
         try:
             plain, compiled = pack_of(size, K, run.device, False), pack_of(size, K, run.device, True)
             warm = {"off": first_steps(run, plain), "on": first_steps(run, compiled)}
-            calls = {name: waited(run, side, steps) for name, side in (("off", plain), ("on", compiled))}
+            calls = {
+                setting: waited(run, side, steps) for setting, side in (("off", plain), ("on", compiled))
+            }
             medians = interleaved_medians(calls, 2 if run.smoke else 10, warmup=1, budget_s=0.3 * seconds)
         except torch.OutOfMemoryError:
             run.add(Check(f"pack_compile[{name} K={K}]", "INFO", "out of GPU memory: larger packs not run"))
             break
         moved = max_param_diff(plain.models()[0], compiled.models()[0])
         how = plain.precision + (", graphed" if plain.graphed else ", eager")
-        per_step = {name: s / steps for name, s in medians.items()}
+        per_step = {setting: s / steps for setting, s in medians.items()}
         run.add(
             Result(
                 f"pack_compile[{name} K={K}]",

@@ -31,6 +31,10 @@ class Timeline:
         self.began = clock()
         self.seconds: dict[str, float] = {}
 
+    def since_start(self, name: str) -> None:
+        """Phase ``name``: the seconds from the start to now (a sweep driver's plan)."""
+        self.seconds[name] = self.clock() - self.began
+
     @contextlib.contextmanager
     def steps(self) -> Iterator[None]:
         """A block of training steps (phase ``train``); the first one ends the setup."""

@@ -93,7 +93,7 @@ def run_sweep(
     if done_already(run):
         return run.outcome
     say_behind(run)
-    run.timeline.seconds["plan"] = run.timeline.clock() - run.timeline.began  # plan, store read, checks
+    run.timeline.since_start("plan")  # the plan, the store read, the checks
     start(run)
     with run.timeline.phase("trials"):
         unfinished = train(run)
