@@ -166,9 +166,14 @@ def stop(child: subprocess.Popen) -> str:
         return child.communicate()[0]
 
 
+def store_of(work: Path, name: str) -> str:
+    """The tracking URI of the sweep ``name`` in the phase's scratch folder."""
+    return f"sqlite:///{work / name}.db"
+
+
 def sweep_args(run: Run, name: str, work: Path) -> list[str]:
     args = (SMOKE_SWEEPS if run.smoke else SWEEPS)[name]
-    stores = ["--tracking-uri", f"sqlite:///{work / name}.db", "--storage", str(work / name)]
+    stores = ["--tracking-uri", store_of(work, name), "--storage", str(work / name)]
     return [*args, *stores, *(["--num-gpus", "1"] if run.cuda else ["--num-cpus", "2"])]
 
 
@@ -191,8 +196,8 @@ def sweep_phase(run: Run, seconds: float) -> None:
             status, output, _, _ = run_process(argv, limit_of(run, f"bare {name}"), log)
             bare = json.loads(output.strip().splitlines()[-1]) if status == 0 else None
             experiment = Path(sweeps_of(run)[name][0]).stem  # the sweep's name is its file's (fig1, smoke)
-            phases = trial_seconds(f"sqlite:///{work / name}.db", experiment)
-            driver = driver_seconds(f"sqlite:///{work / name}.db", experiment)
+            store = store_of(work, name)
+            phases, driver = trial_seconds(store, experiment), driver_seconds(store, experiment)
             run.add(sweep_line(run, name, walls[name], bare, samples, phases, driver))
             if name == "fig1_slice" and bare is not None and phases:
                 run.add(projected_line(run, walls[name], bare, phases))

@@ -183,7 +183,7 @@ def bf16_within_seed_spread(
     }
     packs = {p: trainers(c, device) for p, c in cells.items()}
     seconds = {p: 0.0 for p in packs}
-    start, step, fp32 = time.perf_counter(), 0, [1.0]
+    start, step = time.perf_counter(), 0
     while True:
         step += segment
         for precision, members in packs.items():

@@ -23,12 +23,14 @@ DRIVER_PREFIX = "sweep/seconds/"  # a sweep driver's phases, on the sweep's pare
 
 
 class Timeline:
-    """Seconds per phase since ``clock()`` (time.monotonic) at creation, named ``prefix`` + phase in
-    ``metrics``; see the module docstring."""
+    """Seconds per phase since ``began`` (default: ``clock()``, time.monotonic, at creation), named
+    ``prefix`` + phase in ``metrics``; see the module docstring."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, prefix: str = PREFIX):
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, prefix: str = PREFIX, began: float | None = None
+    ):
         self.clock, self.prefix = clock, prefix
-        self.began = clock()
+        self.began = clock() if began is None else began
         self.seconds: dict[str, float] = {}
 
     def since_start(self, name: str) -> None:

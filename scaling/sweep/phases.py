@@ -119,7 +119,6 @@ def plan_run(
     check_gpu_memory(options.gpu_memory)
     plan = load_plan(path, profile, overrides, options.max_cells)
     run = SweepRun(path, profile, overrides, options, out, started, plan, address=options.address)
-    run.timeline.began = started  # the driver's phases count from here (the plan's loading among them)
     run.policy = adaptive_policy(plan, path) if options.adaptive else None
     run.head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     if run.head is not None and not run.address:

@@ -80,8 +80,12 @@ class SweepRun:
     parent: str | None = None  # the sweep's parent run
     shared: dict[str, str] = field(default_factory=dict)  # what every trial's spec carries (TrialSpec)
     trials: list[int] = field(default_factory=list)  # trials of each Tune experiment run
-    # the driver's seconds by phase, logged on the sweep's parent run when it ends (scaling.timeline)
-    timeline: Timeline = field(default_factory=lambda: Timeline(prefix=DRIVER_PREFIX))
+    # the driver's seconds by phase since ``started``, logged on the sweep's parent run when it ends
+    # (scaling.timeline)
+    timeline: Timeline = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timeline = Timeline(prefix=DRIVER_PREFIX, began=self.started)
 
     @property
     def name(self) -> str:

@@ -103,6 +103,12 @@ def out_of_memory(error: BaseException) -> str | None:
     return None
 
 
+def compiled_step(train, fn):
+    """``fn`` (a step's forward, or a model) compiled by torch.compile for one shape where ``train.compile``
+    is on, else None: the caller runs it at the steady shape and ``fn`` itself at a curriculum's others."""
+    return torch.compile(fn, dynamic=False) if train.compile == "on" else None
+
+
 def pack_factors(members) -> torch.Tensor | None:
     """The schedule on the device (the members' CellTrainer.lr_factors) for a pack engine whose members'
     trainers replay CUDA graphs (CellTrainer.graphs); None: the rate stays on the host."""

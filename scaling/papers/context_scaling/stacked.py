@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import torch
 
 from .adam import StackedAdam
-from .cuda_graphs import next_losses, pack_factors, pack_graph
+from .cuda_graphs import compiled_step, next_losses, pack_factors, pack_graph
 from .stacked_transformers import StackedTransformer, packs
 from .tasks import stacked_batches, stacked_block
 from .train import CellTrainer
@@ -73,8 +73,7 @@ class StackedMembers:
         self._features: tuple[range, torch.Tensor, torch.Tensor] | None = None  # (steps, (K, S, B, P, F), ys)
         self._run_steps: int | None = None
         # train.compile: the written-out forward and backward as inductor's kernels at the steady shape
-        compiled = members[0].cell.train.compile == "on"
-        self.compiled = torch.compile(self.losses_and_grads, dynamic=False) if compiled else None
+        self.compiled = compiled_step(members[0].cell.train, self.losses_and_grads)
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The current step's features (K, B, P, F) and labels (K, B, P) of every member.
@@ -273,7 +272,7 @@ class PackTrainer:
         """After an out-of-memory error: the members take the engine's last finished step, and the pack
         splits in two (a member alone that does not fit raises)."""
         self.drop_engine()
-        engine.graph = None  # (an engine not the current one, e.g. its capture failed, has one too)
+        engine.graph = engine.compiled = None  # (an engine not the current one has them too: both hold it)
         members = engine.members
         if len(members) == 1:
             raise torch.OutOfMemoryError(f"{members[0].cell.name} alone does not fit the device: {what}")
@@ -296,8 +295,7 @@ class PackTrainer:
             return
         engine = self._engine[1]
         self._engine = None
-        if getattr(engine, "compiled", None) is not None:  # torch.compile of its bound method holds it too
-            engine.compiled = None
+        engine.compiled = None  # torch.compile of its bound method holds it too
         if engine.graph is not None:
             self._replayed += engine.graph.replays
             engine.graph = None

@@ -32,7 +32,7 @@ from torch import nn
 
 from .adam import StackedAdam
 from .attention import stacked_prefix_mask
-from .cuda_graphs import next_losses, pack_factors, pack_graph
+from .cuda_graphs import compiled_step, next_losses, pack_factors, pack_graph
 from .feature_maps import query_rows, stacked_rows
 from .gpt2 import attend
 from .models import GPT2InContext
@@ -194,8 +194,7 @@ class StackedTransformer:
         self.bf16 = cell.train.precision == "bfloat16"
         self._block: tuple[range, torch.Tensor, torch.Tensor] | None = None
         # train.compile: the forward and loss as inductor's kernels, one shape (a curriculum's others eager)
-        compiled = cell.train.compile == "on"
-        self.compiled = torch.compile(self.eager_losses, dynamic=False) if compiled else None
+        self.compiled = compiled_step(cell.train, self.eager_losses)
 
     def autocast(self):
         """As CellTrainer's: bf16 autocast without its cast cache (a CUDA graph cannot capture one)."""

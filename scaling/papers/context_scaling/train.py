@@ -26,7 +26,7 @@ import torch
 from .adam import DeviceRates, FusedAdam
 from .baselines import Predictor, applicable_baselines
 from .configs import TrainConfig
-from .cuda_graphs import StepGraph
+from .cuda_graphs import StepGraph, compiled_step
 from .evaluate import evaluate, lambda_scan
 from .models import build_model
 from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, make_family
@@ -102,8 +102,7 @@ class CellTrainer:
         self.graph = StepGraph(self, capture=self.capture) if self.graphs else None
         # train.compile: the model's forward (and its backward) as inductor's kernels at the steady shape;
         # compiled on first use only (a pack's members train in the pack's engine, compiled there)
-        compiled = cell.train.compile == "on"
-        self.compiled = torch.compile(self.model, dynamic=False) if compiled else None
+        self.compiled = compiled_step(cell.train, self.model)
 
     def lr_factors(self) -> torch.Tensor:
         """The cell's schedule on its device (lr_factors), for device-held learning rates."""
