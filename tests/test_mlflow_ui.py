@@ -24,6 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
@@ -199,20 +200,22 @@ def search_for(page, search, query: str) -> None:
     for _ in range(5):
         search.fill(query)
         search.press("Enter")
-        deadline = time.monotonic() + 5
-        while searched(page.url) != query and time.monotonic() < deadline:
-            page.wait_for_timeout(100)
-        if searched(page.url) == query:
+        if until(page, lambda: searched(page.url) == query, 5):
             return
     raise AssertionError(f"the runs view did not search {query!r} after 5 Enters; it shows {page.url}")
 
 
+def until(page, ok: Callable[[], bool], seconds: float) -> bool:
+    """Whether ``ok()`` holds within so many seconds, asked every 250 ms while the page runs."""
+    deadline = time.monotonic() + seconds
+    while not ok() and time.monotonic() < deadline:
+        page.wait_for_timeout(250)
+    return ok()
+
+
 def shows(page, cells: set[str], seconds: float) -> bool:
     """Whether the runs table shows these cells, and no other, within so many seconds."""
-    deadline = time.monotonic() + seconds
-    while cell_links(page) != cells and time.monotonic() < deadline:
-        page.wait_for_timeout(250)
-    return cell_links(page) == cells
+    return until(page, lambda: cell_links(page) == cells, seconds)
 
 
 def table_rows(page) -> dict[str, dict[str, str]]:
