@@ -274,12 +274,15 @@ def test_mlflow_ui_in_chromium_opens_the_runs_table_filters_and_draws_a_cell(
             if close.count():
                 close.first.click()
             columns = [*(f"params.`{c}`" for c in ("model.name", "T", "N", "seed")), "metrics.`err/zero`"]
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # the grid draws the columns the closed panel uncovers
+
+            def drawn() -> bool:  # the grid draws the columns the closed panel uncovers
                 rows = table_rows(page)
-                if set(rows) == CELLS | VARIANT_CELLS and all(c in r for r in rows.values() for c in columns):
-                    break
-                page.wait_for_timeout(250)
+                return set(rows) == CELLS | VARIANT_CELLS and all(
+                    c in r for r in rows.values() for c in columns
+                )
+
+            until(page, drawn, 60)
+            rows = table_rows(page)
             page.screenshot(path=str(ui_sweep.root / "lattice.png"))  # for a person to look at
             assert set(rows) == CELLS | VARIANT_CELLS  # 8 distinct names, no parent run among them
             for name, cells in rows.items():
