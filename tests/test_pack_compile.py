@@ -1,7 +1,8 @@
 """``train.compile: on``: the training step compiled by torch.compile (inductor, here its CPU kernels): a
 stacked transformer pack's forward and loss, an MLP pack's written-out step, a cell's model trained alone;
 each ends with the numbers it reaches uncompiled, a dropped engine goes at once, the setting is not part
-of a cell's key, and the GPU script's compile phase runs on the CPU (tiny)."""
+of a cell's key, and the GPU script's compile phase runs on the CPU (tiny). The transformers' compiles
+(the stacked pack, the GPT-2 alone, the GPU script's phase: ~45 s) are in the slow suite."""
 
 import gc
 import json
@@ -38,6 +39,7 @@ def members(compile: str) -> list[Cell]:
     ]
 
 
+@pytest.mark.slow  # ~30 s of inductor compiles; train.compile is off by default (the MLP pack's below)
 def test_compiled_pack_members_end_with_their_numbers_alone():
     graphs = counters["stats"]["unique_graphs"]
     packed = train_packed([CellTrainer(c) for c in members("on")])
@@ -92,7 +94,8 @@ def test_a_dropped_compiled_engine_is_freed_at_once():
         gc.enable()
 
 
-@pytest.mark.parametrize("model", ["mlp-pack", "gpt2-alone"])
+# gpt2-alone: ~11 s of compiles, slow as the stacked pack's above
+@pytest.mark.parametrize("model", ["mlp-pack", pytest.param("gpt2-alone", marks=pytest.mark.slow)])
 def test_compile_where_a_cell_trains_alone_and_in_an_mlp_pack(model):
     """``train.compile: on`` is not silently nothing elsewhere: a cell trained alone compiles its model, an
     MLP pack its written-out step; the numbers are those of the uncompiled cells alone."""

@@ -2,8 +2,8 @@
 credentials in the URI: a checkpoint round trip (newest, previous, a damaged one found and set aside, temp
 files cleaned), leases, and the endpoint stopped for 10 s in the middle of a save: the save waits,
 retries, goes through and says so once; an outage longer than the retry limit, or an error that waiting
-cannot heal, is raised. The whole sweeps on S3 (a driver killed, the endpoint down for 45 s) are in
-tests/test_s3_sweep.py (slow)."""
+cannot heal, is raised (the two outages are in the slow suite). The whole sweeps on S3 (a driver killed,
+the endpoint down for 45 s) are in tests/test_s3_sweep.py (slow)."""
 
 import logging
 import threading
@@ -80,6 +80,7 @@ def stopped_for(relay, seconds: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow  # S3 outages played for real (as tests/test_outages.py); S3 itself: the tests around
 def test_a_save_rides_through_a_short_outage_and_says_so_once(s3, caplog):
     uri = storage.join(s3.uri(), "outage")
     store = CheckpointStore(uri)
@@ -104,6 +105,7 @@ def test_a_save_rides_through_a_short_outage_and_says_so_once(s3, caplog):
     assert SECRET_KEY not in caplog.text + heard[0]
 
 
+@pytest.mark.slow  # an S3 outage, as above
 def test_an_outage_longer_than_the_retry_limit_is_raised(s3, monkeypatch):
     uri = storage.join(s3.uri(), "long-outage")
     store = CheckpointStore(uri)

@@ -1,7 +1,8 @@
 """A create_run answered too late is sent again, and the server may store it twice: the cell still ends
 with one run. Played for real: a real ``mlflow server`` (SQLite) behind a loopback relay that holds back
 the first create (its answer, or the request itself) past the client's timeout, as an overloaded server
-does (the SQLite load test at 128 trials left 6 cells with 2-3 runs each: docs/results.md)."""
+does (the SQLite load test at 128 trials left 6 cells with 2-3 runs each: docs/results.md). In the slow
+suite."""
 
 import http.client
 import http.server
@@ -85,6 +86,7 @@ def server(tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.slow  # an overloaded server played for real (as a restarted one: tests/test_outages.py)
 @pytest.mark.parametrize("mode", ["answer", "request"])
 def test_a_create_stored_twice_leaves_the_cell_one_complete_run(server, mode, monkeypatch):
     """``answer``: the server stored the create, its answer came after the client's timeout, the create was
