@@ -95,6 +95,8 @@ def test_the_browser_test_without_playwright_skips_with_one_line_naming_the_inst
         "-rs",
         "-p",
         "no:cacheprovider",
+        "-n",
+        "0",  # in the hiding process: pytest-xdist's workers would be fresh interpreters that hide nothing
         "tests/test_mlflow_ui.py",
         "-k",
         "chromium",
