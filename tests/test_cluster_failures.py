@@ -4,7 +4,8 @@ The head advertises no CPU or GPU, as on the real cluster (cluster.yaml), so eve
 node; worker nodes have *logical* GPUs, so GPU scheduling is real while the trials train on the CPU
 (trial_device uses CUDA only where torch sees it). Checks: four 0.25-GPU cells run at once on one GPU;
 a cell that no single node can hold is refused before anything is written; a worker node removed in the
-middle of a trial leads to the trial finishing from its checkpoint, with one complete loss history.
+middle of a trial leads to the trial finishing from its checkpoint, with one complete loss history. The
+four 0.25-GPU cells are in the slow suite.
 """
 
 import time
@@ -64,6 +65,7 @@ def cell_runs(uri, experiment):
     )
 
 
+@pytest.mark.slow  # Ray's fractional scheduling, 30 s; the 0.25-GPU requests: tests/test_plan.py
 def test_four_quarter_gpu_cells_share_one_gpu_at_once(cluster, tmp_path, tiny_sweep):
     cluster.add_node(num_cpus=4, num_gpus=1)
     connect(cluster)

@@ -1,6 +1,7 @@
 """cluster/stop_ray.py stops the Ray of one temp dir and leaves every other Ray on the machine running
 (the cluster files' start commands run it where `ray stop` would stop everyone's Ray): two real
-`ray start --head` nodes with temp dirs of their own, one stopped, the other still answering."""
+`ray start --head` nodes with temp dirs of their own, one stopped, the other still answering. In the slow
+suite, as the real `ray up` (tests/test_ray_up.py) that runs it."""
 
 import os
 import socket
@@ -74,6 +75,7 @@ def two_rays():
             stop_ray(temp_dir)
 
 
+@pytest.mark.slow  # two `ray start --head` nodes, 30 s: the cluster files' path, as the real ray up
 def test_stops_only_the_ray_of_its_temp_dir(two_rays):
     (a_dir, a_port), (b_dir, b_port) = two_rays
     assert answers(a_port) and answers(b_port) and processes_of(a_dir) and processes_of(b_dir)
