@@ -75,11 +75,3 @@ def local_ray():
     )
     yield
     ray.shutdown()
-
-
-def pytest_collection_modifyitems(config, items):
-    """The files with end-to-end tests first, each file's tests in their own order: the default run spreads
-    whole files over its worker processes (pyproject's addopts), and the long files started last would
-    leave one worker running them alone at the end."""
-    e2e = {item.path for item in items if item.get_closest_marker("e2e")}
-    items.sort(key=lambda item: item.path not in e2e)
