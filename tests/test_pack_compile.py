@@ -2,7 +2,7 @@
 stacked transformer pack's forward and loss, an MLP pack's written-out step, a cell's model trained alone;
 each ends with the numbers it reaches uncompiled, a dropped engine goes at once, the setting is not part
 of a cell's key, and the GPU script's compile phase runs on the CPU (tiny). The transformers' compiles
-(the stacked pack, the GPT-2 alone, the GPU script's phase: ~45 s) are in the slow suite."""
+(the stacked pack, the GPT-2 alone, the GPU script's phase: ~55 s) are in the slow suite."""
 
 import gc
 import json
