@@ -2,8 +2,9 @@
 --set) run through a real local Ray into a throwaway SQLite MLflow store, then analysed: the paper's
 figure exists as PNG and SVG, the report holds the verdict table, and the verdicts have the right rows.
 
-The theory and LLM sweeps run by default; the GPT-2 scan (it trains a model) and the histogram and
-mean-shift sweeps are marked slow."""
+Fig. 1's theory sweep runs by default; the others are marked slow: Fig. 2's and the LLaMA's analyses are
+checked in the default run by tests/test_temperature_protocols.py on the sweeps it runs for the claims, and
+the GPT-2 scan (it trains a model), the histogram and mean-shift sweeps are slow."""
 
 import html
 import math
@@ -50,7 +51,7 @@ CASES = {
         {("3", "noisy_ratio")},
     ),
 }
-SLOW = {"temp_fig4", "temp_fig5", "temp_gpt2_scan"}
+SLOW = {"temp_fig2", "temp_fig4", "temp_fig5", "temp_gpt2_scan", "temp_llama_b"}
 
 
 @pytest.mark.parametrize(

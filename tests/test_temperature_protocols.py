@@ -1,21 +1,28 @@
 """Seed 004's own protocols on tiny real runs (real local Ray, a throwaway SQLite MLflow store, the papers'
 sweep files cut by --set or copied with a tiny profile), read back by the analysis and the claims:
 
-- Fig. 6 (sweeps/temp_gpt2_scan.yaml): the scan checks its precondition (the shift degrades tau = 1, its
-  error non-monotone in n <= 2d) on per-n units, the gain's claim is judged only where the shift degrades the
-  model, and the intervals say what they cover: trained models (a GPT-2 trained per cell, Student t over
-  them) or the prompts of one model (its prompt seeds pooled);
+- Fig. 6 (sweeps/temp_gpt2_scan.yaml): each cell logs every tau's curve, the baselines and its trained
+  model; the scan checks its precondition (the shift degrades tau = 1, its error non-monotone in n <= 2d)
+  on per-n units, the gain's claim is judged only where the shift degrades the model, and the intervals
+  say what they cover: trained models (a GPT-2 trained per cell, Student t over them) or the prompts of
+  one model (its prompt seeds pooled);
 - the theory claims (Thm. 4.6 against Monte Carlo, the trends of Figs. 1-2, Sec. 4.4's special case) on
-  sweeps/temp_fig2.yaml and sweeps/temp_sec44.yaml;
+  sweeps/temp_fig2.yaml and sweeps/temp_sec44.yaml, with Fig. 2's figures and verdicts;
 - Fig. 3 on a part pinned to a profile (SmolLM2's ``smollm``; here a copy of temp_llama_b.yaml whose smollm
-  profile runs the tiny random LLaMA): the reproduction report analyses it whenever its file is given.
+  profile runs the tiny random LLaMA at the quick profile's sizes): the reproduction report analyses it
+  whenever its file is given, and its own analysis draws Fig. 3 with a verdict per noisy ratio.
+
+The Fig. 6 scan and the LLaMA sweep each run once per module (module fixtures) and serve two tests each.
 """
 
+import html
+import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 
 from analysis.__main__ import main as analysis_main
 from analysis.claims import evaluate
@@ -29,6 +36,7 @@ from scaling.sweep.phases import run_sweep
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).parent.parent / "sweeps"
 STATUSES = {"reproduced", "not reproduced", "inconclusive"}
+SCAN = str(SWEEPS / "temp_gpt2_scan.yaml")
 SMALL = ("train.steps=60", "N=4", "eval.prompts=64", "eval.bootstrap=20", "temperature.taus=[0.5,1,2]")
 
 
@@ -43,17 +51,62 @@ def store(tmp_path, monkeypatch):
     return f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
 
 
-def test_fig6_checks_its_precondition_and_says_what_its_intervals_cover(store, tmp_path):
-    uri, storage = store
-    path = str(SWEEPS / "temp_gpt2_scan.yaml")
-    assert run_sweep(path, "quick", SMALL, tracking_uri=uri, storage=storage).ok  # 3 trained models
-    trained = analyse(Request(path, profile="quick", overrides=SMALL, tracking_uri=uri, out=tmp_path / "a"))
-    v = trained.verdicts
-    scan = v[~v["metric"].str.startswith("precondition")].iloc[0]
-    assert (
-        "Student t interval over 3 trained models" in scan["verdict"]
-        and "covers retraining" in scan["verdict"]
+def ran(folder: Path, path: str, profile: str, sets: tuple[str, ...]) -> tuple[str, str]:
+    """The sweep file run at ``profile`` with ``sets`` into a new store in ``folder`` (the working folder
+    while it runs); its (tracking URI, storage)."""
+    uri, storage = f"sqlite:///{folder}/mlflow.db", str(folder / "storage")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        outcome = run_sweep(path, profile, sets, tracking_uri=uri, storage=storage)
+    assert outcome.ok and len(outcome.completed) == outcome.total, outcome
+    return uri, storage
+
+
+@pytest.fixture(scope="module")
+def scan(tmp_path_factory):
+    """Fig. 6's quick profile cut by SMALL, run once for this module: 3 seeds, each a GPT-2 trained in its
+    cell; (tracking URI, storage, folder)."""
+    folder = tmp_path_factory.mktemp("scan")
+    return (*ran(folder, SCAN, "quick", SMALL), folder)
+
+
+def test_the_scans_cells_log_every_tau_the_models_baselines_and_artifacts(scan):
+    uri = scan[0]
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("temp-gpt2-scan-quick").experiment_id
+    runs = client.search_runs([experiment], "tags.kind = 'cell'")
+    assert sorted(r.data.params["seed"] for r in runs) == ["0", "1", "2"]
+    run = next(r for r in runs if r.data.params["seed"] == "0")
+    assert run.data.tags["status"] == "complete" and run.info.run_name.startswith(
+        "gpt2_scan gpt2 shift=x_scale=1.73205 N=4"
     )
+    assert run.data.params["job"] == "gpt2_scan" and run.data.params["temperature.train_model"] == "True"
+    for tau in ("0.5", "1", "2"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, f"temperature/tau_{tau}")]
+        assert steps == [1, 2, 3, 4]
+    assert len(client.get_metric_history(run.info.run_id, "baseline/least_squares")) == 4
+    assert run.data.metrics["tau_best"] in (0.5, 1.0, 2.0)
+    assert ("tau_heuristic" in run.data.metrics) == (run.data.metrics["score_diag_m1"] > 0)  # App. J
+    assert float(run.data.tags["tau_best"]) == run.data.metrics["tau_best"]
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
+        "cell.yaml",
+        "curves.parquet",
+        "model.pt",
+        "units.parquet",  # each prompt's error averaged over n, per tau: what the analysis resamples
+    }
+    curves = pd.read_parquet(client.download_artifacts(run.info.run_id, "curves.parquet"))
+    assert {"predictor", "n", "err", "err_lo", "err_hi", "prompts", "tau", "x", "panel"} <= set(
+        curves.columns
+    )
+
+
+def test_fig6_checks_its_precondition_and_says_what_its_intervals_cover(scan):
+    uri, _, folder = scan
+    trained = analyse(Request(SCAN, profile="quick", overrides=SMALL, tracking_uri=uri, out=folder / "a"))
+    v = trained.verdicts
+    row = v[~v["metric"].str.startswith("precondition")].iloc[0]
+    assert "Student t interval over 3 trained models" in row["verdict"]
+    assert "covers retraining" in row["verdict"]
     pre = v.set_index("metric")
     assert {DEGRADED, NON_MONOTONE} <= set(pre.index)
     assert (
@@ -82,11 +135,11 @@ def test_fig6_checks_its_precondition_and_says_what_its_intervals_cover(store, t
         "temperature.from_sweep=temp-gpt2-scan-quick",
         "temperature.from_params={seed: '0'}",
     )
-    assert run_sweep(path, "quick", one, tracking_uri=uri, storage=storage).ok
-    pooled = analyse(Request(path, profile="quick", overrides=one, tracking_uri=uri, out=tmp_path / "b"))
-    scan = pooled.verdicts[~pooled.verdicts["metric"].str.startswith("precondition")].iloc[0]
-    assert "over the 192 prompts of one model (3 prompt seeds x 64)" in scan["verdict"]
-    assert "not retraining" in scan["verdict"]
+    ran(folder, SCAN, "quick", one)  # into the scan's store, whose seed-0 model it reads
+    pooled = analyse(Request(SCAN, profile="quick", overrides=one, tracking_uri=uri, out=folder / "b"))
+    row = pooled.verdicts[~pooled.verdicts["metric"].str.startswith("precondition")].iloc[0]
+    assert "over the 192 prompts of one model (3 prompt seeds x 64)" in row["verdict"]
+    assert "not retraining" in row["verdict"]
 
 
 def test_theory_claims_read_the_theory_sweeps(store, tmp_path):
@@ -100,6 +153,13 @@ def test_theory_claims_read_the_theory_sweeps(store, tmp_path):
         assert run_sweep(path, "quick", sets, tracking_uri=uri, storage=storage).ok
         request = Request(path, profile="quick", overrides=sets, tracking_uri=uri, out=tmp_path / name)
         results[part] = claims_of(analyse(request), part)
+    for stem in ("fig2a", "fig2bc"):  # Fig. 2's analysis as `python -m analysis` writes it
+        assert (tmp_path / "temp_fig2" / f"{stem}.png").stat().st_size > 1000
+        assert (tmp_path / "temp_fig2" / f"{stem}.svg").is_file()
+    verdicts = pd.read_csv(tmp_path / "temp_fig2" / "verdicts.csv", dtype={"figure": str, "panel": str})
+    report = (tmp_path / "temp_fig2" / "report.html").read_text()
+    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
+    assert set(verdicts["figure"] + verdicts["panel"]) >= {"2noise(sigma=10)", "2b"}
     fig2 = results["temp-fig2"]
     assert set(fig2["status"]) <= STATUSES and len(fig2) == 7
     agree = fig2.loc["Thm. 4.6 matches Monte Carlo (Fig. 2b)", "evidence"]
@@ -115,11 +175,13 @@ def test_theory_claims_read_the_theory_sweeps(store, tmp_path):
     assert counter["status"] == "reproduced" and "largest difference 0.0%" in counter["evidence"]
 
 
-def test_a_part_pinned_to_a_profile_is_analysed_when_its_file_is_given(store, tmp_path):
-    """SmolLM2's Fig. 3 is temp_llama_b.yaml at its smollm profile, its own part of the report (here the
-    profile of a copy runs the tiny random LLaMA): given the file at any profile, the report analyses it."""
-    uri, storage = store
-    llm = save_tiny_llama(tmp_path / "tiny-llama")
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory):
+    """A copy of temp_llama_b.yaml whose smollm profile (SmolLM2's Fig. 3, a part of the report pinned to
+    that profile) runs the tiny random LLaMA with the quick profile's sizes, run once for this module;
+    (tracking URI, the copy's path, folder)."""
+    folder = tmp_path_factory.mktemp("pinned")
+    llm = save_tiny_llama(folder / "tiny-llama")
     document = yaml.safe_load((SWEEPS / "temp_llama_b.yaml").read_text())
     fixtures = SWEEPS.parent / "tests" / "fixtures"
     document["profiles"]["smollm"] = {
@@ -140,10 +202,16 @@ def test_a_part_pinned_to_a_profile_is_analysed_when_its_file_is_given(store, tm
     quick = document["profiles"]["quick"]["defaults"]["temperature"]  # its paths, from the copy's folder
     quick.update(llm=str(llm), sciq_train=str(fixtures / "sciq_tiny_train.json"))
     quick.update(sciq_test=str(fixtures / "sciq_tiny_test.jsonl"))
-    path = tmp_path / "temp_llama_b.yaml"
+    path = folder / "temp_llama_b.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
-    assert run_sweep(str(path), "smollm", (), tracking_uri=uri, storage=storage).ok
-    out = tmp_path / "paper"
+    uri, _ = ran(folder, str(path), "smollm", ())
+    return uri, path, folder
+
+
+def test_a_part_pinned_to_a_profile_is_analysed_when_its_file_is_given(pinned):
+    """Given the file at any profile, the reproduction report analyses its pinned part."""
+    uri, path, folder = pinned
+    out = folder / "paper"
     assert (
         analysis_main(["--paper", str(path), "--profile", "quick", "--tracking-uri", uri, "--out", str(out)])
         == 0
@@ -157,3 +225,23 @@ def test_a_part_pinned_to_a_profile_is_analysed_when_its_file_is_given(store, tm
     assert (quick["status"] == "not run").all()  # its quick experiment is not in the store
     heuristic = pinned[pinned["claim"].str.contains("heuristic")].iloc[0]
     assert heuristic["evidence"].startswith("heuristic tau (App. J)")
+
+
+def test_the_llama_sweeps_analysis_draws_fig3_with_a_row_per_noisy_ratio(pinned, capsys):
+    """``python -m analysis`` on the LLaMA sweep alone: Fig. 3 drawn, a pooled verdict and one per noisy
+    ratio, exact match in [0, 1], the heuristic tau defined or said to be undefined."""
+    uri, path, folder = pinned
+    out = folder / "alone"
+    assert analysis_main([str(path), "--profile", "smollm", "--tracking-uri", uri, "--out", str(out)]) == 0
+    assert "tuned tau vs tau = 1" in capsys.readouterr().out
+    assert (out / "fig3.png").stat().st_size > 1000 and (out / "fig3.svg").is_file()
+    verdicts = pd.read_csv(out / "verdicts.csv", dtype={"figure": str, "panel": str})
+    report = (out / "report.html").read_text()
+    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
+    pooled = verdicts[verdicts["x"].isna()]
+    assert set(zip(pooled["figure"], pooled["panel"])) == {("3", "noisy_ratio")}
+    assert sorted(verdicts["x"].dropna()) == [0.0, 0.6]
+    assert verdicts["at_tau1"].between(0, 1).all() and verdicts["best_tau"].isin([0.5, 1.0, 2.0]).all()
+    defined = verdicts["tau_heuristic"].map(math.isfinite)  # else undefined, said with its moments
+    undefined = verdicts["verdict"].str.contains("heuristic tau (App. J) undefined", regex=False)
+    assert (defined | undefined).all()
