@@ -8,6 +8,7 @@ Bad input (a sweep file that is no paper's, a profile a file lacks, two files fo
 writes nothing.
 """
 
+import html
 import shlex
 from pathlib import Path
 
@@ -124,6 +125,30 @@ def test_a_claim_whose_sweep_ran_shows_its_numbers_profile_and_commands(report, 
     assert "fig1-tiny" in page and "stat-gd-tiny" in page and "data:image/png;base64," in page
     # temp_fig4 was given at its own profile but has no runs: the numbers are all the tiny profile's
     assert "<h1>Reproduction report: seeds 001, 003 and 004 (tiny profile)</h1>" in page
+
+
+def test_the_theory_sweeps_own_analysis_draws_fig1_with_tau_opt_and_its_gain(store, capsys):
+    """``python -m analysis`` on one of the report's sweeps alone (seed 004's Fig. 1, theory): the figure as
+    PNG and SVG, a verdict per shift with tau_opt, the gain's interval and the finite-l gap to the theory,
+    each verdict in the report."""
+    uri, files, folder = store
+    out = folder / "temp-fig1"
+    path = files["temp_fig1.yaml"]
+    assert analysis_main([path, "--profile", "tiny", "--tracking-uri", uri, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "tuned tau vs tau = 1" in printed or "descriptive" in printed
+    assert (out / "fig1.png").stat().st_size > 1000 and (out / "fig1.svg").is_file()
+    verdicts = pd.read_csv(out / "verdicts.csv", dtype={"figure": str, "panel": str})
+    report = (out / "report.html").read_text()
+    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
+    assert set(zip(verdicts["figure"], verdicts["panel"])) == {
+        ("1", "none"),
+        ("1", "input_covariance"),
+        ("1", "task"),
+    }
+    assert (verdicts["best_tau"] > 0).all() and (verdicts["theory_gap"] >= 0).all()
+    assert ((verdicts["gain_lo"] <= verdicts["gain"]) & (verdicts["gain"] <= verdicts["gain_hi"])).all()
+    assert verdicts["verdict"].str.contains("finite-l").all()
 
 
 def test_the_title_names_the_parts_read_at_a_profile_of_their_own():

@@ -103,6 +103,7 @@ def test_the_scans_cells_log_every_tau_the_models_baselines_and_artifacts(scan):
 def test_fig6_checks_its_precondition_and_says_what_its_intervals_cover(scan):
     uri, _, folder = scan
     trained = analyse(Request(SCAN, profile="quick", overrides=SMALL, tracking_uri=uri, out=folder / "a"))
+    assert (folder / "a" / "fig6.png").stat().st_size > 1000 and (folder / "a" / "fig6.svg").is_file()
     v = trained.verdicts
     row = v[~v["metric"].str.startswith("precondition")].iloc[0]
     assert "Student t interval over 3 trained models" in row["verdict"]
