@@ -52,8 +52,8 @@ def store(tmp_path, monkeypatch):
 
 
 def ran(folder: Path, path: str, profile: str, sets: tuple[str, ...]) -> tuple[str, str]:
-    """The sweep file run at ``profile`` with ``sets`` into a new store in ``folder`` (the working folder
-    while it runs); its (tracking URI, storage)."""
+    """The sweep file run at ``profile`` with ``sets``, every cell completed, into the store in ``folder``
+    (made by the first run; ``folder`` is the working folder while it runs); its (tracking URI, storage)."""
     uri, storage = f"sqlite:///{folder}/mlflow.db", str(folder / "storage")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
