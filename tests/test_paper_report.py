@@ -8,13 +8,13 @@ Bad input (a sweep file that is no paper's, a profile a file lacks, two files fo
 writes nothing.
 """
 
-import html
 import shlex
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from temperature_checks import analysis_written, check_fig1_theory
 
 from analysis.__main__ import main as analysis_main
 from analysis.paper import PAPERS, PARTS, Figure, profiles_read
@@ -137,18 +137,7 @@ def test_the_theory_sweeps_own_analysis_draws_fig1_with_tau_opt_and_its_gain(sto
     assert analysis_main([path, "--profile", "tiny", "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "tuned tau vs tau = 1" in printed or "descriptive" in printed
-    assert (out / "fig1.png").stat().st_size > 1000 and (out / "fig1.svg").is_file()
-    verdicts = pd.read_csv(out / "verdicts.csv", dtype={"figure": str, "panel": str})
-    report = (out / "report.html").read_text()
-    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
-    assert set(zip(verdicts["figure"], verdicts["panel"])) == {
-        ("1", "none"),
-        ("1", "input_covariance"),
-        ("1", "task"),
-    }
-    assert (verdicts["best_tau"] > 0).all() and (verdicts["theory_gap"] >= 0).all()
-    assert ((verdicts["gain_lo"] <= verdicts["gain"]) & (verdicts["gain"] <= verdicts["gain_hi"])).all()
-    assert verdicts["verdict"].str.contains("finite-l").all()
+    check_fig1_theory(analysis_written(out, ["fig1"]))
 
 
 def test_the_title_names_the_parts_read_at_a_profile_of_their_own():

@@ -15,14 +15,13 @@ sweep files cut by --set or copied with a tiny profile), read back by the analys
 The Fig. 6 scan and the LLaMA sweep each run once per module (module fixtures) and serve two tests each.
 """
 
-import html
-import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+from temperature_checks import analysis_written, check_fig2_theory, check_fig3_llama
 
 from analysis.__main__ import main as analysis_main
 from analysis.claims import evaluate
@@ -154,13 +153,7 @@ def test_theory_claims_read_the_theory_sweeps(store, tmp_path):
         assert run_sweep(path, "quick", sets, tracking_uri=uri, storage=storage).ok
         request = Request(path, profile="quick", overrides=sets, tracking_uri=uri, out=tmp_path / name)
         results[part] = claims_of(analyse(request), part)
-    for stem in ("fig2a", "fig2bc"):  # Fig. 2's analysis as `python -m analysis` writes it
-        assert (tmp_path / "temp_fig2" / f"{stem}.png").stat().st_size > 1000
-        assert (tmp_path / "temp_fig2" / f"{stem}.svg").is_file()
-    verdicts = pd.read_csv(tmp_path / "temp_fig2" / "verdicts.csv", dtype={"figure": str, "panel": str})
-    report = (tmp_path / "temp_fig2" / "report.html").read_text()
-    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
-    assert set(verdicts["figure"] + verdicts["panel"]) >= {"2noise(sigma=10)", "2b"}
+    check_fig2_theory(analysis_written(tmp_path / "temp_fig2", ["fig2a", "fig2bc"]))  # as the CLI writes it
     fig2 = results["temp-fig2"]
     assert set(fig2["status"]) <= STATUSES and len(fig2) == 7
     agree = fig2.loc["Thm. 4.6 matches Monte Carlo (Fig. 2b)", "evidence"]
@@ -235,14 +228,4 @@ def test_the_llama_sweeps_analysis_draws_fig3_with_a_row_per_noisy_ratio(pinned,
     out = folder / "alone"
     assert analysis_main([str(path), "--profile", "smollm", "--tracking-uri", uri, "--out", str(out)]) == 0
     assert "tuned tau vs tau = 1" in capsys.readouterr().out
-    assert (out / "fig3.png").stat().st_size > 1000 and (out / "fig3.svg").is_file()
-    verdicts = pd.read_csv(out / "verdicts.csv", dtype={"figure": str, "panel": str})
-    report = (out / "report.html").read_text()
-    assert len(verdicts) and all(html.escape(v) in report for v in verdicts["verdict"])
-    pooled = verdicts[verdicts["x"].isna()]
-    assert set(zip(pooled["figure"], pooled["panel"])) == {("3", "noisy_ratio")}
-    assert sorted(verdicts["x"].dropna()) == [0.0, 0.6]
-    assert verdicts["at_tau1"].between(0, 1).all() and verdicts["best_tau"].isin([0.5, 1.0, 2.0]).all()
-    defined = verdicts["tau_heuristic"].map(math.isfinite)  # else undefined, said with its moments
-    undefined = verdicts["verdict"].str.contains("heuristic tau (App. J) undefined", regex=False)
-    assert (defined | undefined).all()
+    check_fig3_llama(analysis_written(out, ["fig3"]))
