@@ -61,7 +61,15 @@
 #                                on 2 cores lost 123 requests to such kills at 5 s).
 # Overridable (MLFLOW_WORKERS, MLFLOW_SQLALCHEMYSTORE_POOL_SIZE, MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW) for
 # measuring other sizes; a larger head wants more workers, and max_connections follows.
+#   job execution off            MLflow 3's job runner serves its GenAI features (judges, scorers, trace
+#                                rollups), none of which this product uses; on, the server starts a job
+#                                runner and 7 huey consumers beside its workers: 10 processes, 2.3 GiB and
+#                                63 CPU-s in the first 40 s, against 2, 0.5 GiB and 11 CPU-s off (one
+#                                worker, SQLite; docs/results.md, "The MLflow server's job runner").
+#                                MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true turns it back on.
 set -euo pipefail
+
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
 
 MLFLOW_WORKERS="${MLFLOW_WORKERS:-4}"
 export MLFLOW_SQLALCHEMYSTORE_POOL_SIZE="${MLFLOW_SQLALCHEMYSTORE_POOL_SIZE:-10}"

@@ -132,7 +132,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def mlflow_server(ui_sweep):
-    """``mlflow server`` on loopback over the sweep's store (one worker: the test is its only client)."""
+    """``mlflow server`` on loopback over the sweep's store (one worker: the test is its only client), its
+    job runner off."""
     port = free_port()
     log = open(ui_sweep.root / "server.log", "w")
     server = subprocess.Popen(
@@ -154,6 +155,9 @@ def mlflow_server(ui_sweep):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # as cluster/start_mlflow.sh and docs/mlflow-ui.md run it: without MLflow's GenAI job runner
+        # (8 more processes, ~50 CPU-s at start), which nothing here uses
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
