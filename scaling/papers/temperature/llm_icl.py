@@ -27,7 +27,6 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from sklearn.feature_extraction.text import TfidfVectorizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from scaling.papers.temperature.patch import ScoreMoments, score_moments
@@ -110,6 +109,9 @@ class TfidfRetriever:
     """TopK by cosine similarity of TF-IDF vectors (scikit-learn); the light default."""
 
     def __init__(self, pool: Sequence[str]):
+        # imported here: ~2 s that the scans without retrieval (GPT-2, the theory) never need
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
         self.vectorizer = TfidfVectorizer()
         self.pool_vectors = self.vectorizer.fit_transform(pool)  # (P, V), rows l2-normalised
 
