@@ -154,10 +154,41 @@ def bundle(directory: Path, out: Path, python: str = "3.12", limit: int = LIMIT)
 
 
 def unpack(bundled: Path, target: Path) -> None:
-    """The bundle's folder into ``target`` (standard library only)."""
+    """The bundle's folder into ``target`` (standard library only), refusing, before anything is written, a
+    member that would land outside ``target`` or is not a file, a folder or a link within it: tarfile's
+    "data" filter where this Python has it (3.11.4 and later), the same checks here on an earlier 3.11
+    (``filter=`` raises TypeError there)."""
     target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(bundled, "r:xz") as tar:
-        tar.extractall(target, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(target, filter="data")
+        else:
+            tar.extractall(target, members=inside(tar, target))
+
+
+def inside(tar: tarfile.TarFile, target: Path) -> list[tarfile.TarInfo]:
+    """The archive's members, each checked to be a file, a folder or a link that stays within ``target``;
+    SystemExit naming the first that is not."""
+    root = target.resolve()
+
+    def within(path: Path) -> bool:
+        return path == root or root in path.parents
+
+    members = tar.getmembers()
+    for member in members:
+        path = (root / member.name).resolve()
+        if member.issym():
+            ok = within(path) and within((path.parent / member.linkname).resolve())
+        elif member.islnk():
+            ok = within(path) and within((root / member.linkname).resolve())
+        else:
+            ok = within(path) and (member.isfile() or member.isdir())
+        if Path(member.name).is_absolute() or not ok:
+            raise SystemExit(
+                f"{tar.name}: {member.name!r} would be written outside {target}, or is not a file, folder"
+                f" or link; nothing unpacked"
+            )
+    return members
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,8 +4,10 @@ standard library into an importable folder; a bundle over the limit is refused w
 offline requirements are the project's, torch left to the machine."""
 
 import importlib.util
+import io
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -63,6 +65,51 @@ def test_a_bundle_unpacks_there_into_an_importable_folder_without_the_unused_par
         and not (target / "mlflow" / "server" / "js" / "build").exists()
     )
     assert (target / "ray-1.0.dist-info").is_dir()
+
+
+def test_on_a_python_without_tarfiles_data_filter_the_bundle_unpacks_the_same(wheels, tmp_path, monkeypatch):
+    """Python 3.11.0-3.11.3 (Debian 12's python3 is 3.11.2) have no ``extractall(filter=...)``: the same files
+    are unpacked by the module's own checks."""
+    out = tmp_path / "site.tar.xz"
+    device_wheels.bundle(wheels, out, python="3.12")
+    device_wheels.unpack(out, tmp_path / "filtered")
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    device_wheels.unpack(out, tmp_path / "checked")
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    assert files(tmp_path / "checked") == files(tmp_path / "filtered") != {}
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        ("../outside.txt", tarfile.REGTYPE, ""),
+        ("/tmp/absolute.txt", tarfile.REGTYPE, ""),
+        ("pkg/link", tarfile.SYMTYPE, "../../outside.txt"),
+        ("pkg/hard", tarfile.LNKTYPE, "../outside.txt"),
+        ("pkg/fifo", tarfile.FIFOTYPE, ""),
+    ],
+    ids=["parent", "absolute", "symlink-out", "hardlink-out", "fifo"],
+)
+def test_without_the_data_filter_a_member_leaving_the_folder_is_refused_and_nothing_written(
+    tmp_path, monkeypatch, member
+):
+    name, kind, link = member
+    bundled = tmp_path / "bad.tar.xz"
+    with tarfile.open(bundled, "w:xz") as tar:
+        good = tarfile.TarInfo("pkg/__init__.py")
+        good.size = 3
+        tar.addfile(good, io.BytesIO(b"x=1"))
+        bad = tarfile.TarInfo(name)
+        bad.type, bad.linkname = kind, link
+        tar.addfile(bad, io.BytesIO(b""))
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    target = tmp_path / "there"
+    with pytest.raises(SystemExit, match="nothing unpacked"):
+        device_wheels.unpack(bundled, target)
+    assert list(target.iterdir()) == [] and not (tmp_path / "outside.txt").exists()
 
 
 def test_a_bundle_over_the_limit_is_refused_and_nothing_is_written(wheels, tmp_path):
