@@ -64,8 +64,8 @@
 #   job execution off            MLflow 3's job runner serves its GenAI features (judges, scorers, trace
 #                                rollups), none of which this product uses; on, the server starts a job
 #                                runner and 7 huey consumers beside its workers: 10 processes, 2.3 GiB and
-#                                63 CPU-s in the first 40 s, against 2, 0.5 GiB and 11 CPU-s off (one
-#                                worker, SQLite; docs/results.md, "The MLflow server's job runner").
+#                                54-63 CPU-s in the first 40 s, against 2, 0.5 GiB and 11-12 CPU-s off
+#                                (one worker, SQLite; docs/results.md, "The MLflow server's job runner").
 #                                MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true turns it back on.
 set -euo pipefail
 
