@@ -183,7 +183,7 @@ def inside(tar: tarfile.TarFile, target: Path) -> list[tarfile.TarInfo]:
             ok = within(path) and within((root / member.linkname).resolve())
         else:
             ok = within(path) and (member.isfile() or member.isdir())
-        if Path(member.name).is_absolute() or not ok:
+        if not ok:  # an absolute name too: root / name is that name, outside root
             raise SystemExit(
                 f"{tar.name}: {member.name!r} would be written outside {target}, or is not a file, folder"
                 f" or link; nothing unpacked"
