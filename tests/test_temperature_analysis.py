@@ -8,6 +8,7 @@ tests/test_temperature_protocols.py; the histogram and mean-shift sweeps (Figs. 
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from temperature_checks import analysis_written, check_fig1_theory, check_fig2_theory, check_fig3_llama
 
@@ -19,20 +20,33 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]
 SWEEPS = Path(__file__).parent.parent / "sweeps"
 
 THEORY = ("temperature.m=200", "temperature.n_prompts=200")
+
+
+def check_fig4(verdicts: pd.DataFrame) -> None:
+    """Fig. 4: the input-mean rows alone."""
+    assert set(zip(verdicts["figure"], verdicts["panel"])) == {("4", "input_mean")}
+
+
+def check_fig6(verdicts: pd.DataFrame) -> None:
+    """Fig. 6: one scan row beside the two precondition rows, its best tau one of those scanned."""
+    scan = verdicts[~verdicts["metric"].str.startswith("precondition")]
+    assert len(scan) == 1 and len(verdicts) == 3 and scan["best_tau"].iloc[0] in (0.5, 1.0, 2.0)
+
+
 CASES = {
-    # sweep: (overrides, figure stems, verdict rows as (figure, panel) sets or a count)
-    "temp_fig1": ((*THEORY, "temperature.l_over_d=[0.5,2]"), ["fig1"], None),  # check_fig1_theory
+    # sweep: (overrides, figure stems, the check of its verdicts or None)
+    "temp_fig1": ((*THEORY, "temperature.l_over_d=[0.5,2]"), ["fig1"], check_fig1_theory),
     "temp_fig2": (
         (*THEORY, "temperature.l_over_d=[0.5,2]", "temperature.sigma_tests=[0.1,3]"),
         ["fig2a", "fig2bc"],
-        None,
+        check_fig2_theory,
     ),
-    "temp_fig4": ((*THEORY, "temperature.ls=[5,20]"), ["fig4"], {("4", "input_mean")}),
+    "temp_fig4": ((*THEORY, "temperature.ls=[5,20]"), ["fig4"], check_fig4),
     "temp_fig5": (("temperature.hist_l=100",), ["fig5"], None),
     "temp_gpt2_scan": (
         ("train.steps=60", "N=4", "eval.prompts=64", "eval.bootstrap=20", "temperature.taus=[0.5,1,2]"),
         ["fig6"],
-        None,
+        check_fig6,
     ),
     "temp_llama_b": (
         (
@@ -42,7 +56,7 @@ CASES = {
             "temperature.taus=[0.5,1,2]",
         ),
         ["fig3"],
-        None,  # check_fig3_llama
+        check_fig3_llama,
     ),
 }
 
@@ -52,7 +66,7 @@ CASES = {
 def test_analysis_of_a_quick_temperature_sweep(sweep, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     uri, storage = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "storage")
-    overrides, stems, panels = CASES[sweep]
+    overrides, stems, check = CASES[sweep]
     if sweep.startswith("temp_llama"):
         overrides = (f"temperature.llm={save_tiny_llama(tmp_path / 'tiny-llama')}", *overrides)
     path = str(SWEEPS / f"{sweep}.yaml")
@@ -63,15 +77,5 @@ def test_analysis_of_a_quick_temperature_sweep(sweep, tmp_path, monkeypatch, cap
     printed = capsys.readouterr().out
     verdicts = analysis_written(out, stems)
     assert "tuned tau vs tau = 1" in printed or "descriptive" in printed
-    if panels is not None:
-        assert set(zip(verdicts["figure"], verdicts["panel"])) == panels
-    checks = {
-        "temp_fig1": check_fig1_theory,
-        "temp_fig2": check_fig2_theory,
-        "temp_llama_b": check_fig3_llama,
-    }
-    if sweep in checks:
-        checks[sweep](verdicts)
-    if sweep == "temp_gpt2_scan":
-        scan = verdicts[~verdicts["metric"].str.startswith("precondition")]  # Fig. 6's: two rows
-        assert len(scan) == 1 and len(verdicts) == 3 and scan["best_tau"].iloc[0] in (0.5, 1.0, 2.0)
+    if check is not None:
+        check(verdicts)
