@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from scaling.papers.context_scaling.architectures import GPT2_MAX_POSITIONS
 from scaling.sweep.__main__ import main
+from scaling.tracking.store_template import seed_sqlite_store
 
 
 def run_cli(tmp_path, document, *extra, text=None):
@@ -138,6 +139,7 @@ def test_storage_uri_that_cannot_be_opened(tmp_path, tiny_sweep, capsys):
 
 def test_sweep_name_taken_by_another_sweep_file(tmp_path, tiny_sweep, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    seed_sqlite_store(uri)  # the store as a sweep starts it (MLflow's migrations are not what is tested)
     MlflowClient(uri).create_experiment("tiny", tags={"sweep_file": "other.yaml"})
     assert run_cli(tmp_path, tiny_sweep) == 2
     err = capsys.readouterr().err

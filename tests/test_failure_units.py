@@ -14,6 +14,7 @@ from scaling.plan import PlannedCell, Resources
 from scaling.sweep.ray_start import unmet_requests
 from scaling.tracking import STATUS_COMPLETE
 from scaling.tracking.cell_log import CellLog, log_batches
+from scaling.tracking.store_template import seed_sqlite_store
 from scaling.tracking.tracker import Tracker
 
 
@@ -50,6 +51,7 @@ def test_resumed_trainer_ends_with_bit_identical_weights(arch):
 
 def test_loss_buffer_keeps_points_through_an_outage_and_flushes_each_step_once(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    seed_sqlite_store(uri)
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("buffer")).info.run_id
     down = CellLog(Tracker("http://127.0.0.1:9"), run_id, last_loss_step=0)  # nothing listens on port 9
@@ -90,6 +92,7 @@ def test_log_batches_keep_mlflows_limits_and_put_the_last_tag_last(metrics, tags
 def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_path, monkeypatch):
     """A cell with more curve points than one batch holds: everything lands, status=complete last."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    seed_sqlite_store(uri)
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("finish")).info.run_id
     log = CellLog(Tracker(uri), run_id, last_loss_step=0, flush_every=3600)
