@@ -20,7 +20,7 @@ import yaml
 
 from scaling.judge.power_law import EXPONENT_BOUNDS, PARAMS
 from scaling.judge.verdicts import Rule
-from scaling.tracking.uri import TRAINING_VIEW
+from scaling.tracking.uri import TRAINING_VIEW, ui_command
 
 from .verdicts import display_table, rule_text
 
@@ -213,14 +213,8 @@ def runs_html(result) -> str:
         f"<tr><td>{html.escape(str(name))}</td><td>{run_link(result, run_id)}</td></tr>"
         for run_id, name in sorted(runs.items(), key=lambda kv: kv[1] or "")
     ]
-    serve = (
-        ""
-        if result.tracking_uri.startswith(("http://", "https://")) or result.ui_url
-        else (
-            f" (serve this store there with <code>mlflow ui --backend-store-uri "
-            f"{html.escape(result.tracking_uri)}</code>)"
-        )
-    )
+    command = None if result.ui_url else ui_command(result.tracking_uri)  # None for a tracking server
+    serve = f" (serve this store there with <code>{html.escape(command)}</code>)" if command else ""
     head = (
         f"<p>Tracking store: <code>{html.escape(result.tracking_uri)}</code>; this analysis is the run "
         f"{run_link(result, result.run_id)}. Run ids link to the MLflow UI at "

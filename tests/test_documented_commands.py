@@ -91,10 +91,11 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
         ".ci/run",
         "CI runs this line in a fresh venv on every submission",
     ),
-    "mlflow ui --backend-store-uri sqlite:///mlflow.db": (
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --workers 1 --backend-store-uri "
+    "sqlite:///mlflow.db": (
         "a server that runs until stopped",
         "tests/test_mlflow_ui.py",
-        "serves a real sweep's store with mlflow server and opens it in Chromium",
+        "serves a real sweep's store with the command the sweep printed and opens it in Chromium",
     ),
     "python -m scaling.sweep sweeps/fig1.yaml --address auto": (
         "joins a Ray cluster that is already running",

@@ -3,19 +3,21 @@
 The sweep runs as ``python -m scaling.sweep`` with its output going to a file (what CI, ``nohup`` and Ray
 Jobs see): one line per trial started or done, no Ray or Tune banner, a closing summary and the commands
 to run next; then again as a ``--set`` variant (fewer training steps), and the plain sweep is analysed.
-Then ``mlflow server`` serves its store on loopback and headless Chromium (Debian's ``chromium`` package,
-driven by Playwright's Python package with the system browser's path: Playwright's own browser download is
-not used) follows the printed link: the experiment opens on its lattice (scaling.tracking.views), a row per
-cell of both variants, each with a name of its own and its T, N, model, seed and final err/zero; the
-filters of docs/mlflow-ui.md return the cells they name; the analysis report is one click from the sweep's
-parent run; and a cell's ``eval/err`` chart is drawn. The browser part skips, saying why, where Chromium
-or Playwright is missing (``apt-get install chromium``; ``pip install -e '.[ui]'``).
+Then the MLflow UI, started by the printed command, serves its store on loopback and headless Chromium
+(Debian's ``chromium`` package, driven by Playwright's Python package with the system browser's path:
+Playwright's own browser download is not used) follows the printed link: the experiment opens on its
+lattice (scaling.tracking.views), a row per cell of both variants, each with a name of its own and its T,
+N, model, seed and final err/zero; the filters of docs/mlflow-ui.md return the cells they name; the
+analysis report is one click from the sweep's parent run; and a cell's ``eval/err`` chart is drawn. The
+browser part skips, saying why, where Chromium or Playwright is missing (``apt-get install chromium``;
+``pip install -e '.[ui]'``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -30,6 +32,8 @@ import pytest
 import yaml
 from conftest import TINY_SWEEP
 from mlflow.tracking import MlflowClient
+
+from scaling.tracking.uri import UI_ENV
 
 pytestmark = [pytest.mark.e2e]
 
@@ -115,7 +119,7 @@ def test_sweep_output_to_a_file_is_one_line_per_change_then_a_summary(ui_sweep):
     assert f"[ui] runs: MLflow experiment 'ui' in {ui_sweep.uri}" in lines
     nxt = lines[lines.index("next:") + 1 :]
     assert nxt[0] == f"  python -m analysis ui.yaml --tracking-uri {ui_sweep.uri}"
-    assert nxt[1] == f"  mlflow ui --backend-store-uri {ui_sweep.uri}"
+    assert nxt[1] == f"  {UI_ENV} mlflow ui --workers 1 --backend-store-uri {ui_sweep.uri}"  # served below
     assert re.fullmatch(
         r"  open http://127.0.0.1:5000/#/experiments/\d+/runs\?workflowType=machine_learning"
         r"&viewStateShareKey=lattice",
@@ -132,32 +136,22 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def mlflow_server(ui_sweep):
-    """``mlflow server`` on loopback over the sweep's store (one worker: the test is its only client), its
-    job runner off."""
+    """The MLflow UI as the sweep's ``next:`` lines say to start it (one worker, MLflow's GenAI job runner
+    off), on a free loopback port instead of 5000."""
+    lines = ui_sweep.stdout.splitlines()
+    printed = next(line for line in lines[lines.index("next:") + 1 :] if " mlflow ui " in line)
+    setting, mlflow, *args = shlex.split(printed)
+    name, value = setting.split("=", 1)
+    assert mlflow == "mlflow" and args[0] == "ui", printed
     port = free_port()
     log = open(ui_sweep.root / "server.log", "w")
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            ui_sweep.uri,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
+        [sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ui_sweep.root,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        # as cluster/start_mlflow.sh and docs/mlflow-ui.md run it: without MLflow's GenAI job runner
-        # (8 more processes, ~50 CPU-s at start), which nothing here uses
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        env={**os.environ, name: value},
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -171,7 +165,7 @@ def mlflow_server(ui_sweep):
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(
-                    f"mlflow server did not start:\n{(ui_sweep.root / 'server.log').read_text()[-3000:]}"
+                    f"the MLflow UI did not start:\n{(ui_sweep.root / 'server.log').read_text()[-3000:]}"
                 )
             time.sleep(1)
         yield base

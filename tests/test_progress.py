@@ -185,7 +185,7 @@ def test_summary_names_failures_time_place_and_next_commands():
     commands = next_commands("sweeps/smoke.yaml", "", (), "sqlite:////tmp/x/mlflow.db", "smoke", "3")
     assert commands == [
         "python -m analysis sweeps/smoke.yaml --tracking-uri sqlite:////tmp/x/mlflow.db",
-        "mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --workers 1 --backend-store-uri sqlite:////tmp/x/mlflow.db",
         "open http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning&viewStateShareKey=lattice",
     ]
     default = next_commands(

@@ -19,6 +19,7 @@ from test_mlflow_ui import CHROMIUM, browser_missing
 
 from analysis.pipeline import analyse
 from analysis.plugin import Request
+from scaling.tracking.uri import ui_command
 
 pytestmark = [pytest.mark.e2e]
 
@@ -58,6 +59,7 @@ def test_the_report_fits_a_1400_pixel_page_with_open_intervals_and_linked_runs(r
             assert links.count() == result.table["run_id"].nunique() + 1  # every cell, and this analysis
             first = links.first.get_attribute("href")
             assert first.startswith("http://127.0.0.1:5000/#/experiments/"), first
-            assert page.get_by_text("mlflow ui --backend-store-uri").count() == 1
+            served = page.locator("code", has_text=ui_command(result.tracking_uri))  # the printed command
+            assert served.count() == 1 and served.inner_text() == ui_command(result.tracking_uri)
         finally:
             browser.close()
