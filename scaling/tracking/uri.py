@@ -193,8 +193,8 @@ UI_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"  # no GenAI job runner: noth
 
 def ui_command(uri: str) -> str | None:
     """The command that serves the MLflow UI for a store (None for a tracking server, which is one): one
-    worker, without MLflow 3's GenAI job runner (2 processes and ~0.5 GiB instead of 15 and ~3 GiB, and
-    ~14 CPU-s to start instead of ~73; docs/results.md, "The MLflow server's job runner")."""
+    worker, without MLflow 3's GenAI job runner (2 processes and ~0.5 GiB instead of 15 and 2.5-2.9 GiB,
+    and ~14 CPU-s to start instead of 70-72; docs/results.md, "The MLflow server's job runner")."""
     if uri.startswith(("http://", "https://")):
         return None
     return shlex.join([UI_ENV, "mlflow", "ui", "--workers", "1", "--backend-store-uri", uri])
