@@ -94,7 +94,9 @@ def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_pa
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     seed_sqlite_store(uri)
     client = MlflowClient(uri)
-    run_id = client.create_run(client.create_experiment("finish")).info.run_id
+    # its artifacts (cell.yaml, curves.parquet) in tmp_path: MLflow's default root is ./mlruns in the checkout
+    experiment = client.create_experiment("finish", artifact_location=(tmp_path / "artifacts").as_uri())
+    run_id = client.create_run(experiment).info.run_id
     log = CellLog(Tracker(uri), run_id, last_loss_step=0, flush_every=3600)
     assert log.log_losses([(s, 1.0 / s) for s in range(1, 301)]) is False  # buffered, not flushed
     n = list(range(1, 401))
