@@ -92,12 +92,12 @@ def test_log_batches_keep_mlflows_limits_and_put_the_last_tag_last(metrics, tags
 def test_finish_logs_buffered_losses_curves_and_status_in_few_round_trips(tmp_path, monkeypatch):
     """A cell with more curve points than one batch holds: everything lands, status=complete last."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    seed_sqlite_store(uri)
-    client = MlflowClient(uri)
-    # its artifacts (cell.yaml, curves.parquet) in tmp_path: MLflow's default root is ./mlruns in the checkout
-    experiment = client.create_experiment("finish", artifact_location=(tmp_path / "artifacts").as_uri())
-    run_id = client.create_run(experiment).info.run_id
-    log = CellLog(Tracker(uri), run_id, last_loss_step=0, flush_every=3600)
+    tracker = Tracker(uri)
+    # created as a sweep creates it: its artifacts (cell.yaml, curves.parquet) beside the store in tmp_path,
+    # not in MLflow's default root (./mlruns in the checkout)
+    client = tracker.client
+    run_id = client.create_run(tracker.experiment_id("finish", create=True)).info.run_id
+    log = CellLog(tracker, run_id, last_loss_step=0, flush_every=3600)
     assert log.log_losses([(s, 1.0 / s) for s in range(1, 301)]) is False  # buffered, not flushed
     n = list(range(1, 401))
     curves = pd.DataFrame(
