@@ -15,6 +15,7 @@ from scaling.cells import Cell
 from scaling.checkpoints import CheckpointStore
 from scaling.kinds.context_scaling import GRAPH_REPLAYS
 from scaling.papers.context_scaling.adam import DeviceRates, FusedAdam
+from scaling.papers.context_scaling.cuda_graphs import StepGraph
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer, TrainConfig, graphs_on, lr_factors
 from scaling.tracking.tracker import Tracker
@@ -133,6 +134,35 @@ def test_the_graph_path_trains_a_pack_to_todays_numbers_bit_for_bit(model, train
     cells = [cell(model, seed=s, lr=lr, **train) for s, lr in [(0, 1e-3), (1, 3e-3), (2, 1e-3)]]
     for today, graphed in zip(packed(cells, False, {1: 5}), packed(cells, True, {1: 5})):
         assert_bitwise(today, graphed)
+
+
+def test_every_steady_step_runs_on_the_static_inputs_warm_up_included():
+    """The warm-up steps, the captured one and the replays see one pair of tensors, whatever the strides of
+    the batches handed in (a pack's are views of its batch block): torch.compile's guards (train.compile)
+    then hold at the capture, where a recompile cannot run (on an H200: "operation failed due to a previous
+    error during capture")."""
+    block = torch.randn(4, 10, 3, 5, 2)  # (K, steps, B, P, d), sliced per step as a pack's step_inputs does
+    seen = []
+
+    class Trainer:
+        def step_on(self, xs, ys):
+            seen.append(((xs.data_ptr(), xs.stride(), ys.data_ptr(), ys.stride()), xs.clone(), ys.clone()))
+            return xs[:, -1, -1, -1] - ys[:, -1, -1]  # exact: one element each, no reduction order
+
+    graph = StepGraph(Trainer(), capture=False)
+    for j in range(6):
+        xs, ys = block[:, j], block[:, j, :, :, 0]
+        assert not xs.is_contiguous() and not ys.is_contiguous()
+        losses = graph.run(xs, ys)
+        assert torch.equal(seen[-1][1], xs) and torch.equal(seen[-1][2], ys)  # this step's batch
+        assert torch.equal(losses, xs[:, -1, -1, -1] - ys[:, -1, -1])
+    assert graph.eager_steps == graph.warmup and graph.replays == 6 - graph.warmup
+    contiguous = ((30, 10, 2, 1), (15, 5, 1))  # (K, B, P, d), (K, B, P)
+    assert {tensors for tensors, _, _ in seen} == {
+        (graph.xs.data_ptr(), contiguous[0], graph.ys.data_ptr(), contiguous[1])
+    }
+    graph.run(block[:, 7, :2], block[:, 7, :2, :, 0])  # another shape: eager, on its own tensors
+    assert seen[-1][0][0] != graph.xs.data_ptr() and graph.replays == 6 - graph.warmup
 
 
 def test_a_pack_keeps_its_engine_and_graph_across_checkpoints():

@@ -43,7 +43,8 @@ def members(compile: str) -> list[Cell]:
 def test_compiled_pack_members_end_with_their_numbers_alone():
     graphs = counters["stats"]["unique_graphs"]
     packed = train_packed([CellTrainer(c) for c in members("on")])
-    assert counters["stats"]["unique_graphs"] > graphs  # the pack's steps went through torch.compile
+    # the pack's steps went through torch.compile, compiled once: warm-up and capture saw the same strides
+    assert counters["stats"]["unique_graphs"] == graphs + 1
     alone = train_alone(members("off"))
     for a, p in zip(alone, packed):
         assert_same_numbers(a, p)

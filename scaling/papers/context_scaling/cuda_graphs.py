@@ -5,14 +5,16 @@ so the step costs its arithmetic instead of ~5 us of Python and launch per kerne
 ``StepGraph(trainer, capture)`` runs the steps of anything with ``step_on(xs, ys)`` (one whole training
 step that launches kernels and reads nothing back: scaling.papers.context_scaling.train.CellTrainer, one
 cell; scaling.papers.context_scaling.stacked's engines, a pack), as the trial's trainers do
-(``train.cuda_graphs``). Its first ``warmup`` steps of the steady shape run eagerly (on a side stream on
-CUDA: lazy state such as Adam's moments and cuBLAS handles), the next is captured on static input buffers
-and every later one copies its batch into them and replays. A batch of another shape (a curriculum's
-shorter prompts) runs eagerly. The trainer must hold its learning rate on the device
-(scaling.papers.context_scaling.adam.DeviceRates): a captured step then reads the schedule's rate of the
-device's step counter and advances it, so replayed steps are the eager steps' kernels on the same data and
-their numbers are the eager ones bit for bit. Without ``capture`` (a CPU) the same path runs the step on
-the static buffers eagerly: the logic CI can test.
+(``train.cuda_graphs``). Every step of the steady shape copies its batch into static input buffers (made
+at the first such step); the first ``warmup`` of them run eagerly on the buffers (on a side stream on CUDA:
+lazy state such as Adam's moments and cuBLAS handles, and ``train.compile``'s compile, whose guards then
+see the strides the capture will: a recompile cannot run inside a capture), the next is captured on them
+and every later one replays. A batch of another shape (a curriculum's shorter prompts) runs eagerly. The
+trainer must hold its learning rate on the device (scaling.papers.context_scaling.adam.DeviceRates): a
+captured step then reads the schedule's rate of the device's step counter and advances it, so replayed
+steps are the eager steps' kernels on the same data and their numbers are the eager ones bit for bit.
+Without ``capture`` (a CPU) the same path runs the step on the static buffers eagerly: the logic CI can
+test.
 
 CUDA graphs themselves run on a GPU only: benchmarks/gpu.py and benchmarks/trial_gpu_checks.py compare their
 numbers and speed with the eager steps'.
@@ -34,41 +36,44 @@ class StepGraph:
         self.eager_steps = 0  # steady steps run eagerly before the capture
         self.replays = 0  # steps replayed from the graph (on a CPU: run on the static inputs)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.xs: torch.Tensor | None = None  # static inputs and output, once captured
+        self.xs: torch.Tensor | None = (
+            None  # static inputs (from the first steady step) and output (captured)
+        )
         self.ys: torch.Tensor | None = None
         self.out: torch.Tensor | None = None
-
-    @property
-    def captured(self) -> bool:
-        return self.xs is not None
+        self.captured = False  # the steady step recorded (on a CPU: the static path live)
 
     def run(self, xs: torch.Tensor, ys: torch.Tensor, steady: bool = True) -> torch.Tensor:
         """One training step on (xs, ys), the trainer's step counter left alone; its loss(es) on the device,
         valid until the next step (a replayed graph's output is overwritten)."""
-        if not steady or (self.captured and (xs.shape != self.xs.shape or ys.shape != self.ys.shape)):
+        if not steady or (self.xs is not None and (xs.shape != self.xs.shape or ys.shape != self.ys.shape)):
             return self.trainer.step_on(xs, ys)
+        if self.xs is None:  # contiguous, as the steps' own batches may not be (views of a batch block)
+            self.xs = xs.clone(memory_format=torch.contiguous_format)
+            self.ys = ys.clone(memory_format=torch.contiguous_format)
+        else:
+            self.xs.copy_(xs)
+            self.ys.copy_(ys)
         if not self.captured:
             if self.eager_steps < self.warmup:
                 self.eager_steps += 1
-                return self._eager(xs, ys)
-            self._record(xs, ys)
-        self.xs.copy_(xs)
-        self.ys.copy_(ys)
+                return self._eager()
+            self._record()
         return self._replay()
 
-    def _eager(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    def _eager(self) -> torch.Tensor:
         if not self.capture:
-            return self.trainer.step_on(xs, ys)
+            return self.trainer.step_on(self.xs, self.ys)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            out = self.trainer.step_on(xs, ys)
+            out = self.trainer.step_on(self.xs, self.ys)
         torch.cuda.current_stream().wait_stream(side)
         return out
 
-    def _record(self, xs: torch.Tensor, ys: torch.Tensor) -> None:
-        """Static inputs of the batch's shape and, on CUDA, the captured step on them (not run: replayed)."""
-        self.xs, self.ys = xs.clone(), ys.clone()
+    def _record(self) -> None:
+        """On CUDA, the step captured on the static inputs (not run: replayed)."""
+        self.captured = True
         if not self.capture:
             return
         self.graph = torch.cuda.CUDAGraph()
@@ -77,6 +82,7 @@ class StepGraph:
                 self.out = self.trainer.step_on(self.xs, self.ys)
         except Exception as error:  # nothing ran: the trainer's state is the last step's
             self.graph = self.xs = self.ys = self.out = None
+            self.captured = False
             memory = out_of_memory(error)
             if memory is None:
                 raise
