@@ -183,8 +183,9 @@ class TrainConfig:
     cuda_graphs: str = field(default="auto", metadata={"key": False})
     # the training step's forward and loss compiled by torch.compile (inductor's fused kernels) at the steady
     # shape, inside the captured step: a cell's model, a transformer pack's stacked forward, an MLP pack's
-    # written-out step: off | on. Off until a GPU measures it faster (docs/gpu.md); like packing it moves
-    # numbers by rounding only (tests/test_pack_compile.py): how, not what, so not keyed
+    # written-out step: off | on. 1.45x for packed Fig. 1 cells on an H200, but off until a trial's engines
+    # share their compile (docs/gpu.md); like packing it moves numbers by rounding only
+    # (tests/test_pack_compile.py): how, not what, so not keyed
     compile: str = field(default="off", metadata={"key": False})
     curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
     # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up
