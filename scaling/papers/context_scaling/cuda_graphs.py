@@ -36,9 +36,7 @@ class StepGraph:
         self.eager_steps = 0  # steady steps run eagerly before the capture
         self.replays = 0  # steps replayed from the graph (on a CPU: run on the static inputs)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.xs: torch.Tensor | None = (
-            None  # static inputs (from the first steady step) and output (captured)
-        )
+        self.xs: torch.Tensor | None = None  # static inputs (the first steady step's) and output
         self.ys: torch.Tensor | None = None
         self.out: torch.Tensor | None = None
         self.captured = False  # the steady step recorded (on a CPU: the static path live)
