@@ -15,6 +15,8 @@ from torch._dynamo.utils import counters
 from benchmarks import gpu
 from scaling.cells import Cell
 from scaling.config import ConfigError
+from scaling.papers.context_scaling import cuda_graphs
+from scaling.papers.context_scaling.cuda_graphs import CompiledStep, compiles
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer
 from tests.conftest import tiny_cell_dict
@@ -59,7 +61,7 @@ def test_compile_is_how_not_what():
     assert spelled.train.compile == "on"
     graphs = Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "cuda_graphs": False}))
     assert graphs.train.cuda_graphs == "off"
-    with pytest.raises(ConfigError, match="compile: unknown value 'sometimes'; known: off, on"):
+    with pytest.raises(ConfigError, match="compile: unknown value 'sometimes'; known: auto, on, off"):
         Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "compile": "sometimes"}))
     with pytest.raises(ConfigError, match=r"unknown value 'on' \(YAML reads an unquoted on/off"):
         Cell.from_dict(tiny_cell_dict(train={**tiny_cell_dict()["train"], "schedule": True}))
@@ -93,6 +95,56 @@ def test_a_dropped_compiled_engine_is_freed_at_once():
         assert engine() is None
     finally:
         gc.enable()
+
+
+def test_auto_compiles_the_own_transformers_on_cuda_only(monkeypatch):
+    """``train.compile: auto`` (the default): on for a GPT-2 or SGPT step on CUDA where triton finds a C
+    compiler; off for an MLP's, on the CPU, and where no C compiler is found (its first step would fail)."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert compiles("auto", cuda, auto=True) == (cuda_graphs.c_compiler() is not None)
+    assert not compiles("auto", cuda, auto=False) and not compiles("auto", cpu, auto=True)
+    assert compiles("on", cpu, auto=False) and not compiles("off", cuda, auto=True)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "")
+    assert cuda_graphs.c_compiler() is None and not compiles("auto", cuda, auto=True)
+    monkeypatch.setenv("CC", "clang")
+    assert compiles("auto", cuda, auto=True)
+    # the default on the CPU: nothing compiled, alone or packed
+    (cell,) = members("auto")[:1]
+    assert cell.train.compile == "auto" and CellTrainer(cell).compiled is None
+    trainers = [CellTrainer(c) for c in members("auto")]
+    assert PackTrainer(trainers).engine_of(trainers).compiled is None
+
+
+def test_a_trials_engines_of_one_shape_share_one_compile():
+    """Engines of one shape (a trial's packs one after another) run the same code: compiled once, not once
+    per engine (MLP engines here; the transformers' step is compiled the same way)."""
+    train = {**tiny_cell_dict()["train"], "compile": "on"}
+    mlp = {"arch": "mlp", "width": 24}  # a shape no other test compiles (dynamo's cache is the process's)
+    trainers = [
+        CellTrainer(Cell.from_dict(tiny_cell_dict(model=mlp, seed=s, T=4 + s, train=train))) for s in range(4)
+    ]
+    pack = PackTrainer(trainers, limit=2)  # two packs of two, one after the other
+    graphs, engines = counters["stats"]["unique_graphs"], set()
+    while not pack.done_training:
+        active, stop = pack.next_segment()
+        engines.add(id(pack.engine_of(active)))
+        pack.train_until(active, stop)
+    assert len(engines) == 2 and counters["stats"]["unique_graphs"] == graphs + 1
+
+
+def test_past_the_recompile_limit_a_compiled_step_stops_instead_of_running_eager(monkeypatch):
+    """Dynamo's own answer to too many shapes is to run the rest uncompiled, silently: a trial would train
+    slower than its cost table says. CompiledStep raises, before the step runs, and says what to do."""
+    monkeypatch.setattr(cuda_graphs, "RECOMPILE_LIMIT", 1)
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(2 * x + 1)
+
+    step = CompiledStep(scaled)
+    torch.testing.assert_close(step(torch.ones(2)), scaled(torch.ones(2)))
+    with pytest.raises(RuntimeError, match=r"scaled was compiled for 1 input shapes.*train.compile: off"):
+        step(torch.ones(3))
 
 
 # gpt2-alone: ~11 s of compiles, slow as the stacked pack's above

@@ -183,10 +183,11 @@ class TrainConfig:
     cuda_graphs: str = field(default="auto", metadata={"key": False})
     # the training step's forward and loss compiled by torch.compile (inductor's fused kernels) at the steady
     # shape, inside the captured step: a cell's model, a transformer pack's stacked forward, an MLP pack's
-    # written-out step: off | on. 1.45x for packed Fig. 1 cells on an H200, but off until a trial's engines
-    # share their compile (docs/gpu.md); like packing it moves numbers by rounding only
-    # (tests/test_pack_compile.py): how, not what, so not keyed
-    compile: str = field(default="off", metadata={"key": False})
+    # written-out step: auto | on | off; auto = on for the project's own transformers (GPT-2, SGPT; alone or
+    # packed) where the trial trains on CUDA and a C compiler is found (1.45x for packed Fig. 1 cells on an
+    # H200; about 20 s of compile per pack size), off for MLPs and on the CPU. Like packing it moves numbers
+    # by rounding only (tests/test_pack_compile.py): how, not what, so not keyed
+    compile: str = field(default="auto", metadata={"key": False})
     curriculum: Curriculum = field(default_factory=Curriculum)  # off unless a start is set
     # the learning rate over the steps: constant (Garg et al.'s, the default), or cosine: a linear warm-up
     # from lr / w to lr over the first w = warmup * steps steps, then a cosine decay to 0 at the last step.
@@ -210,7 +211,7 @@ class TrainConfig:
         check(math.isfinite(self.lr), "lr", f"must be finite, got {self.lr}")
         check_choice(self.precision, "precision", ("auto", "float32", "bfloat16"))
         check_choice(self.cuda_graphs, "cuda_graphs", ("auto", "on", "off"))
-        check_choice(self.compile, "compile", ("off", "on"))
+        check_choice(self.compile, "compile", ("auto", "on", "off"))
         check_choice(self.schedule, "schedule", ("constant", "cosine"))
         check(0 <= self.warmup < 1, "warmup", f"must be a fraction of the steps in [0, 1), got {self.warmup}")
         check(

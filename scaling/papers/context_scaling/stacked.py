@@ -72,8 +72,9 @@ class StackedMembers:
         self.dtype = torch.bfloat16 if bf16 else torch.float32  # autocast's matmul dtype
         self._features: tuple[range, torch.Tensor, torch.Tensor] | None = None  # (steps, (K, S, B, P, F), ys)
         self._run_steps: int | None = None
-        # train.compile: the written-out forward and backward as inductor's kernels at the steady shape
-        self.compiled = compiled_step(members[0].cell.train, self.losses_and_grads)
+        # train.compile: the written-out forward and backward as inductor's kernels at the steady shape (on;
+        # auto leaves the MLPs' few matmuls uncompiled: not measured faster)
+        self.compiled = compiled_step(members[0].cell.train, self.losses_and_grads, members[0].device)
 
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The current step's features (K, B, P, F) and labels (K, B, P) of every member.

@@ -29,6 +29,7 @@ from .configs import TrainConfig
 from .cuda_graphs import StepGraph, compiled_step
 from .evaluate import evaluate, lambda_scan
 from .models import build_model
+from .stacked_transformers import packs
 from .tasks import Prompts, TaskPool, derive_seed, fresh_prompts, make_family
 
 
@@ -101,8 +102,9 @@ class CellTrainer:
         self.capture = self.device.type == "cuda" if capture is None else capture
         self.graph = StepGraph(self, capture=self.capture) if self.graphs else None
         # train.compile: the model's forward (and its backward) as inductor's kernels at the steady shape;
-        # compiled on first use only (a pack's members train in the pack's engine, compiled there)
-        self.compiled = compiled_step(cell.train, self.model)
+        # compiled on first use only (a pack's members train in the pack's engine, compiled there); auto: on
+        # for the project's own transformers on CUDA, as their packs (an MLP's few matmuls stay eager)
+        self.compiled = compiled_step(cell.train, self.model, self.device, auto=packs(self.model))
 
     def lr_factors(self) -> torch.Tensor:
         """The cell's schedule on its device (lr_factors), for device-held learning rates."""
