@@ -6,8 +6,8 @@ For each K: both packs in the trial's precision and graphed (on CUDA), both warm
 steps, which compile, are timed apart and reported), then their steps timed in alternation; the line is the
 compiled step against the uncompiled one, with the compiled pack's MFU and how far member 0's parameters
 moved from the uncompiled pack's over the same steps (inductor's kernels round differently; on the CPU the
-members end with their numbers alone, tests/test_pack_compile.py). ``train.compile`` stays off by default
-until this line shows a gain on a card (docs/gpu.md).
+members end with their numbers alone, tests/test_pack_compile.py). On an H200 (2026-11-29) it showed 1.45x
+at K = 64, so ``train.compile: auto`` compiles the transformers' steps on CUDA (docs/gpu.md).
 """
 
 from __future__ import annotations

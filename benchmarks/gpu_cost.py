@@ -4,7 +4,7 @@ figure sweeps' GPU-hours under it.
 Seconds and peak memory of a training step on a grid of shapes (GPT-2, SGPT, MLP; alone and packed; the
 pack phase's rows included), each timed through the trial path (benchmarks.trial_path: the precision a GPU
 trial plans, bfloat16, and its CUDA graphs), fitted as scaling.cost fits the CPU table and written to
-DIR/cost_table_cuda.json with what it timed (``train_precision``, ``cuda_graphs``): copied beside
+DIR/cost_table_cuda.json with what it timed (``train_precision``, ``cuda_graphs``, ``compile``): copied beside
 scaling/cost.py it is what ``--dry-run`` estimates GPU-hours from (scaling.gpu_plan). Then every figure
 sweep's full profile under it: its GPU-hours (packs one after another on one card) and its wall time on
 8 GPUs, against the targets (Fig. 1 at most 3 H100-hours, Figs. 1-8 at most 20).
@@ -22,6 +22,7 @@ import torch
 from scaling.cost import fit_table, format_hours
 from scaling.gpu_plan import describe_gpu, gpu_seconds, table_steps, wall_seconds
 from scaling.packing import gpu_budget, gpu_pack_size
+from scaling.papers.context_scaling.cuda_graphs import compiles
 from scaling.plan import load_plan
 
 from .common import skipped
@@ -103,6 +104,8 @@ def save_cost_table(run: Run) -> dict:
         "torch": torch.__version__,
         "train_precision": planned.train.precision,
         "cuda_graphs": run.cuda,
+        # the transformers' steps compiled (train.compile auto on CUDA, as trials run them)
+        "compile": compiles(planned.train.compile, run.device, auto=True),
         "steps": "the trial path (benchmarks/trial_path.py): cells planned for a GPU trial, the kind's loops",
         "smoke": run.smoke,
         "command": "python -m benchmarks --gpu" + (" --smoke" if run.smoke else ""),

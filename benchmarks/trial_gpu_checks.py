@@ -50,12 +50,20 @@ def check(name: str, ok: bool | None, text: str, **extra) -> dict:
 
 def cell_of(size: dict, seed: int = 0, precision: str = "bfloat16", **train) -> Cell:
     """A Fig. 1-style GPT-2 cell of ``size`` (linear regression, sigma 0.22, T = inf), trained on the GPU
-    (``train`` overrides its training settings: steps, lr, schedule, ...)."""
+    (``train`` overrides its training settings: steps, lr, schedule, ...), uncompiled unless ``train`` says
+    so: the checks' shapes and dtypes would each compile (~20 s at Fig. 1's size), and what they check
+    (graphs, resumes, precision, splits) is not compile's; the compile phase checks compile's numbers."""
     return Cell.from_dict(
         {
             "task": {"family": "linear", "d": size["d"], "noise_std": 0.22},
             "model": {k: size[k] for k in ("n_layer", "n_head", "n_embd")} | {"arch": "gpt2"},
-            "train": {"batch_size": size["batch"], "lr": 1e-4, "precision": precision, **train},
+            "train": {
+                "batch_size": size["batch"],
+                "lr": 1e-4,
+                "precision": precision,
+                "compile": "off",
+                **train,
+            },
             "eval": {"prompts": 256, "baselines": ["zero"]},
             "N": size["N"],
             "T": "inf",

@@ -24,11 +24,12 @@ LOG_EVERY = 100  # sweeps/fig1.yaml's
 
 
 def cell_of(
-    size: dict, precision: str, device: torch.device, arch: str = "gpt2", seed: int = 0, compile: str = "off"
+    size: dict, precision: str, device: torch.device, arch: str = "gpt2", seed: int = 0, compile: str = "auto"
 ) -> Cell:
     """A linear-regression cell of ``size`` (d, N, batch and the model's n_layer, n_head, n_embd, or an MLP's
     width) as a sweep plans it for a trial on ``device``: ``precision`` "auto" resolved there (bfloat16 on a
-    GPU), ``compile`` its train.compile; members of a pack differ in seed and T, as a sweep's cells do."""
+    GPU), ``compile`` its train.compile (auto, as a trial's: the transformers compiled on CUDA); members of
+    a pack differ in seed and T, as a sweep's cells do."""
     if arch == "mlp":
         model = {"arch": "mlp", "width": size["width"]}
     else:
@@ -80,6 +81,20 @@ class TrialSteps:
     def graphed(self) -> bool:
         """Whether the steps replay a CUDA graph (the trial's setting on CUDA)."""
         return self.trainers[0].graphs and self.device.type == "cuda"
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the steady steps run torch.compile's kernels (train.compile)."""
+        return (self.trainers[0] if self.engine is None else self.engine).compiled is not None
+
+    @property
+    def how(self) -> str:
+        """How the steps run, for a line: the precision, graphed or eager, compiled or not."""
+        return (
+            self.precision
+            + (", graphed" if self.graphed else ", eager")
+            + (", compiled" if self.compiled else "")
+        )
 
     def __call__(self, steps: int) -> None:
         """Train ``steps`` more steps, the trial's loop and its loss reads; no wait for the device at the

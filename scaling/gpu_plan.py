@@ -126,9 +126,11 @@ def wall_line(seconds: list[float], gpus: int | None, gpus_from: str) -> str:
 
 
 def table_steps(table: dict) -> str:
-    """What the table timed: its precision and whether the steps were replayed from CUDA graphs."""
+    """What the table timed: its precision, whether the steps were replayed from CUDA graphs, and whether the
+    transformers' steps were compiled (train.compile)."""
     precision = table.get("train_precision", "float32")
-    return f"{precision} steps" + (", CUDA graphs" if table.get("cuda_graphs") else ", eager")
+    graphs = ", CUDA graphs" if table.get("cuda_graphs") else ", eager"
+    return f"{precision} steps{graphs}" + (", transformers compiled" if table.get("compile") else "")
 
 
 def precision_mismatch(cells, table: dict) -> str:
