@@ -67,7 +67,7 @@ def describe_gpu(
     lines = [
         f"GPU: about {total / 3600:.2f} GPU-hours ({format_hours(total)}) on one {card} (measured"
         f" on {table['measured']}, {table_steps(table)}) for the {len(cells)} training cells that ask for a"
-        " GPU, packs one after another (evaluation not counted)",
+        f" GPU, packs one after another ({not_counted(table)} not counted)",
         f"GPU packs (run.pack {plan.run.pack}): {len(groups)} trials for {len(cells)} cells; packs x cells:"
         f" {packs}",
         planned_for([cards.card_for(p.resources.as_ray()) for p in planned]),
@@ -131,6 +131,12 @@ def table_steps(table: dict) -> str:
     precision = table.get("train_precision", "float32")
     graphs = ", CUDA graphs" if table.get("cuda_graphs") else ", eager"
     return f"{precision} steps{graphs}" + (", transformers compiled" if table.get("compile") else "")
+
+
+def not_counted(table: dict) -> str:
+    """What the hours leave out: evaluation, and the transformers' compiles where the table's steps were
+    compiled (train.compile auto: each trial compiles once per pack size, ~20 s at Fig. 1's size)."""
+    return "evaluation and each trial's compiles" if table.get("compile") else "evaluation"
 
 
 def precision_mismatch(cells, table: dict) -> str:

@@ -111,6 +111,11 @@ def test_cells_in_another_precision_than_the_table_timed_are_said(tmp_path, tiny
     assert mismatch.startswith("GPU note: the table timed float32 steps") == (precisions != {"float32"})
     same = {**TABLE, "train_precision": precisions.pop(), "cuda_graphs": True}
     assert "GPU note" not in describe_gpu(plan, same) and ", CUDA graphs)" in describe_gpu(plan, same)
+    assert "(evaluation not counted)" in describe_gpu(plan, same)
+    # a table timed with the transformers compiled (train.compile auto) says so, and what its hours leave out
+    compiled = describe_gpu(plan, {**same, "compile": True})
+    assert ", CUDA graphs, transformers compiled)" in compiled
+    assert "(evaluation and each trial's compiles not counted)" in compiled
 
 
 @pytest.mark.parametrize("figure", range(1, 9))
