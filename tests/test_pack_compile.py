@@ -20,7 +20,7 @@ from scaling.papers.context_scaling.cuda_graphs import CompiledStep, compiles
 from scaling.papers.context_scaling.stacked import PackTrainer
 from scaling.papers.context_scaling.train import CellTrainer
 from tests.conftest import tiny_cell_dict
-from tests.test_pack_transformers import GPT2_STACKED, assert_same_numbers, train_alone, train_packed
+from tests.test_pack_transformers import GPT2_STACKED, SGPT, assert_same_numbers, train_alone, train_packed
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -149,12 +149,20 @@ def test_past_the_recompile_limit_a_compiled_step_stops_instead_of_running_eager
         step(torch.ones(3))
 
 
-# gpt2-alone: ~11 s of compiles, slow as the stacked pack's above
-@pytest.mark.parametrize("model", ["mlp-pack", pytest.param("gpt2-alone", marks=pytest.mark.slow)])
-def test_compile_where_a_cell_trains_alone_and_in_an_mlp_pack(model):
+# gpt2-alone, sgpt-pack: ~11 s and ~30 s of compiles, slow as the stacked GPT-2 pack's above
+@pytest.mark.parametrize(
+    "model",
+    ["mlp-pack", *(pytest.param(m, marks=pytest.mark.slow) for m in ("gpt2-alone", "sgpt-pack"))],
+)
+def test_compile_of_a_cell_alone_an_mlp_pack_and_an_sgpt_pack(model):
     """``train.compile: on`` is not silently nothing elsewhere: a cell trained alone compiles its model, an
-    MLP pack its written-out step; the numbers are those of the uncompiled cells alone."""
-    arch, count = ({"arch": "mlp", "width": 16}, 2) if model == "mlp-pack" else (GPT2_STACKED, 1)
+    MLP pack its written-out step, an SGPT pack (compiled by auto on CUDA, as GPT-2's) its stacked forward;
+    the numbers are those of the uncompiled cells alone."""
+    arch, count = {
+        "mlp-pack": ({"arch": "mlp", "width": 16}, 2),
+        "gpt2-alone": (GPT2_STACKED, 1),
+        "sgpt-pack": (SGPT, 2),
+    }[model]
 
     def cells(setting: str) -> list[Cell]:
         train = {**tiny_cell_dict()["train"], "compile": setting}
