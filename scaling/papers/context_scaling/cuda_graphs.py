@@ -131,8 +131,8 @@ def compiles(setting: str, device: torch.device, auto: bool) -> bool:
 
 
 def c_compiler() -> str | None:
-    """The C compiler triton would use (``$CC``, else cc, gcc or clang on the PATH), or None."""
-    return os.environ.get("CC") or next(filter(None, map(shutil.which, ("cc", "gcc", "clang"))), None)
+    """The C compiler triton would use on Linux (``$CC``, else gcc, else clang on the PATH), or None."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
 
 
 class CompiledStep:
