@@ -110,9 +110,9 @@ def test_auto_compiles_the_own_transformers_on_cuda_only(monkeypatch):
     monkeypatch.setenv("CC", "clang")
     assert compiles("auto", cuda, auto=True)
     # the default on the CPU: nothing compiled, alone or packed
-    (cell,) = members("auto")[:1]
-    assert cell.train.compile == "auto" and CellTrainer(cell).compiled is None
-    trainers = [CellTrainer(c) for c in members("auto")]
+    cells = members("auto")
+    assert cells[0].train.compile == "auto" and CellTrainer(cells[0]).compiled is None
+    trainers = [CellTrainer(c) for c in cells]
     assert PackTrainer(trainers).engine_of(trainers).compiled is None
 
 
