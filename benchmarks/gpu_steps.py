@@ -20,9 +20,9 @@ import time
 
 import torch
 
+from papers.context_scaling.architectures import StepShape, activation_elements, model_params, step_flops
 from papers.context_scaling.stacked import stack
 from papers.context_scaling.train import CellTrainer
-from scaling.budget.cost import StepShape, activation_elements, model_params, step_flops
 from scaling.trial.devices import use_precision
 
 from .common import Result, interleaved_medians

@@ -22,16 +22,13 @@ from pathlib import Path
 
 import torch
 
+from papers.context_scaling.architectures import StepShape, activation_elements, model_params, step_flops
 from papers.context_scaling.train import CellTrainer, prefix_loss
 from scaling.budget.cost import (
     ADAM_BYTES_PER_PARAM,
     TABLE,
-    StepShape,
-    activation_elements,
     fit_table,
     load_table,
-    model_params,
-    step_flops,
     step_peak_bytes,
     step_seconds,
 )
@@ -144,9 +141,11 @@ def run(quick: bool = False, update_table: bool = False) -> list[Result]:
         TABLE.write_text(json.dumps(new, indent=1) + "\n")
     table = stored or new
     shapes_of = [StepShape(**{k: r[k] for k in StepShape.__dataclass_fields__}) for r in rows]
-    time_ratio = statistics.median(step_seconds(s, table) / r["seconds"] for s, r in zip(shapes_of, rows))
+    time_ratio = statistics.median(
+        step_seconds(s.step(), table) / r["seconds"] for s, r in zip(shapes_of, rows)
+    )
     mem_ratio = statistics.median(
-        step_peak_bytes(s, table) / r["peak_bytes"] for s, r in zip(shapes_of, rows)
+        step_peak_bytes(s.step(), table) / r["peak_bytes"] for s, r in zip(shapes_of, rows)
     )
     source = "stored table" if stored else "fit of this run"
     # reported only: the ratio of predicted to measured seconds, the table's accuracy on this machine now

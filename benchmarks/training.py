@@ -29,9 +29,9 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
+from papers.context_scaling.architectures import StepShape, step_flops
 from papers.context_scaling.sgpt import SGPT
 from papers.context_scaling.train import CellTrainer
-from scaling.budget.cost import StepShape, step_flops
 from scaling.cells import Cell
 
 from .common import Result, interleaved_medians, skipped

@@ -1,6 +1,6 @@
 """The code a Ray trial runs to train, timed outside Ray: what the GPU script's "trial path" lines time.
 
-A trial's cells are planned for its device (scaling.cells.resolve_precision: ``train.precision: auto`` is
+A trial's cells are planned for its device (its kind's for_resources: ``train.precision: auto`` is
 bfloat16 for a trial given a GPU, float32 on a CPU; ``train.cuda_graphs: auto`` captures the steady step as
 a CUDA graph on CUDA), the trial sets TF32 from the precision (scaling.trial.devices.use_precision) and trains
 with the kind's own loops (papers.context_scaling.kind: ``CellTrainer.train_until`` for one cell,
@@ -16,7 +16,7 @@ import torch
 
 from papers.context_scaling.stacked import PackTrainer
 from papers.context_scaling.train import CellTrainer
-from scaling.cells import Cell, resolve_precision
+from scaling.cells import Cell
 from scaling.trial.devices import use_precision
 
 STEPS = 500_000  # a cell's steps (Fig. 1's): more than any timing trains
@@ -55,7 +55,7 @@ def cell_of(
             },
         }
     )
-    return resolve_precision(cell, 1.0 if device.type == "cuda" else 0.0)
+    return cell.kind.for_resources(cell, 1.0 if device.type == "cuda" else 0.0)
 
 
 class TrialSteps:

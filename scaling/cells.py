@@ -1,14 +1,14 @@
 """The Cell: the unit of work, and its stable key (docs/design.md, "The Cell is the unit of work").
 
-A cell is everything that defines one result: the task and its parameters, the model and its size, the
-training budget, the evaluation, T (pretraining tasks; inf = a fresh task per prompt), N (the largest
-context length trained on: the largest of ``train.lengths`` where they are given, whatever the grid's N, so
-that one zero-padded MLP serves a grid's every N, seed 001 App. A) and the seed. Its key is a hash of its
-canonical form (fields at their default are left out, so adding a setting with a default keeps old keys);
-the key is the MLflow tag that makes sweeps resumable and idempotent. ``job`` names the cell's experiment
-kind (scaling.kinds: ``train``, the default, trains and evaluates); a kind with settings of its own reads
-them from the group it declares (e.g. ``temperature``), held in ``settings`` and written at the top level
-of the cell's dict, as if it were a field. Resources and the sweep's name are not part of a cell.
+A cell is everything that defines one result: T (pretraining tasks; inf = a fresh task per prompt), N (the
+largest context length, as its kind reads it: scaling.kinds.Kind.context), the seed, its experiment kind
+(``job``: a plug-in, scaling.kinds.registry; ``train``, the default, trains and evaluates), the versions of
+the researcher's plug-ins it runs (``versions``) and the groups of settings its kind declares (the training
+kind's task, model, train and eval; a scan's ``temperature``), held in ``settings`` and written at the top
+level of the cell's dict, as if each were a field. Its key is a hash of its canonical form (settings at
+their default are left out, so adding a setting with a default keeps old keys); the key is the MLflow tag
+that makes sweeps resumable and idempotent. Resources and the sweep's name are not part of a cell. Nothing
+here knows a paper's settings: a cell is read through its kind.
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from papers.context_scaling.architectures import ModelConfig, model_facts
-from papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
-
-from .config import (
+from scaling.config import (
     ConfigError,
     canonical,
     check,
@@ -32,32 +29,42 @@ from .config import (
     format_T,
     from_dict,
     not_in_key,
-    replaced,
-    to_dict,
+    shared,
     unread,
 )
-from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
+from scaling.config import to_dict as plain_dict
+from scaling.kinds.registry import DEFAULT_KIND, POINT, kind, kind_names, kind_of_group
+from scaling.plugins import Plugin, is_builtin, resolve
 
 # the settings every cell logs as params, whatever its kind, model and task (analysis reads them)
 ALWAYS = ("T", "N", "seed", "job", "model.name", "model.arch")
+CORE = ("T", "N", "seed", "job", "versions")
 
 
 @dataclass(frozen=True)
 class Cell:
-    task: TaskConfig = field(default_factory=TaskConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
     T: float = math.inf
     N: int = 40
     seed: int = 0
     job: str = DEFAULT_KIND
-    # the kind's own settings, {group: settings}; written at the cell's top level (config.to_dict)
+    # the version of each plug-in named by module:Name that the cell runs (scaling.plugins): in its key, so
+    # that results of a plug-in's versions never share a run
+    versions: dict[str, str] = field(default_factory=dict)
+    # the kind's groups of settings, {group: settings}; written at the cell's top level (config.to_dict)
     settings: dict[str, Any] = field(default_factory=dict, metadata={"inline": True})
 
     def __post_init__(self):
-        if self.train.lengths:  # one model trained at these lengths, zero-padded to the largest (App. A)
-            object.__setattr__(self, "N", self.train.lengths[-1])
+        own = kind(self.job)
+        groups = own.all_groups()
+        unknown = sorted(set(self.settings) - set(groups))
+        if unknown:
+            raise ConfigError(
+                unknown[0], f"a {self.job} cell has no such settings; it has {', '.join(groups)}"
+            )
+        built = {name: self.settings.get(name) for name in groups}
+        built = {name: group_of(spec, built[name], name) for name, spec in groups.items()}
+        object.__setattr__(self, "settings", built)
+        object.__setattr__(self, "N", own.context(self))
         check(
             self.T >= 1 and (math.isinf(self.T) or float(self.T).is_integer()),
             "T",
@@ -65,13 +72,17 @@ class Cell:
         )
         check(self.N >= 1, "N", f"must be >= 1, got {self.N}")
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        own = kind(self.job)
-        if own.group is not None and own.group not in self.settings:
-            object.__setattr__(self, "settings", {**self.settings, own.group: own.settings()})
         own.check(self)
+        versions = plugin_versions(self)
+        if self.versions and self.versions != versions:
+            raise ConfigError(
+                "versions",
+                f"the cell was planned with plug-in versions {self.versions}; the code now declares {versions}",
+            )
+        object.__setattr__(self, "versions", versions)
 
     def __getattr__(self, name: str) -> Any:
-        """A kind's settings group read as an attribute (``cell.temperature``)."""
+        """A group of the cell's settings read as an attribute (``cell.task``, ``cell.temperature``)."""
         if name.startswith("__") or name == "settings":
             raise AttributeError(name)
         try:
@@ -96,6 +107,10 @@ class Cell:
         """A readable run name, e.g. 'gpt2 T=65536 N=40 seed=0'."""
         return self.kind.label(self)
 
+    def replaced(self, **groups: Any) -> "Cell":
+        """The cell with some groups of settings replaced (``cell.replaced(train=...)``)."""
+        return dataclasses.replace(self, settings={**self.settings, **groups})
+
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
 
@@ -115,12 +130,11 @@ class Cell:
 
     def applicable(self, flat: dict[str, str] | None = None) -> list[str]:
         """The settings (``flat``'s dotted names) that apply to the cell: T, N, seed, job, model.name and
-        model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``),
-        where ``task`` stands for the family's settings (``FAMILY_SETTINGS``,
-        papers.context_scaling.configs) and ``model`` for the architecture's (``ModelFacts.settings``,
-        papers.context_scaling.architectures) and a name covers the settings under it (``train``
-        covers ``train.lr``); less the settings that go unread under their values (scaling.config.unread:
-        the curriculum while it is off, eval.lambdas without a ridge scan)."""
+        model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``), where
+        a group whose settings say which of them apply (``applicable_settings()``: a task family's, a
+        model's) stands for those and a name covers the settings under it (``train`` covers ``train.lr``);
+        less the settings that go unread under their values (scaling.config.unread: the curriculum while it
+        is off, eval.lambdas without a ridge scan)."""
         flat = self.flat() if flat is None else flat
         own = self.kind
         skip = set(own.unused(self))
@@ -128,47 +142,85 @@ class Cell:
         for name in own.reads:
             if name in skip:
                 continue
-            if name == "task":
-                names += ["task.family", *(f"task.{s}" for s in FAMILY_SETTINGS[self.task.family])]
-            elif name == "model":
-                names += [f"model.{s}" for s in model_facts(self.model.arch).applicable(self.model)]
+            group = self.settings.get(name)
+            if hasattr(group, "applicable_settings"):
+                names += [f"{name}.{s}" for s in group.applicable_settings()]
             else:
                 names.append(name)
-        off = unread(self) + [n for group, value in self.settings.items() for n in unread(value, group)]
+        off = [n for group, value in self.settings.items() for n in unread(value, group)]
         names, off = set(names), set(off)
         return [k for k in flat if under(k, names) and not under(k, off)]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "") -> "Cell":
-        """Build a cell from its dict; a kind's settings group (e.g. ``temperature``) is coerced to that
-        kind's settings. A group of another kind is an error unless it holds only that kind's defaults
-        (cell.yaml files written before kinds were plug-ins carry an all-default ``temperature``)."""
+        """Build a cell from its dict, each group of settings by its kind's declaration. A group of another
+        kind is an error unless it holds only that kind's defaults (cell.yaml files written before kinds
+        were plug-ins carry an all-default ``temperature``)."""
         if isinstance(data, cls):
             return data
         if not isinstance(data, dict):
             return from_dict(cls, data, where)
-        names = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("inline")}
-        core = {k: v for k, v in data.items() if k in names}
+        core = {k: v for k, v in data.items() if k in CORE}
         job = core.get("job", DEFAULT_KIND)
-        own = kind(job) if isinstance(job, str) and job in KINDS else None
+        at = lambda name: f"{where}.{name}" if where else name
+        if not isinstance(job, str):
+            raise ConfigError(at("job"), f"expected the name of an experiment kind, got {job!r}")
+        own = kind(job, at("job"))
+        groups = own.all_groups()
         settings = {}
-        for group in sorted(set(map(str, data)) - names):
-            owner = kind_of_group(group)
-            at = f"{where}.{group}" if where else group
-            if owner is None:
-                allowed = ", ".join(sorted(names - {"settings"}) + ([own.group] if own and own.group else []))
-                raise ConfigError(at, f"unknown setting; allowed: {allowed}")
-            value = from_dict(owner.settings, data[group], at)
-            if own is None or owner.group != own.group:
-                if canonical(value) != {}:
-                    raise ConfigError(
-                        at,
-                        f"these settings belong to the kinds {', '.join(kinds_of(group))}"
-                        f", not to job {job!r}",
-                    )
+        for group in map(str, data):
+            if group in CORE:
                 continue
-            settings[group] = value
+            if group in groups:
+                settings[group] = group_of(groups[group], data[group], at(group))
+                continue
+            owner = kind_of_group(group)
+            if owner is None:
+                allowed = ", ".join([*(c for c in CORE if c != "versions"), *groups])
+                raise ConfigError(at(group), f"unknown setting; allowed: {allowed}")
+            if canonical(group_of(owner.all_groups()[group], data[group], at(group))) != {}:
+                raise ConfigError(
+                    at(group),
+                    f"these settings belong to the kinds {', '.join(kinds_of(group))}, not to job {job!r}",
+                )
         return from_dict(cls, {**core, "settings": settings}, where)
+
+
+def group_of(spec: Any, given: Any, where: str) -> Any:
+    """A group of settings built from what a cell was given (a dict, None for the defaults, or the
+    settings already built), by its kind's declaration: a dataclass, or a scaling.kinds.Polymorphic."""
+    if hasattr(spec, "build"):
+        return spec.build(given, where)
+    if isinstance(given, spec):
+        return given
+    return shared(spec, given or {}, where)
+
+
+def to_dict(cell: Cell) -> dict[str, Any]:
+    """The cell's plain, YAML-safe form (scaling.config.to_dict), its empty ``versions`` left out."""
+    out = plain_dict(cell)
+    if not out.get("versions"):
+        out.pop("versions", None)
+    return out
+
+
+def researchers_plugins(cell: Cell) -> list[Plugin]:
+    """The plug-ins the cell names (its kind, and its kind's ``plugins``) that are not this project's
+    built-ins: a researcher's ``module:Name``, or another distribution's registered name. The built-ins are
+    versioned by the project itself (a change to what one computes changes its keys)."""
+    named = [(POINT, cell.job), *cell.kind.plugins(cell)]
+    return [resolve(point, name) for point, name in named if not is_builtin(point, name)]
+
+
+def plugin_versions(cell: Cell) -> dict[str, str]:
+    """name -> version of each of the researcher's plug-ins the cell names that declares one (its key's)."""
+    return {p.name: p.version for p in researchers_plugins(cell) if p.version}
+
+
+def plugin_sources(cell: Cell) -> list[dict[str, str]]:
+    """What a cell's run records of the researcher's plug-ins it ran with: point, name, version and a hash of
+    the source (scaling.plugins.Plugin.provenance)."""
+    return [p.provenance() for p in researchers_plugins(cell)]
 
 
 def reads_setting(cell: Cell, name: str) -> bool:
@@ -177,31 +229,22 @@ def reads_setting(cell: Cell, name: str) -> bool:
     return under(name, set(own.reads)) and not under(name, set(own.unused(cell)))
 
 
-def resolve_precision(cell: Cell, gpu: float) -> Cell:
-    """The cell with ``train.precision: auto`` resolved from the GPUs its trial asks for (``gpu``, a fraction
-    or whole GPUs): bfloat16 autocast where the trial trains on a GPU (it asks for one and its
-    ``train.device`` is not the CPU) and the cell's kind reads the setting, float32 otherwise. A resolved
-    float32 is keyed as the default (scaling.config.canonical), so a CPU cell's key is the one it had before
-    ``auto``; a GPU cell's key names bfloat16, and fp32 and bf16 results never share a run."""
-    if cell.train.precision != "auto":
-        return cell
-    on_gpu = gpu > 0 and cell.train.device != "cpu" and reads_setting(cell, "train.precision")
-    train = replaced(cell.train, precision="bfloat16" if on_gpu else "float32")
-    return dataclasses.replace(cell, train=train)
-
-
 def kinds_of(group: str) -> list[str]:
-    """The kinds whose settings are given under ``group``."""
-    return [name for name in KINDS if kind(name).group == group]
+    """The registered kinds whose settings are given under ``group``."""
+    return [name for name in kind_names() if group in kind(name).all_groups()]
 
 
 @functools.cache
 def settings_not_in_key() -> tuple[str, ...]:
     """Dotted names of the settings that are no part of a cell's key (``metadata={"key": False}``: device,
-    checkpoint cadence, batch sizes), in the cell's groups and every kind's group."""
-    groups = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig, "eval": EvalConfig}
-    groups.update({kind(k).group: kind(k).settings for k in KINDS if kind(k).group})
-    return tuple(name for group, cls in groups.items() for name in not_in_key(cls, group))
+    checkpoint cadence, batch sizes), in every registered kind's groups (a polymorphic group's default
+    dataclass)."""
+    found: dict[str, None] = {}
+    for name in kind_names():
+        for group, spec in kind(name).all_groups().items():
+            cls = type(group_of(spec, None, group))
+            found.update(dict.fromkeys(not_in_key(cls, group)))
+    return tuple(found)
 
 
 def under(key: str, names) -> bool:

@@ -63,7 +63,7 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
         _, item = typing.get_args(kind)
         return {str(k): _coerce(v, item, _join(where, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(kind):
-        return _nested(kind, value, where)
+        return shared(kind, value, where)
     if kind is Any:
         return value
     if kind is bool:
@@ -144,8 +144,9 @@ def shared_configs() -> Iterator[None]:
         _SHARED.reset(token)
 
 
-def _nested(cls: type, data: Any, where: str) -> Any:
-    """``from_dict`` of a config nested in another, shared within shared_configs()."""
+def shared(cls: type, data: Any, where: str) -> Any:
+    """``from_dict`` of a config nested in another (a cell's group of settings), shared within
+    shared_configs()."""
     memo = _SHARED.get()
     key = _frozen(data) if memo is not None else None
     if key is None or not _is_frozen(cls):

@@ -1,7 +1,6 @@
-"""A fourth experiment kind's analysis plug-in runs through ``python -m analysis`` with nothing but its module
-and one registry line: tests/decay_kind.py (a test-only kind whose ``analysis`` names the plug-in) and
-tests/decay_analysis.py (the plug-in: one verdict, one figure), registered here by one line in
-scaling.kinds.registry.KINDS. Its cells are run by the project's trial code (scaling.trial.run.run_cell, no
+"""A fourth experiment kind's analysis plug-in runs through ``python -m analysis`` with nothing but its module,
+named by the sweep file: tests/decay_kind.py (a test-only kind whose ``analysis`` names the plug-in; the sweep's
+``job: decay_kind:DECAY``) and tests/decay_analysis.py (the plug-in: one verdict, one figure). Its cells are run by the project's trial code (scaling.trial.run.run_cell, no
 Ray) into a real SQLite MLflow store, two variants of the sweep (``--set decay.scale=2`` and without); the
 analysis of the ``--set`` variant, with ``--ui-url``, reads only its cells and writes, reports and logs them
 as every kind's."""
@@ -17,7 +16,6 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from analysis.__main__ import main
-from scaling.kinds.registry import KINDS
 from scaling.planning.plan import load_plan
 from scaling.tracking.tracker import Tracker
 from scaling.trial.run import run_cell
@@ -25,15 +23,10 @@ from scaling.trial.spec import TrialMember, TrialSpec
 
 SWEEP = {
     "name": "decay",
-    "defaults": {"job": "decay", "decay": {"scale": 1.0}, "N": 4},
+    "defaults": {"job": "decay_kind:DECAY", "decay": {"scale": 1.0}, "N": 4},
     "grid": {"seed": [0, 1]},
 }
 UI = "http://ui.example:5000"
-
-
-@pytest.fixture
-def decay_kind(monkeypatch):
-    monkeypatch.setitem(KINDS, "decay", "decay_kind:DECAY")  # the kind's one registry line
 
 
 def run_sweep(path, uri: str, storage, overrides: tuple[str, ...] = ()) -> None:
@@ -53,9 +46,7 @@ def run_sweep(path, uri: str, storage, overrides: tuple[str, ...] = ()) -> None:
     torch.set_num_threads(threads)
 
 
-def test_a_fourth_kinds_plugin_runs_through_python_m_analysis_with_set_and_ui_url(
-    decay_kind, tmp_path, capsys
-):
+def test_a_fourth_kinds_plugin_runs_through_python_m_analysis_with_set_and_ui_url(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     path = tmp_path / "decay.yaml"
     path.write_text(yaml.safe_dump(SWEEP))

@@ -5,8 +5,9 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from papers.context_scaling.baselines import BASELINES, build_baselines, ridge_predictions
-from papers.context_scaling.configs import BASELINE_NAMES
+from papers.context_scaling.baselines import build_baselines, ridge_predictions
+from papers.context_scaling.plugins import BASELINES, baseline
+from scaling.plugins import names
 from papers.context_scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 
@@ -53,7 +54,9 @@ def test_unknown_baseline_lists_the_known_ones():
         build_baselines(("oracle",), TaskConfig())
 
 
-def test_the_baselines_are_the_ones_the_planner_knows_without_torch():
-    """configs.BASELINE_NAMES (what EvalConfig accepts, without torch) is the registry's names, in order
-    (the order of an unknown name's error)."""
-    assert tuple(BASELINES) == BASELINE_NAMES
+def test_every_registered_baseline_is_a_factory_of_a_predictor():
+    """The registry (pyproject.toml's icl_scaling.baselines: what EvalConfig accepts, without torch) names a
+    factory for each name, in the order of an unknown name's error."""
+    assert names(BASELINES)[:3] == ["zero", "least_squares", "ridge"]
+    for name in names(BASELINES):
+        assert callable(baseline(name)), name

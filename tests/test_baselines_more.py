@@ -13,7 +13,6 @@ from sklearn.linear_model import Lasso
 from sklearn.neighbors import KNeighborsRegressor
 
 from papers.context_scaling.baselines import (
-    BASELINES,
     BaselineNotApplicable,
     build_baselines,
     discrete_mmse,
@@ -22,7 +21,9 @@ from papers.context_scaling.baselines import (
     ridge_predictions,
 )
 from papers.context_scaling.evaluate import EvalConfig, evaluate, lambda_scan
+from papers.context_scaling.plugins import BASELINES, baseline
 from papers.context_scaling.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
+from scaling.plugins import names
 
 LIN = TaskConfig(d=4, noise_std=0.3)
 MIXED = TaskConfig(family="linear_mixed_noise", d=4, noise_stds=(0.1, 0.5))
@@ -72,13 +73,13 @@ def test_hilbert_is_the_kernel_smoother_and_safe_at_coincident_points():
     xs2[0, 5] = xs2[0, 2]  # query 5 repeats input 2
     same = prompts.slice(0, 1)
     same.xs = (xs2[:1] * 50).float()  # large norms too
-    out = BASELINES["hilbert"](LIN, {})(same)
+    out = baseline("hilbert")(LIN, {})(same)
     assert torch.isfinite(out).all() and out[0, 5].item() == pytest.approx(same.ys[0, 2].item(), rel=1e-6)
 
 
 def test_averaging_is_garg_estimator():
     prompts = small_prompts()
-    pred = BASELINES["averaging"](LIN, {})(prompts).double()
+    pred = baseline("averaging")(LIN, {})(prompts).double()
     xs, ys = prompts.xs.double(), prompts.ys.double()
     w = (xs[1, :5] * ys[1, :5, None]).mean(0)
     assert pred[1, 5].item() == pytest.approx((w @ xs[1, 5]).item(), rel=1e-6)
@@ -145,7 +146,7 @@ def test_mixture_ridge_is_the_posterior_over_levels():
 
 def test_ridge_per_level_uses_each_prompts_level():
     prompts = small_prompts(MIXED, count=6)
-    pred = BASELINES["ridge_per_level"](MIXED, {})(prompts)
+    pred = baseline("ridge_per_level")(MIXED, {})(prompts)
     for b in range(6):
         lam = 4 * prompts.meta["noise_std"][b].item() ** 2
         assert torch.allclose(pred[b], ridge_predictions(prompts.slice(b, b + 1), lam)[0], atol=1e-6)
@@ -211,7 +212,7 @@ def test_cells_without_lambda_n_scan_nothing_and_lambdas_must_be_positive():
 
 def test_ridge_validation_selects_per_prompt_from_its_own_pairs():
     prompts = small_prompts(TaskConfig(d=3, noise_std=0.5), count=4, points=12)
-    pred = BASELINES["ridge_validation"](LIN, {"lambdas": [0.01, 10.0], "val_fraction": 0.5})(
+    pred = baseline("ridge_validation")(LIN, {"lambdas": [0.01, 10.0], "val_fraction": 0.5})(
         prompts
     ).double()
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
@@ -266,13 +267,13 @@ def test_column_n_ignores_labels_from_n_on(name):
 
 
 def test_every_registered_baseline_is_checked_for_causality():
-    assert {parse_baseline(n)[0] for n in FAST} == set(BASELINES)
+    assert {parse_baseline(n)[0] for n in FAST} == set(names(BASELINES))
 
 
 def test_nn_student_learns_a_linear_task():
     task = TaskConfig(d=2)
     prompts = small_prompts(task, count=6, points=21)
-    pred = BASELINES["nn_student"](task, {})(prompts)
+    pred = baseline("nn_student")(task, {})(prompts)
     err = (pred[:, 20] - prompts.ys[:, 20]).pow(2).mean() / (prompts.ys[:, 20].pow(2).mean())
     assert err < 0.2
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scaling.budget.cost import StepShape, format_hours, load_table, step_flops, sweep_estimate
+from papers.context_scaling.architectures import StepShape, step_flops
+from scaling.budget.cost import format_hours, load_table, sweep_estimate
 from scaling.budget.cpu_plan import at_threads, cell_weights, cpu_estimate, describe_compute, table_threads
 from scaling.budget.packing import pack_groups
 from scaling.planning.plan import load_plan

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from papers.context_scaling.feature_maps import FEATURE_MAPS, feature_rows, feature_scalar
+from papers.context_scaling.feature_maps import feature_rows, feature_scalar
+from papers.context_scaling.plugins import FEATURE_MAPS
+from scaling.plugins import names
 
 
 def prompt(B=3, P=7, d=4, seed=0, dtype=torch.float32):
@@ -106,7 +108,7 @@ def test_l1_attention_matches_plain_formula():
         assert torch.allclose(rows[0, n], scores @ A / scores.abs().sum(), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(FEATURE_MAPS))
+@pytest.mark.parametrize("name", names(FEATURE_MAPS))
 def test_row_n_never_sees_y_n_or_later_points(name):
     xs, ys = prompt(B=2, P=8, d=3)
     base = feature_rows(name, xs, ys)

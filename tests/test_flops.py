@@ -8,10 +8,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from papers.context_scaling.architectures import StepShape, step_flops
 from papers.context_scaling.models import ModelConfig, build_model
 from papers.context_scaling.stacked import stack
 from papers.context_scaling.train import CellTrainer, prefix_loss
-from scaling.budget.cost import StepShape, step_flops
 from scaling.cells import Cell
 from tests.conftest import tiny_cell_dict
 

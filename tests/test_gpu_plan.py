@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaling.budget.cost import StepShape, format_hours, load_gpu_table, step_flops
+from papers.context_scaling.architectures import StepShape, step_flops
+from scaling.budget.cost import format_hours, load_gpu_table
 from scaling.budget.gpu_plan import describe_gpu, wall_seconds
 from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main

@@ -1,18 +1,22 @@
 """The layout's rules, checked over the source (issue 16), and an old checkpoint resumed by today's code.
 
-- No import cycle among the project's modules: the imports of scaling/, analysis/, benchmarks/ and
+- No import cycle among the project's modules: the imports of scaling/, analysis/, papers/, benchmarks/ and
   cluster/ form a graph without cycles, imports inside functions included (a module that imports another
   inside a function still needs it: a circle through such an import is a circle). A "module:ATTR" string
-  (the kinds of KINDS, a kind's analysis) is an import too, made on first use by the module that loads it
-  (scaling.plugins.load): LOADS says which module loads the strings naming which modules.
+  in a module (a kind's analysis, a family's class, a model's builder) is an import of the module it names
+  by the module that holds it, made on first use (scaling.plugins.load).
+- Arrows point one way: the generic core (scaling/) imports no paper and no analysis, the analysis framework
+  (analysis/) no paper; the papers (papers/<paper>/: science, kinds, analysis plug-ins) sit above both, and
+  the core reaches them only by name, through the plug-ins' registry (pyproject.toml's entry points), never
+  while a module is imported.
 - An import of project code inside a function in scaling/ only defers a heavy package, and a comment on
   it says so (the import block shows a file's real dependencies otherwise).
 - No function in scaling/ or analysis/ is over MAX_FUNCTION_LINES lines (the test lists the longest), and no
   module over MAX_MODULE_LINES (a file that long holds more than one idea: split it by idea).
 - MLflow is spoken by the scaling/tracking/ package alone (its imports, its filter strings, its Run objects'
   fields); the science folders import neither Ray nor MLflow.
-- No branch on an experiment kind's name outside scaling/kinds/ (the registry and the kinds' modules), and
-  no import of a kind's module there: a trial runs a cell or a pack through its kind's hooks.
+- No branch on an experiment kind's name outside the kinds' own modules: a trial runs a cell or a pack
+  through its kind's hooks.
 - A checkpoint written by the pre-layout code (tests/fixtures/pre_layout) resumes to the same numbers.
 """
 
@@ -31,14 +35,6 @@ PACKAGES = ("scaling", "analysis", "papers", "benchmarks", "cluster")
 FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
 MAX_FUNCTION_LINES = 80  # a function, its signature, docstring and decorators included
 MAX_MODULE_LINES = 600  # a module's lines, as wc -l counts them
-# who loads a "module:ATTR" string, by the module it names: the kinds' modules (KINDS' entries) are loaded
-# by the kinds' registry, analysis plug-ins (Kind.analysis) by the analysis pipeline
-LOADS = {
-    "papers.context_scaling.analysis.": "analysis.pipeline",
-    "papers.temperature.analysis.": "analysis.pipeline",
-    "papers.statisticians.analysis.": "analysis.pipeline",
-    "papers.": "scaling.kinds.registry",
-}
 # a paper's own glue to the product, beside its science: its kinds and their runs, its analysis
 GLUE = ("kind", "runs", "analysis")
 REFERENCE = re.compile(r"([A-Za-z_][\w.]*):[A-Za-z_]\w*")
@@ -92,23 +88,6 @@ def references(path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def loader_of(module: str, loads: dict[str, str]) -> str:
-    """The module that loads a "module:ATTR" string naming ``module``."""
-    for prefix, loader in loads.items():
-        if module.startswith(prefix):
-            return loader
-    raise AssertionError(f"{module} is named by a 'module:ATTR' string that no loader of LOADS loads")
-
-
-def registry_loads(modules: dict[str, Path], loads: dict[str, str]) -> dict[str, set[str]]:
-    """Loader -> the modules it loads by name, from every "module:ATTR" string of the project."""
-    found: dict[str, set[str]] = {}
-    for path in modules.values():
-        for target in references(path, modules):
-            found.setdefault(loader_of(target, loads), set()).add(target)
-    return found
-
-
 def with_parents(imported: str, modules: dict[str, Path]) -> set[str]:
     """The project modules importing ``imported`` runs: a.b.c runs a and a.b first (their __init__)."""
     parts = imported.split(".")
@@ -116,18 +95,15 @@ def with_parents(imported: str, modules: dict[str, Path]) -> set[str]:
 
 
 def project_graph(
-    top_level_only: bool = False,
-    packages: tuple[str, ...] = PACKAGES,
-    root: Path = ROOT,
-    loads: dict[str, str] = LOADS,
+    top_level_only: bool = False, packages: tuple[str, ...] = PACKAGES, root: Path = ROOT
 ) -> dict[str, set[str]]:
     """Module -> the project modules it imports (at the top, and with ``top_level_only`` False also inside
-    functions and classes, and by name: the plug-ins it loads, ``registry_loads``)."""
+    functions and classes, and by name: the modules its "module:ATTR" strings name)."""
     modules = sources(*packages, root=root)
-    by_name = {} if top_level_only else registry_loads(modules, loads)
     graph = {}
     for name, path in modules.items():
-        imported = imports(name, path, top_level_only) | by_name.get(name, set())
+        by_name = set() if top_level_only else references(path, modules)
+        imported = imports(name, path, top_level_only) | by_name
         graph[name] = set().union(*(with_parents(m, modules) for m in imported)) - {name}
     return graph
 
@@ -191,38 +167,60 @@ def test_the_import_graph_sees_a_cycle_made_through_an_import_inside_a_function(
     assert find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path)) is None
 
 
-def test_the_import_graph_sees_a_cycle_closed_by_a_registry_load(tmp_path):
-    """The shape of the loop issue 44 found: a kind's module imports a module that imports the registry,
-    which loads that kind by its "module:ATTR" name; without the load as an arrow, no circle is seen."""
+def test_the_import_graph_sees_a_cycle_closed_by_a_plugin_reference(tmp_path):
+    """A "module:ATTR" string is an arrow from the module that holds it to the module it names."""
     plant(
         tmp_path,
         {
             "pkg/__init__.py": "",
-            "pkg/registry.py": 'KINDS = {"scan": "pkg.kinds.scan:SCAN"}\n',
-            "pkg/cells.py": "from pkg.registry import KINDS\n",
-            "pkg/kinds/__init__.py": "",
-            "pkg/kinds/scan.py": "from pkg.cells import KINDS\n\nSCAN = 1\n",
+            "pkg/spec.py": 'SPEC = "pkg.impl:Impl"\n',
+            "pkg/impl.py": "from pkg.spec import SPEC\n\nImpl = 1\n",
         },
     )
-    loads = {"pkg.kinds.": "pkg.registry"}
-    graph = project_graph(packages=("pkg",), root=tmp_path, loads=loads)
-    assert "pkg.kinds.scan" in graph["pkg.registry"]
-    assert set(find_cycle(graph)) == {"pkg.registry", "pkg.kinds.scan", "pkg.cells"}
-    assert (
-        find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path, loads=loads)) is None
-    )
-    with pytest.raises(AssertionError, match="no loader"):
-        project_graph(packages=("pkg",), root=tmp_path, loads={})
+    graph = project_graph(packages=("pkg",), root=tmp_path)
+    assert "pkg.impl" in graph["pkg.spec"]
+    assert set(find_cycle(graph)) == {"pkg.spec", "pkg.impl"}
+    assert find_cycle(project_graph(top_level_only=True, packages=("pkg",), root=tmp_path)) is None
 
 
-def test_registry_loads_are_arrows_from_their_loaders():
+def test_plugin_references_are_arrows_from_the_modules_that_name_them():
     graph = project_graph()
-    assert {"papers.context_scaling.kind", "papers.temperature.kind"} <= graph["scaling.kinds.registry"]
-    assert "papers.temperature.analysis.plugin" in graph["analysis.pipeline"]
-    loaders = sorted(
-        name for name, path in sources(*PACKAGES).items() if "scaling.plugins" in imports(name, path, False)
+    assert "papers.context_scaling.tasks" in graph["papers.context_scaling.families"]
+    assert "papers.context_scaling.analysis.plugin" in graph["papers.context_scaling.kind"]
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """The arrows against the layers' direction: from the core to analysis or a paper, from analysis to a
+    paper."""
+    above = {"scaling": ("analysis", "papers"), "analysis": ("papers",)}
+    return [
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in sorted(targets)
+        if target.split(".")[0] in above.get(name.split(".")[0], ())
+    ]
+
+
+def test_arrows_point_one_way_core_then_analysis_then_papers():
+    """scaling/ imports neither analysis/ nor papers/, analysis/ imports no paper (imports inside functions
+    and "module:ATTR" strings included): the papers are plug-ins above both."""
+    assert upward({"scaling.a": {"papers.x"}, "analysis.b": {"scaling.a"}}) == ["scaling.a -> papers.x"]
+    wrong = upward(project_graph())
+    assert not wrong, "imports against the layers' direction:\n" + "\n".join(wrong)
+
+
+def test_importing_the_project_resolves_no_plugin():
+    """The core reaches the papers by name when a cell asks, never while modules are imported: importing
+    every module of scaling/, analysis/ and papers/ in a fresh process loads no plug-in."""
+    import subprocess
+    import sys
+
+    names = [n for n in sources("scaling", "analysis", "papers") if not n.endswith("__main__")]
+    code = "".join(f"import {n}\n" for n in names) + (
+        "from scaling import plugins\nprint(len(plugins.loaded(registered_too=True)))"
     )
-    assert loaders == sorted(set(LOADS.values())), "a module loads plug-ins by name that LOADS does not know"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"
 
 
 def test_no_import_cycle_among_the_projects_modules():
@@ -393,10 +391,19 @@ def science_sources() -> dict[str, Path]:
     return {n: p for n, p in sources("papers").items() if not set(n.split(".")[2:3]) & set(GLUE)}
 
 
-def test_no_branch_on_a_kinds_name_outside_the_kinds():
-    from scaling.kinds.registry import KINDS
+def kinds_modules() -> set[str]:
+    """The modules of the registered kinds (pyproject.toml's icl_scaling.kinds) and their runners."""
+    from scaling.kinds.registry import POINT
+    from scaling.plugins import registered
 
-    names = "|".join(map(re.escape, KINDS))
+    own = {reference.split(":")[0] for reference in registered(POINT).values()}
+    return own | {name.rpartition(".")[0] + ".runs" for name in own}
+
+
+def test_no_branch_on_a_kinds_name_outside_the_kinds():
+    from scaling.kinds.registry import kind_names
+
+    names = "|".join(map(re.escape, kind_names()))
     literal = rf"""["']({names})["']"""
     branch = re.compile(
         rf"""(==|!=)\s*{literal}|{literal}\s*(==|!=)|\bin\s*[(\[{{][^)\]}}]*{literal}"""
@@ -410,7 +417,7 @@ def test_no_branch_on_a_kinds_name_outside_the_kinds():
         assert branch.search(caught), caught
     offenders = []
     for name, path in sources(*PACKAGES).items():
-        if name.startswith("scaling.kinds") or name.split(".")[2:3] in (["kind"], ["runs"]):
+        if name.startswith("scaling.kinds") or name in kinds_modules():
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if branch.search(line.split("#")[0]):
@@ -418,13 +425,11 @@ def test_no_branch_on_a_kinds_name_outside_the_kinds():
     assert not offenders, "\n".join(offenders)
 
 
-def test_no_module_outside_the_kinds_imports_a_kind():
+def test_no_module_outside_the_papers_imports_a_kind():
     """scaling/trial/run.py runs every kind through its Kind's hooks (run, run_pack); the rest asks the
     registry."""
-    from scaling.kinds.registry import KINDS
-
-    kinds = {entry.split(":")[0] for entry in KINDS.values()}  # the kinds' own modules
-    checked = {n: p for n, p in sources("scaling", "analysis").items() if not n.startswith("scaling.kinds")}
+    kinds = kinds_modules()
+    checked = sources("scaling", "analysis", "benchmarks")
     offenders = [f"{n} imports {k}" for n, p in checked.items() for k in sorted(imports(n, p, False) & kinds)]
     assert "papers.context_scaling.kind" in kinds and "scaling.trial.run" in checked
     assert not offenders, offenders

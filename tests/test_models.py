@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from papers.context_scaling.architectures import ATTENTION_NAMES, FEATURE_MAP_NAMES, MODELS
+from papers.context_scaling.architectures import ATTENTION_NAMES
 from papers.context_scaling.attention import ATTENTIONS
-from papers.context_scaling.feature_maps import FEATURE_MAPS
-from papers.context_scaling.models import BUILDERS, ModelConfig, build_model, vectorise
+from papers.context_scaling.plugins import FEATURE_MAPS, MODELS, feature_map, model_facts
+from papers.context_scaling.models import ModelConfig, build_model, vectorise
+from scaling.plugins import names
 
 
 @pytest.mark.parametrize(
@@ -93,11 +94,12 @@ def test_the_vectorised_mlp_learns_in_context_only_with_biases():
 
 
 def test_every_architecture_has_a_builder_and_the_names_are_the_functions():
-    """The torch-free registries (papers.context_scaling.architectures) name exactly what the
-    torch side builds and computes, in order."""
-    assert list(BUILDERS) == list(MODELS)
+    """The registered models (pyproject.toml's icl_scaling.models) each name a builder, the feature maps
+    a function, and the torch-free attention names are the functions', in order."""
+    assert names(MODELS) == ["gpt2", "mlp", "sgpt", "onelayer", "linear_on_scalar"]
+    assert all(callable(model_facts(name).builder()) for name in names(MODELS))
+    assert all(callable(feature_map(name)) for name in names(FEATURE_MAPS))
     assert ATTENTION_NAMES == tuple(ATTENTIONS)
-    assert FEATURE_MAP_NAMES == tuple(FEATURE_MAPS)
 
 
 @pytest.mark.parametrize(
@@ -125,4 +127,4 @@ def test_the_parameter_count_without_torch_is_the_built_models(model):
     for d, points in ((3, 5), (8, 41)):
         with torch.device("meta"):
             built = build_model(config, d, points)
-        assert MODELS[config.arch].parameters(config, d, points) == sum(p.numel() for p in built.parameters())
+        assert model_facts(config.arch).parameters(config, d, points) == sum(p.numel() for p in built.parameters())

@@ -20,11 +20,11 @@ import analysis.__main__, scaling.planning.plan, scaling.sweep
 import scaling.budget.cpu_plan, scaling.budget.gpu_plan
 from scaling.cells import settings_not_in_key
 from scaling.budget.cost import training_cost
-from scaling.kinds.registry import KINDS, kind
+from scaling.kinds.registry import kind, kind_names
 from scaling.budget.packing import pack_groups
 from scaling.planning.plan import load_plan
 
-for name in KINDS:
+for name in kind_names():
     kind(name)
 settings_not_in_key()
 for sweep in ("sweeps/fig1.yaml", "benchmarks/tiny10000.yaml"):

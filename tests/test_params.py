@@ -9,11 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from papers.context_scaling.architectures import MODELS, ModelConfig
-from papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
+from papers.context_scaling.architectures import ModelConfig
+from papers.context_scaling.configs import EvalConfig, TaskConfig, TrainConfig
+from papers.context_scaling.plugins import FAMILIES, MODELS, family, model_facts
 from scaling.cells import ALWAYS, Cell, under
 from scaling.judge import provenance
-from scaling.kinds.registry import KINDS, kind
+from scaling.kinds.registry import kind, kind_names
+from scaling.plugins import names
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,14 +33,23 @@ def setting_names(cls, prefix: str) -> list[str]:
     return out
 
 
+def family_settings() -> dict[str, tuple[str, ...]]:
+    """The settings each registered family reads (its FamilySpec's)."""
+    return {name: family(name).settings for name in names(FAMILIES)}
+
+
+def model_settings() -> dict[str, tuple[str, ...]]:
+    """The settings each registered model reads (its ModelFacts')."""
+    return {name: model_facts(name).settings for name in names(MODELS)}
+
+
 def groups() -> dict[str, type]:
     """Every kind's settings group and its dataclass (e.g. 'temperature' -> TemperatureConfig)."""
-    return {kind(k).group: kind(k).settings for k in KINDS if kind(k).group}
+    return {kind(k).group: kind(k).settings for k in kind_names() if kind(k).group}
 
 
 def every_setting(task=TaskConfig, model=ModelConfig, train=TrainConfig, evaluation=EvalConfig) -> list[str]:
-    names = [*(f.name for f in dataclasses.fields(Cell) if f.name not in ("task", "model", "train", "eval"))]
-    names.remove("settings")  # the kinds' groups, walked below
+    names = [f.name for f in dataclasses.fields(Cell) if f.name not in ("settings", "versions")]
     names += setting_names(task, "task") + setting_names(model, "model")
     names += setting_names(train, "train") + setting_names(evaluation, "eval")
     for group, settings in groups().items():
@@ -49,9 +60,9 @@ def every_setting(task=TaskConfig, model=ModelConfig, train=TrainConfig, evaluat
 def undeclared(**classes) -> list[str]:
     """The settings that no declaration makes applicable: not every cell's (ALWAYS), no family's
     (FAMILY_SETTINGS), no architecture's (ModelFacts.settings) and read by no kind (Kind.reads)."""
-    family = {"family"} | {s for settings in FAMILY_SETTINGS.values() for s in settings}
-    arch = {"arch", "name"} | {s for m in MODELS.values() for s in m.settings}
-    reads = [r for k in KINDS for r in kind(k).reads if r not in ("task", "model")]
+    family = {"family"} | {s for settings in family_settings().values() for s in settings}
+    arch = {"arch", "name"} | {s for m in model_settings().values() for s in m}
+    reads = [r for k in kind_names() for r in kind(k).reads if r not in ("task", "model")]
     missing = []
     for name in every_setting(**classes):
         group, _, rest = name.partition(".")
@@ -88,11 +99,11 @@ def test_every_declaration_names_a_real_setting():
     everything = every_setting()
     task_fields = {f.name for f in dataclasses.fields(TaskConfig)}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    for name, settings in FAMILY_SETTINGS.items():
+    for name, settings in family_settings().items():
         assert set(settings) <= task_fields, name
-    for name, facts in MODELS.items():
-        assert set(facts.settings) <= model_fields, name
-    for name in KINDS:
+    for name, settings in model_settings().items():
+        assert set(settings) <= model_fields, name
+    for name in kind_names():
         for read in kind(name).reads:
             assert read in ("task", "model") or any(under(s, (read,)) for s in everything), (name, read)
     for name in ALWAYS:

@@ -115,7 +115,7 @@ def test_smoke_sweep_is_the_documented_lattice():
         ("name: x\ngrid:\n  model: [gpt3]\n", "grid.model[0]: unknown model preset 'gpt3'"),
         (
             "name: x\ndefaults:\n  task: {family: tabular}\n",
-            "sweep.yaml:3: defaults.task.family: unknown value 'tabular'; known: linear",
+            "sweep.yaml:3: defaults.task.family: unknown task family 'tabular'; known: linear",
         ),
         (
             "name: x\ndefaults:\n  train: {stepz: 3}\n",

@@ -191,7 +191,7 @@ def test_defaults_keep_existing_cell_keys():
 def test_an_mlp_cell_keyed_before_the_biases_is_not_taken_for_one_with_them():
     # the MLP gained biases (ModelConfig.bias, default true): its key names the setting even at the default,
     # so a store's bias-free MLP result is never read as the biased model's; other models keep their keys
-    mlp = Cell(model=ModelConfig(arch="mlp", width=16))
+    mlp = Cell(settings={"model": ModelConfig(arch="mlp", width=16)})
     assert mlp.key != "7c65039ddc491095"  # its key before, when the model had no biases
-    assert mlp.key != Cell(model=ModelConfig(arch="mlp", width=16, bias=False)).key
-    assert Cell(model=ModelConfig(arch="gpt2")).key == Cell().key
+    assert mlp.key != Cell(settings={"model": ModelConfig(arch="mlp", width=16, bias=False)}).key
+    assert Cell(settings={"model": ModelConfig(arch="gpt2")}).key == Cell().key

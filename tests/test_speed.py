@@ -14,18 +14,10 @@ import torch
 from transformers import GPT2Config, GPT2Model
 
 from benchmarks.__main__ import SUITES
+from papers.context_scaling.architectures import StepShape, model_params, step_flops
 from papers.context_scaling.baselines import psd_solve, ridge_weights
 from papers.context_scaling.models import ModelConfig, build_model
-from scaling.budget.cost import (
-    StepShape,
-    fit_table,
-    load_table,
-    model_params,
-    step_flops,
-    step_peak_bytes,
-    step_seconds,
-    sweep_estimate,
-)
+from scaling.budget.cost import fit_table, load_table, step_peak_bytes, step_seconds, sweep_estimate
 from scaling.cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,10 +78,11 @@ def test_time_fit_recovers_a_linear_law():
 def test_stored_table_estimates_grow_with_size():
     table = load_table()
     assert (
-        step_seconds(shape(batch=128), table) > 1.8 * step_seconds(BASE, table) - table["fit"]["gpt2"]["t0"]
+        step_seconds(shape(batch=128).step(), table)
+        > 1.8 * step_seconds(BASE.step(), table) - table["fit"]["gpt2"]["t0"]
     )
-    assert step_peak_bytes(shape(batch=128), table) > step_peak_bytes(BASE, table)
-    assert step_seconds(shape(arch="sgpt"), table) < step_seconds(BASE, table)
+    assert step_peak_bytes(shape(batch=128).step(), table) > step_peak_bytes(BASE.step(), table)
+    assert step_seconds(shape(arch="sgpt").step(), table) < step_seconds(BASE.step(), table)
 
 
 def test_sweep_estimate_adds_cells_up():

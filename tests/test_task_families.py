@@ -6,8 +6,8 @@ import resource
 import pytest
 import torch
 
+from papers.context_scaling.plugins import FAMILIES
 from papers.context_scaling.tasks import (
-    FAMILIES,
     ShiftConfig,
     TaskConfig,
     TaskPool,
@@ -16,6 +16,7 @@ from papers.context_scaling.tasks import (
     make_family,
 )
 from scaling.config import ConfigError
+from scaling.plugins import names
 
 D20 = {"d": 20}
 CASES = {  # family settings -> the E[y^2] each docstring states
@@ -141,5 +142,5 @@ def test_training_batches_ignore_the_evaluation_shift():
 
 
 def test_unknown_family_lists_the_known_ones():
-    with pytest.raises(ConfigError, match="known: " + ", ".join(FAMILIES)):
+    with pytest.raises(ConfigError, match="known: " + ", ".join(names(FAMILIES))):
         TaskConfig(family="quadratic")

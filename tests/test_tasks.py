@@ -5,9 +5,11 @@ import math
 import pytest
 import torch
 
-from papers.context_scaling.configs import FAMILY_SETTINGS
+from scaling.plugins import names
+from papers.context_scaling.plugins import FAMILIES
+from papers.context_scaling.plugins import family as family_spec
 from papers.context_scaling.tasks import (
-    FAMILIES,
+    TaskFamily,
     LinearRegression,
     TaskConfig,
     TaskPool,
@@ -132,8 +134,11 @@ def test_blocks_of_large_batches_hold_fewer_steps():
     assert pool.block_steps(64, 1001) == 1  # one step at a time past the memory bound
 
 
-def test_the_families_are_the_ones_the_planner_knows_without_torch():
-    """configs.FAMILY_SETTINGS (what TaskConfig accepts and what a cell logs, without torch) names exactly
-    the registry's families, in order, each with the settings its class reads."""
-    assert {name: family.SETTINGS for name, family in FAMILIES.items()} == FAMILY_SETTINGS
-    assert list(FAMILIES) == list(FAMILY_SETTINGS)
+def test_each_registered_family_names_its_class_and_the_settings_it_reads():
+    """The registered families (pyproject.toml's icl_scaling.families: what TaskConfig accepts and what a
+    cell logs, without torch) each name a TaskFamily subclass and settings of TaskConfig."""
+    assert names(FAMILIES) == ["linear", "linear_mixed_noise", "sparse_linear", "relu_net", "decision_tree"]
+    for name in names(FAMILIES):
+        spec = family_spec(name)
+        assert issubclass(spec.cls(), TaskFamily), name
+        assert set(spec.settings) <= {f for f in TaskConfig.__dataclass_fields__}, name

@@ -16,7 +16,7 @@ from papers.temperature.kind import metric_key, run_job
 from papers.temperature.tiny_llm import save_tiny_llama
 from scaling.cells import Cell
 from scaling.config import ConfigError, canonical
-from scaling.kinds.registry import KINDS
+from scaling.kinds.registry import kind_names
 from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
 from scaling.tracking.names import curve_metric_key
@@ -30,7 +30,7 @@ CPU = torch.device("cpu")
 def test_unknown_job_fails_listing_known_jobs():
     with pytest.raises(ConfigError, match="job: unknown value 'nope'; known: train, theory_context"):
         Cell.from_dict({"job": "nope"})
-    assert set(KINDS) >= {
+    assert set(kind_names()) >= {
         "train",
         "theory_context",
         "theory_noise",

@@ -1,33 +1,42 @@
 """The architectures of seed 001's in-context models as the planner, the cost model and the packer know them,
-without torch: ``ModelConfig`` (an architecture and its sizes), ``ModelFacts`` (parameter counts, step FLOPs,
-settings, position limits, whether cells pack) and ``MODELS``, the registry (``arch``). The networks
-themselves are in papers.context_scaling.models (its docstring describes each architecture), imported
-when a model is built: a process that plans, costs or analyses cells never imports torch (~1.5 s of start
-and ~0.5 s of exit)."""
+without torch: ``ModelConfig`` (an architecture and its sizes) and each model's ``ModelFacts`` (its builder,
+parameter counts, step FLOPs, settings, position limits, whether cells pack: papers.context_scaling.plugins),
+registered by name in pyproject.toml's ``icl_scaling.models`` (``GPT2``, ``MLP``, ...). The networks
+themselves are in papers.context_scaling.models (its docstring describes each architecture), imported when a
+model is built: a process that plans, costs or analyses cells never imports torch (~1.5 s of start and
+~0.5 s of exit)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable
 
 from papers.context_scaling import flops
+from papers.context_scaling.plugins import (
+    FEATURE_MAPS,
+    MODELS,
+    ModelFacts,
+    ModelSettings,
+    known,
+    model_facts,
+)
+from scaling.budget.cost import Step
 from scaling.config import check, check_choice
+from scaling.plugins import is_registered, names
 
-# phi, the attention weights (papers.context_scaling.attention.ATTENTIONS) and psi, the feature maps
-# (papers.context_scaling.feature_maps.FEATURE_MAPS), by name: tests/test_models.py checks that the
-# names are the functions' keys, in order.
+# phi, the attention weights (papers.context_scaling.attention.ATTENTIONS), by name: tests/test_models.py
+# checks that the names are the functions' keys, in order. The feature maps psi are plug-ins
+# (papers.context_scaling.plugins.FEATURE_MAPS).
 ATTENTION_NAMES = ("softmax", "l1", "relu", "identity")
-FEATURE_MAP_NAMES = ("linear", "linear_sum", "hilbert", "exponential", "l1_attention")
 DEFAULT_ATTENTION = {"gpt2": "softmax", "sgpt": "l1"}
 FEATURE_ARCHS = ("onelayer", "linear_on_scalar")
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    """An architecture and its sizes; ``name`` is the label a sweep gives it (the model axis)."""
+class ModelConfig(ModelSettings):
+    """The built-in architectures and their sizes; ``name`` is the label a sweep gives it (the model axis)."""
 
     arch: str = "gpt2"
-    name: str = ""  # label in run names and figures; defaults to arch
     n_layer: int = 8  # GPT-2 and SGPT blocks
     n_head: int = 8  # GPT-2 attention heads
     n_embd: int = 256  # GPT-2 and SGPT width
@@ -42,7 +51,11 @@ class ModelConfig:
     bias: bool = field(default=True, metadata={"in_key": lambda c: c.arch == "mlp"})
 
     def __post_init__(self):
-        check_choice(self.arch, "arch", MODELS)
+        check(
+            is_registered(MODELS, self.arch) and model_facts(self.arch).Settings is ModelConfig,
+            "arch",
+            f"unknown value {self.arch!r}; known: {', '.join(names(MODELS))}; or your own as module:Name",
+        )
         for name in ("n_layer", "n_head", "n_embd", "width"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(
@@ -61,19 +74,15 @@ class ModelConfig:
                 f"only {', '.join(DEFAULT_ATTENTION)} have an attention to choose, not {self.arch}",
             )
         if self.feature_map:
-            check_choice(self.feature_map, "feature_map", FEATURE_MAP_NAMES)
+            known(FEATURE_MAPS, self.feature_map, "feature_map")
         check(self.bias or self.arch == "mlp", "bias", f"only mlp has biases to turn off, not {self.arch}")
         needs_map = self.arch in FEATURE_ARCHS or (self.arch == "mlp" and self.inputs != "vectorised")
         check(
             needs_map == bool(self.feature_map),
             "feature_map",
             f"{'required' if needs_map else 'not used'} for arch {self.arch} with inputs {self.inputs};"
-            f" known: {', '.join(FEATURE_MAP_NAMES)}",
+            f" known: {', '.join(names(FEATURE_MAPS))}",
         )
-
-    @property
-    def label(self) -> str:
-        return self.name or self.arch
 
     @property
     def phi(self) -> str:
@@ -116,12 +125,6 @@ def _mlp_params(s) -> int:
     return _head_params(s) + s.width + 1
 
 
-def _tokens(s) -> int:
-    """Sequence length per prompt: 2(N+1) for GPT-2 and SGPT (interleaved, or context then queries),
-    N+1 rows for the MLPs."""
-    return 2 * (s.N + 1) if s.arch in ("gpt2", "sgpt") else s.N + 1
-
-
 def _head_inputs(s) -> int:
     """Numbers per row entering the MLP-type models' first layer (the vectorised prompt for ``mlp``)."""
     return (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
@@ -151,114 +154,120 @@ def _one_layer_parameters(c: ModelConfig, d: int, points: int) -> int:
     return (d + 1) * c.width + c.width
 
 
+BUILT = "papers.context_scaling.models"  # where the networks are built (torch)
+GPT2 = ModelFacts(
+    f"{BUILT}:GPT2InContext",
+    _gpt2_parameters,
+    _gpt2_params,
+    flops.gpt2_step_flops,
+    width=lambda c: c.n_embd,
+    layers=lambda c: c.n_layer,
+    packable=own_backbone,
+    cpu_packing_pays=False,
+    max_positions=GPT2_MAX_POSITIONS,
+    title="GPT-2",
+    settings=("n_layer", "n_head", "n_embd", "attn_implementation", "layout", "attention"),
+    Settings=ModelConfig,
+    tokens_per_point=2,
+)
+MLP = ModelFacts(
+    f"{BUILT}:PromptMLP",
+    _mlp_parameters,
+    _mlp_params,
+    flops.head_step_flops(_head_inputs),
+    packable=lambda c: True,
+    settings=("width", "inputs", "feature_map", "bias"),
+    unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
+    Settings=ModelConfig,
+)
+SGPT = ModelFacts(
+    f"{BUILT}:simplified_gpt",
+    _sgpt_parameters,
+    lambda s: s.layers * 2 * s.width**2 + s.width,
+    flops.sgpt_step_flops,
+    width=lambda c: c.n_embd,
+    layers=lambda c: c.n_layer,
+    packable=lambda c: True,
+    cpu_packing_pays=False,
+    settings=("n_layer", "n_embd", "attention"),
+    Settings=ModelConfig,
+    tokens_per_point=2,
+)
+ONELAYER = ModelFacts(
+    f"{BUILT}:one_layer",
+    _one_layer_parameters,
+    _head_params,
+    flops.head_step_flops(_head_inputs),
+    packable=lambda c: True,
+    settings=("width", "feature_map"),
+    Settings=ModelConfig,
+)
+LINEAR_ON_SCALAR = ModelFacts(
+    f"{BUILT}:LinearOnScalar",
+    lambda c, d, points: 2,
+    _head_params,
+    flops.linear_step_flops,
+    packable=lambda c: True,
+    settings=("feature_map",),
+    Settings=ModelConfig,
+)
+
+
 @dataclass(frozen=True)
-class ModelFacts:
-    """What the rest of the project knows of an architecture, asked of the model's own entry (the cost
-    model, the packer, the planner), without building the model: its exact parameter count under a config,
-    its estimated parameter count and a training step's FLOPs for a step shape (``s``: arch, N, d, width,
-    layers, batch, layout, e.g. scaling.budget.cost.StepShape), its width and depth under a config, whether it
-    packs (a parameter-free ``features`` then a Linear/ReLU ``head_layers``:
-    papers.context_scaling.stacked) and its position limit."""
+class StepShape:
+    """What a training step's cost depends on, for the models this file knows."""
 
-    # the parameters of the model built for (config, d, points) (papers.context_scaling.models
-    # .BUILDERS), counted without building it
-    parameters: Callable[[ModelConfig, int, int], int]
-    params: Callable[[object], int]
-    step_flops: Callable[[object], float]  # one training step of a batch (papers.context_scaling.flops)
-    width: Callable[[ModelConfig], int] = lambda config: config.width
-    layers: Callable[[ModelConfig], int] = lambda config: config.n_layer
-    packable: Callable[[ModelConfig], bool] = lambda config: False
-    # whether packing small cells pays on a CPU (scaling.budget.packing's ``auto``): measured on this
-    # project's 2-core CPU (docs/gpu.md, "On this CPU"): 8 packed quick-size GPT-2 cells step at 0.72x, SGPT
-    # at 0.94x of the same cells one after another (a CPU is busy with arithmetic at every size the sweeps
-    # train), so transformers pack on GPUs only
-    cpu_packing_pays: bool = True
-    max_positions: int | None = None  # tokens per prompt the model takes; None: no limit
-    title: str = ""  # the name errors use (default: the arch's)
-    # the ModelConfig settings the architecture reads (arch and name are every model's); a cell logs only
-    # these as MLflow params (scaling.cells.Cell.params), its cell.yaml keeps every setting
-    settings: tuple[str, ...] = ()
-    unused: Callable[[ModelConfig], tuple[str, ...]] = lambda config: ()  # of those, unread under config
+    arch: str
+    N: int
+    d: int
+    width: int
+    layers: int
+    batch: int
+    layout: str = "interleaved"
 
-    def applicable(self, config: ModelConfig) -> tuple[str, ...]:
-        """The settings of ``config`` that this architecture reads: arch, name and its ``settings`` but the
-        ones ``unused`` under this config."""
-        unused = set(self.unused(config))
-        return ("arch", "name", *(s for s in self.settings if s not in unused))
+    @classmethod
+    def of_cell(cls, cell) -> "StepShape":
+        m = cell.model
+        facts = model_facts(m.arch)
+        return cls(
+            m.arch, cell.N, cell.task.d, facts.width(m), facts.layers(m), cell.train.batch_size, m.layout
+        )
 
-    def tokens(self, s) -> int:
-        return _tokens(s)
+    @property
+    def tokens(self) -> int:
+        """Sequence length per prompt (the model's facts: 2(N+1) for GPT-2 and SGPT, N+1 for the MLPs)."""
+        return model_facts(self.arch).tokens(self)
 
-    def forward_multiply_adds(self, config: ModelConfig, d: int, points: int, batch: int) -> float:
-        """Multiply-adds of one forward pass of a batch of prompts of ``points`` pairs: the model's parameters
-        x prompts x positions (exact for the packable MLP-type models, whose every parameter is used once per
-        position)."""
-        return float(self.parameters(config, d, points)) * batch * points
-
-    def check_positions(self, config: ModelConfig, N: int) -> None:
-        """A ConfigError on N when a prompt of N+1 points exceeds the position limit."""
-        if self.max_positions is None:
-            return
-        positions = 2 * (N + 1)
-        check(
-            positions <= self.max_positions,
-            "N",
-            f"N={N} makes {self.title or config.arch} prompts of 2(N+1)={positions} tokens, more than the"
-            f" {self.max_positions} positions allowed"
-            " (papers.context_scaling.architectures.GPT2_MAX_POSITIONS)",
+    def step(self) -> Step:
+        """The cost facts of one training step of this shape (scaling.budget.cost.Step)."""
+        facts = model_facts(self.arch)
+        return Step(
+            self.arch,
+            step_flops(self),
+            model_params(self),
+            activation_elements(self),
+            0.0,
+            facts.cpu_packing_pays,
         )
 
 
-MODELS: dict[str, ModelFacts] = {
-    "gpt2": ModelFacts(
-        _gpt2_parameters,
-        _gpt2_params,
-        flops.gpt2_step_flops,
-        width=lambda c: c.n_embd,
-        layers=lambda c: c.n_layer,
-        packable=own_backbone,
-        cpu_packing_pays=False,
-        max_positions=GPT2_MAX_POSITIONS,
-        title="GPT-2",
-        settings=("n_layer", "n_head", "n_embd", "attn_implementation", "layout", "attention"),
-    ),
-    "mlp": ModelFacts(
-        _mlp_parameters,
-        _mlp_params,
-        flops.head_step_flops(_head_inputs),
-        packable=lambda c: True,
-        settings=("width", "inputs", "feature_map", "bias"),
-        unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
-    ),
-    "sgpt": ModelFacts(
-        _sgpt_parameters,
-        lambda s: s.layers * 2 * s.width**2 + s.width,
-        flops.sgpt_step_flops,
-        width=lambda c: c.n_embd,
-        layers=lambda c: c.n_layer,
-        packable=lambda c: True,
-        cpu_packing_pays=False,
-        settings=("n_layer", "n_embd", "attention"),
-    ),
-    "onelayer": ModelFacts(
-        _one_layer_parameters,
-        _head_params,
-        flops.head_step_flops(_head_inputs),
-        packable=lambda c: True,
-        settings=("width", "feature_map"),
-    ),
-    "linear_on_scalar": ModelFacts(
-        lambda c, d, points: 2,
-        _head_params,
-        flops.linear_step_flops,
-        packable=lambda c: True,
-        settings=("feature_map",),
-    ),
-}
+def model_params(s: StepShape) -> int:
+    """Trainable parameters of the step shape's model (ModelFacts.params)."""
+    return model_facts(s.arch).params(s)
 
 
-def model_facts(arch: str) -> ModelFacts:
-    """The facts of ``arch``; an architecture without an entry is an error, never a guessed formula."""
-    if arch not in MODELS:
-        raise KeyError(f"no model facts for arch {arch!r}; known: {', '.join(MODELS)}")
-    return MODELS[arch]
+def step_flops(s: StepShape) -> float:
+    """FLOPs of one training step for the batch: every matrix product of the forward and the backward pass
+    as the model runs them (papers.context_scaling.flops; tests/test_speed.py checks them against
+    torch's FlopCounterMode on the real model)."""
+    return model_facts(s.arch).step_flops(s)
+
+
+def activation_elements(s: StepShape) -> float:
+    return float(s.batch) * s.tokens * s.width * max(s.layers, 1)
+
+
+def step_of(s: StepShape, facts: ModelFacts, config: ModelConfig) -> Step:
+    """The cost facts of one training step of shape ``s`` with the forward pass the packer weighs."""
+    forward = facts.forward_multiply_adds(config, s.d, s.N + 1, s.batch)
+    return dataclasses.replace(s.step(), forward=forward)

@@ -2,7 +2,8 @@
 2023).
 
 Each baseline is a predictor with the models' interface, ``predict(prompts) -> (B, N+1)``, column n
-predicting ys[:, n] from the pairs j < n and x_n. The registry BASELINES maps a name to a factory
+predicting ys[:, n] from the pairs j < n and x_n. A baseline is a plug-in (papers.context_scaling.plugins): a
+name, registered (these) or a researcher's module:Name, of a factory
 ``factory(task: TaskConfig, options: dict) -> Predictor``; a name may carry options, e.g.
 ``lasso(alpha=0.1)`` or ``decision_tree(max_depth=none)`` (quote it in a YAML flow list when it holds a
 comma). A baseline not defined for a task raises BaselineNotApplicable.
@@ -36,6 +37,7 @@ import torch
 from papers.context_scaling.baseline_cache import CachedPredictor, default_jobs, map_prompts
 from papers.context_scaling.baseline_fits import nn_student_predictions, prefix_fits
 from papers.context_scaling.configs import DEFAULT_LAMBDAS, LINEAR, TaskConfig, parse_baseline
+from papers.context_scaling.plugins import baseline, family
 from papers.context_scaling.tasks import Prompts, fresh_prompts, make_family
 from scaling.config import canonical
 
@@ -402,22 +404,9 @@ def nn_student(task: TaskConfig, options: dict) -> Predictor:
     )
 
 
-BASELINES: dict[str, Callable[[TaskConfig, dict], Predictor]] = {
-    "zero": zero,
-    "least_squares": least_squares,
-    "ridge": bayes_ridge,
-    "ridge_per_level": ridge_per_level,
-    "ridge_tuned": ridge_tuned,
-    "ridge_validation": ridge_validation,
-    "bayes_discrete": bayes_discrete,
-    "averaging": averaging,
-    "knn": knn,
-    "hilbert": hilbert,
-    "lasso": library_fit("lasso"),
-    "xgboost": library_fit("xgboost"),
-    "decision_tree": library_fit("tree"),
-    "nn_student": nn_student,
-}
+LASSO = library_fit("lasso")
+XGBOOST = library_fit("xgboost")
+DECISION_TREE = library_fit("tree")
 
 
 def applicable_baselines(
@@ -441,7 +430,11 @@ def build_baselines(names: tuple[str, ...], task: TaskConfig, pool=None) -> dict
     """The named baselines for ``task``, keyed by the names as written; unknown names fail listing the
     known ones. ``pool`` (the cell's TaskPool) reaches factories as options['pool'] (bayes_discrete)."""
     out = {}
+    valid = family(task.family).baselines
     for name in names:
         base, options = parse_baseline(name)
-        out[name] = BASELINES[base](task, {**options, "pool": pool} if pool is not None else options)
+        if valid is not None and base not in valid:
+            raise BaselineNotApplicable(f"{base} is not valid for the task family {task.family}")
+        factory = baseline(base)  # a registered baseline, or a researcher's module:Name
+        out[name] = factory(task, {**options, "pool": pool} if pool is not None else options)
     return out

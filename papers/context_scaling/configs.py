@@ -1,12 +1,12 @@
-"""The settings of a seed 001 cell's task, training and evaluation, without torch: ``TaskConfig`` (and
-``FAMILY_SETTINGS``, the task families by name and the settings each reads), ``ShiftConfig``, ``TrainConfig``
-and its ``Curriculum``, ``EvalConfig`` (and ``BASELINE_NAMES``, ``parse_baseline``, ``DEFAULT_LAMBDAS``).
+"""The settings of a seed 001 cell's task, training and evaluation, without torch: ``TaskConfig`` (the
+built-in families' settings), ``ShiftConfig``, ``TrainConfig`` and its ``Curriculum``, ``EvalConfig`` (and
+``parse_baseline``, ``DEFAULT_LAMBDAS``).
 
 The planner, the cost model and analysis build and check these without importing torch (~1.5 s of start);
-what they configure is torch's side: the families in papers.context_scaling.tasks (``FAMILIES``),
-training in train.py, evaluation in evaluate.py and the baselines in baselines.py (``BASELINES``), each of
-which imports its configs from here (tests/test_tasks.py and tests/test_baselines.py check that the
-registries have exactly these names).
+what they configure is torch's side: the families in papers.context_scaling.tasks, training in train.py,
+evaluation in evaluate.py and the baselines in baselines.py, each of which imports its configs from here. The
+names of families and baselines are plug-ins' (papers.context_scaling.plugins): registered ones, or a
+researcher's ``module:Name``.
 """
 
 from __future__ import annotations
@@ -19,55 +19,32 @@ from typing import Any
 import numpy as np
 import yaml
 
+from papers.context_scaling.plugins import BASELINES, FAMILIES, TaskSettings, family
 from scaling.config import ConfigError, check, check_choice
+from scaling.plugins import is_reference, is_registered, names, resolve
 
-# the task families (papers.context_scaling.tasks.FAMILIES) and the TaskConfig settings each reads
-# (their TaskFamily.SETTINGS; family is every task's): a cell logs only these as MLflow params
-# (scaling.cells.Cell.params), its cell.yaml keeps every setting
-FAMILY_SETTINGS: dict[str, tuple[str, ...]] = {
-    "linear": ("d", "noise_std"),
-    "linear_mixed_noise": ("d", "noise_stds"),
-    "sparse_linear": ("d", "noise_std", "sparsity"),
-    "relu_net": ("d", "noise_std", "hidden"),
-    "decision_tree": ("d", "noise_std", "depth"),
-}
-LINEAR = ("linear", "linear_mixed_noise")  # the linear-regression families
-# the baselines (papers.context_scaling.baselines.BASELINES), by name
-BASELINE_NAMES = (
-    "zero",
-    "least_squares",
-    "ridge",
-    "ridge_per_level",
-    "ridge_tuned",
-    "ridge_validation",
-    "bayes_discrete",
-    "averaging",
-    "knn",
-    "hilbert",
-    "lasso",
-    "xgboost",
-    "decision_tree",
-    "nn_student",
-)
+LINEAR = ("linear", "linear_mixed_noise")  # the linear-regression families (the ridge baselines')
 DEFAULT_LAMBDAS = tuple(float(v) for v in np.logspace(-4, 3, 29))  # 4 per decade
 
 
 @dataclass(frozen=True)
-class TaskConfig:
-    """A task family and its parameters. Each family reads the fields it needs."""
+class TaskConfig(TaskSettings):
+    """The settings of seed 001's task families (papers.context_scaling.families): one dataclass for all,
+    each family reading the fields it needs."""
 
     family: str = "linear"
-    d: int = 8  # input dimension
-    noise_std: float = 0.0  # sigma of the label noise (every family but linear_mixed_noise)
     noise_stds: tuple[float, ...] = ()  # linear_mixed_noise: the levels, each with equal probability
     sparsity: int = 3  # sparse_linear: coordinates of beta kept
     hidden: int = 100  # relu_net: width r of the teacher
     depth: int = 4  # decision_tree: depth of the trees
 
     def __post_init__(self):
-        check_choice(self.family, "family", FAMILY_SETTINGS)
-        check(self.d >= 1, "d", f"must be >= 1, got {self.d}")
-        check(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
+        super().__post_init__()
+        check(
+            is_registered(FAMILIES, self.family) and family(self.family).Settings is TaskConfig,
+            "family",
+            f"unknown value {self.family!r}; known: {', '.join(names(FAMILIES))}; or your own as module:Name",
+        )
         check(math.isfinite(self.noise_std), "noise_std", f"must be finite, got {self.noise_std}")
         check(
             all(s >= 0 for s in self.noise_stds),
@@ -240,12 +217,12 @@ class TrainConfig:
         return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, self.steps - warm)))
 
 
-NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$")
+NAME = re.compile(r"^\s*([A-Za-z_][\w.]*(?::[A-Za-z_]\w*)?)\s*(?:\((.*)\))?\s*$")
 
 
 def parse_baseline(name: str) -> tuple[str, dict[str, Any]]:
     """'lasso(alpha=0.1, max_iter=500)' -> ('lasso', {'alpha': 0.1, 'max_iter': 500}); values are YAML, 'none'
-    is None."""
+    is None. The name is a registered baseline's or a researcher's ``module:Name`` (checked when loaded)."""
     match = NAME.match(name)
     if not match:
         raise ValueError(f"cannot read baseline {name!r}; write name or name(key=value, ...)")
@@ -257,8 +234,11 @@ def parse_baseline(name: str) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"baseline {name!r}: option {item.strip()!r} needs key=value")
         value = value.strip()
         options[key.strip()] = None if value.lower() == "none" else yaml.safe_load(value)
-    if base not in BASELINE_NAMES:
-        raise KeyError(f"unknown baseline {base!r}; known: {', '.join(BASELINE_NAMES)}")
+    if is_reference(base):
+        resolve(BASELINES, base)  # a researcher's baseline: imported and checked now, at planning
+    elif not is_registered(BASELINES, base):
+        known = ", ".join(names(BASELINES))
+        raise KeyError(f"unknown baseline {base!r}; known: {known}; or your own as module:Name")
     return base, options
 
 

@@ -27,9 +27,9 @@ row n depends only on the pairs j < n and on x_n (causal masking), never on y_n 
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
+
+from papers.context_scaling.plugins import feature_map
 
 
 def stacked_rows(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
@@ -94,22 +94,14 @@ def l1_attention_rows(xs, ys):
     return context + weights.diagonal(dim1=1, dim2=2).unsqueeze(-1) * query_rows(xs)
 
 
-FEATURE_MAPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "linear": linear_rows,
-    "linear_sum": linear_sum_rows,
-    "hilbert": hilbert_rows,
-    "exponential": exponential_rows,
-    "l1_attention": l1_attention_rows,
-}
-
-
 def feature_rows(name: str, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     """psi(A_n)_{n,:} for every prefix n, (B, P, d+1), computed in float32 at least (never autocast)."""
-    if name not in FEATURE_MAPS:
-        raise KeyError(f"unknown feature map {name!r}; known: {', '.join(FEATURE_MAPS)}")
+    rows = feature_map(
+        name
+    )  # a registered map, or a researcher's module:Name (papers.context_scaling.plugins)
     dtype = torch.promote_types(xs.dtype, torch.float32)
     with torch.autocast(xs.device.type, enabled=False):
-        return FEATURE_MAPS[name](xs.to(dtype), ys.to(dtype))
+        return rows(xs.to(dtype), ys.to(dtype))
 
 
 def feature_scalar(name: str, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from papers.context_scaling.architectures import model_facts
+from papers.context_scaling.cell_groups import HOOKS, READS, check_positions, pack_shape
+from papers.context_scaling.plugins import model_facts
 from scaling.budget.cost import CellCost, training_cost
 from scaling.config import check, format_T
 from scaling.kinds import Kind
@@ -202,9 +203,10 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
 
 
 def check_cell(cell) -> None:
-    """``train.lengths`` (the loss at given context lengths alone: App. A's MLP zero-padded to the largest,
-    its transformers trained at 1, 11, ..., 91) trains the models a pack can mask: MLPs and transformers
-    (a transformer with lengths trains alone: ``packable``)."""
+    """A prompt must fit the model's positions; ``train.lengths`` (the loss at given context lengths alone:
+    App. A's MLP zero-padded to the largest, its transformers trained at 1, 11, ..., 91) trains the models a
+    pack can mask: MLPs and transformers (a transformer with lengths trains alone: ``packable``)."""
+    check_positions(cell)
     check(
         not cell.train.lengths or cell.model.arch in ("mlp", "gpt2", "sgpt"),
         "train.lengths",
@@ -212,7 +214,7 @@ def check_cell(cell) -> None:
     )
 
 
-def cost(cell) -> CellCost:
+def cost(cell) -> CellCost | None:
     """Training FLOPs, seconds and peak memory of the cell from its model's facts and the cost table."""
     return training_cost(cell)
 
@@ -233,6 +235,9 @@ TRAIN = Kind(
     check=check_cell,
     cost=cost,
     packable=packable,
+    pack_shape=pack_shape,
     run_pack=run_pack,
     shown=("err/zero",),
+    reads=READS,
+    **HOOKS,
 )

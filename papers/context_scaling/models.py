@@ -2,8 +2,8 @@
 
 Every model maps a prompt batch ``xs`` (B, N+1, d), ``ys`` (B, N+1) to a prediction at every position:
 column n predicts ys[:, n] from the pairs 0..n-1 and the query xs[:, n] (the one predictor interface,
-shared with the baselines). ``BUILDERS`` builds each architecture (``arch``; their configs and facts,
-without torch: papers.context_scaling.architectures):
+shared with the baselines). ``build_model`` builds each architecture (``arch``; their configs and facts,
+without torch, which name the builders here: papers.context_scaling.architectures):
 
 - ``gpt2``: GPT-2 (papers.context_scaling.gpt2; transformers' GPT2Model for the other phis and eager
   attention) with a learnable linear read-in to the embedding width and a linear read-out (App. A "GPT-2").
@@ -35,8 +35,6 @@ attention.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import nn
 
@@ -44,6 +42,7 @@ from papers.context_scaling.architectures import ModelConfig, own_backbone
 from papers.context_scaling.attention import additive_mask, hf_attention, stacked_prefix_mask
 from papers.context_scaling.feature_maps import feature_rows, feature_scalar, query_rows, stacked_rows
 from papers.context_scaling.gpt2 import GPT2Backbone
+from papers.context_scaling.plugins import model_facts
 from papers.context_scaling.sgpt import SGPT
 
 
@@ -232,17 +231,7 @@ def simplified_gpt(config: ModelConfig, d: int, points: int) -> nn.Module:
     return SGPT(d, points, config.n_layer, config.n_embd, config.phi)
 
 
-# what builds each architecture's model from (config, d, points); the architectures' facts are
-# papers.context_scaling.architectures.MODELS (tests/test_models.py: the same keys)
-BUILDERS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
-    "gpt2": GPT2InContext,
-    "mlp": PromptMLP,
-    "sgpt": simplified_gpt,
-    "onelayer": one_layer,
-    "linear_on_scalar": LinearOnScalar,
-}
-
-
-def build_model(config: ModelConfig, d: int, points: int) -> nn.Module:
-    """The model of ``config`` for inputs of dimension d and prompts of ``points`` (x, y) pairs."""
-    return BUILDERS[config.arch](config, d, points)
+def build_model(config, d: int, points: int) -> nn.Module:
+    """The model of ``config`` (its ``arch`` a plug-in: papers.context_scaling.plugins) for inputs of
+    dimension d and prompts of ``points`` (x, y) pairs."""
+    return model_facts(config.arch).builder()(config, d, points)

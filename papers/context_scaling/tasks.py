@@ -11,8 +11,9 @@ drawn a block of steps at a time, from (seed, 'batch-block', block); TaskPool.ba
 T tasks is the same pool. Pools are *nested*: task i is the same for every T > i, so a task-scaling
 lattice uses common random numbers.
 
-Families (registry FAMILIES; seed 001 Sec. 4, Garg et al. 2022): ``linear``, ``linear_mixed_noise``
-(per-prompt noise level, Bai et al. 2023), ``sparse_linear``, ``relu_net``, ``decision_tree``. Each states
+Families (seed 001 Sec. 4, Garg et al. 2022; registered as plug-ins in papers.context_scaling.families):
+``linear``, ``linear_mixed_noise`` (per-prompt noise level, Bai et al. 2023), ``sparse_linear``,
+``relu_net``, ``decision_tree``; a researcher's own is a TaskFamily subclass named as module:Name. Each states
 E[y^2] (analytic, or a deterministic Monte Carlo) so that errors are normalised with the zero predictor at
 1. ``ShiftConfig`` is an evaluation-time distribution shift (seed 004); a family built without one is the
 training distribution, so training never sees a shift.
@@ -23,12 +24,13 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
-from papers.context_scaling.configs import FAMILY_SETTINGS, ShiftConfig, TaskConfig
-from scaling.config import check, check_choice
+from papers.context_scaling.configs import ShiftConfig, TaskConfig
+from papers.context_scaling.plugins import family
+from scaling.config import check
 
 
 def derive_seed(seed: int, purpose: str, step: int = 0) -> int:
@@ -82,9 +84,12 @@ class TaskFamily:
     """
 
     GAUSSIAN: tuple[str, ...] = ()
-    # the TaskConfig settings the family reads (family is every task's), as the planner reads them without
-    # torch (papers.context_scaling.configs.FAMILY_SETTINGS)
-    SETTINGS: tuple[str, ...] = ()
+    # a researcher's family: its settings' dataclass (a papers.context_scaling.plugins.TaskSettings), its
+    # version, and the baselines valid for it (None: each baseline decides); the built-ins' are their
+    # FamilySpec's (papers.context_scaling.families)
+    Settings: type | None = None
+    version: str = ""
+    baselines: tuple[str, ...] | None = None
     default_split: tuple[str, ...] = ()  # meta names evaluation splits by when EvalConfig.split_by is empty
 
     def __init__(self, config: TaskConfig, shift: ShiftConfig | None = None):
@@ -185,7 +190,6 @@ class LinearRegression(TaskFamily):
     E[(beta^T x)^2] = s^2 (t^2 + d mu^2) + m^2 (t^2 + d^2 mu^2).
     """
 
-    SETTINGS = FAMILY_SETTINGS["linear"]
     GAUSSIAN = ("beta",)
 
     def draw_tasks(self, count, gen):
@@ -207,7 +211,6 @@ class LinearMixedNoise(LinearRegression):
     evaluation splits by it by default. E[y^2] = 1 + mean(sigma_l^2); given the level, 1 + sigma_l^2.
     """
 
-    SETTINGS = FAMILY_SETTINGS["linear_mixed_noise"]
     default_split = ("noise_std",)
 
     def levels(self):
@@ -224,7 +227,6 @@ class SparseLinear(TaskFamily):
     values are N(mu, t^2): E[f^2] = s (mu^2 + t^2) E[x_i^2] + s (s - 1) mu^2 E[x_i x_j].
     """
 
-    SETTINGS = FAMILY_SETTINGS["sparse_linear"]
     GAUSSIAN = ("values",)
 
     def draw_tasks(self, count, gen):
@@ -249,7 +251,6 @@ class ReluNet(TaskFamily):
     shift gives d (m^2 + s^2); a task shift falls back to a deterministic Monte Carlo.
     """
 
-    SETTINGS = FAMILY_SETTINGS["relu_net"]
     GAUSSIAN = ("w1", "w2")
 
     def draw_tasks(self, count, gen):
@@ -276,7 +277,6 @@ class DecisionTree(TaskFamily):
     (mu^2 + t^2 + sigma^2 with shifted leaves), whatever the input distribution.
     """
 
-    SETTINGS = FAMILY_SETTINGS["decision_tree"]
     GAUSSIAN = ("leaves",)
 
     def draw_tasks(self, count, gen):
@@ -297,19 +297,10 @@ class DecisionTree(TaskFamily):
         return self.shift.task_mean**2 + self.shift.task_scale**2
 
 
-FAMILIES: dict[str, Callable[..., TaskFamily]] = {
-    "linear": LinearRegression,
-    "linear_mixed_noise": LinearMixedNoise,
-    "sparse_linear": SparseLinear,
-    "relu_net": ReluNet,
-    "decision_tree": DecisionTree,
-}
-
-
-def make_family(config: TaskConfig, shift: ShiftConfig | None = None) -> TaskFamily:
-    """The family of ``config``, with an evaluation-time ``shift`` (None: the training distribution)."""
-    check_choice(config.family, "family", FAMILIES)
-    return FAMILIES[config.family](config, shift)
+def make_family(config, shift: ShiftConfig | None = None) -> TaskFamily:
+    """The family of ``config`` (its ``family`` a plug-in: papers.context_scaling.plugins), with an
+    evaluation-time ``shift`` (None: the training distribution)."""
+    return family(config.family).cls()(config, shift)
 
 
 class TaskPool:

@@ -32,8 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from papers.context_scaling.architectures import model_facts
+from papers.context_scaling.cell_groups import HOOKS
 from papers.context_scaling.configs import LINEAR
+from papers.context_scaling.plugins import model_facts
 from papers.statisticians.settings import BOUND
 from scaling.budget.cost import CellCost, training_cost
 from scaling.config import check, check_choice
@@ -175,6 +176,7 @@ GD_TRANSFORMER = Kind(
     cost=gd_cost,
     metric_key=metric_key,
     reads=GD_READS,
+    **HOOKS,
 )
 SELECTION_TRANSFORMER = Kind(
     name="selection_transformer",
@@ -188,4 +190,5 @@ SELECTION_TRANSFORMER = Kind(
     metric_key=metric_key,
     reads=SELECTION_READS,
     unused=selection_unused,
+    **HOOKS,
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from papers.context_scaling.cell_groups import HOOKS
 from papers.temperature import smollm
 from papers.temperature.settings import PARAMS_SOURCES, SHIFT_NAMES, shift_label
 from scaling.budget.cost import CellCost, training_cost
@@ -260,6 +261,7 @@ def _kind(
         reads=tuple(reads),
         unused=unused,
         job=job,
+        **HOOKS,
     )
 
 

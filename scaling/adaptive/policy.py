@@ -85,7 +85,7 @@ class Lattice:
                 {
                     "cell_key": cell.key,
                     "point": repr(sorted((k, str(v)) for k, v in rest.items())),
-                    "model": cell.model.name or cell.model.arch,
+                    "model": cell.kind.model_label(cell),
                     "T": float(cell.T),
                     "N": int(cell.N),
                     "seed": int(cell.seed),

@@ -1,10 +1,10 @@
-"""Cost model of one training step: time and peak memory against (arch, N, d, width, layers, batch).
+"""Cost model of one training step: time and peak memory against what the step does (``Step``).
 
-So a user can budget a sweep before running it. FLOPs of a step are counted from the architecture
-(``step_flops``: every matrix product of the forward and backward pass as the model runs them, about
-Kaplan et al. 2020's 6 x params x tokens plus attention), and a small table measured by the benchmark
-suite (``python -m benchmarks --only cost --update-cost-table``, stored in ``cost_table.json`` next to
-this file) fixes, per architecture and device,
+So a user can budget a sweep before running it. A cell's kind counts a step (scaling.kinds.Kind.step: for
+the training kind, every matrix product of the forward and backward pass as the model runs them, about
+Kaplan et al. 2020's 6 x params x tokens plus attention, papers.context_scaling.architectures), and a small
+table measured by the benchmark suite (``python -m benchmarks --only cost --update-cost-table``, stored in
+``cost_table.json`` next to this file) fixes, per architecture and device,
 
     seconds = t0 + flops / rate,        peak bytes = 16 params + a * batch * tokens * width * layers + m0
 
@@ -22,8 +22,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from papers.context_scaling.architectures import model_facts
-
 TABLE = Path(__file__).with_name("cost_table.json")
 # the same table measured on a GPU by ``python -m benchmarks --gpu`` (docs/gpu.md), with the card's name,
 # memory and the date; absent until a GPU has measured it
@@ -32,46 +30,18 @@ ADAM_BYTES_PER_PARAM = 16
 
 
 @dataclass(frozen=True)
-class StepShape:
-    """What a training step's cost depends on."""
+class Step:
+    """What one training step of a cell costs, as its kind counts it (scaling.kinds.Kind.step): the cost
+    table's row it is timed by (``arch``), its FLOPs, the model's trainable parameters, the activation
+    elements saved for backward, the multiply-adds of one forward pass of the batch (the packer's measure of a
+    small cell) and whether packing such cells pays on a CPU."""
 
     arch: str
-    N: int
-    d: int
-    width: int
-    layers: int
-    batch: int
-    layout: str = "interleaved"
-
-    @classmethod
-    def of_cell(cls, cell) -> "StepShape":
-        m = cell.model
-        facts = model_facts(m.arch)
-        return cls(
-            m.arch, cell.N, cell.task.d, facts.width(m), facts.layers(m), cell.train.batch_size, m.layout
-        )
-
-    @property
-    def tokens(self) -> int:
-        """Sequence length per prompt (the model's facts: 2(N+1) for GPT-2 and SGPT, N+1 for the MLPs)."""
-        return model_facts(self.arch).tokens(self)
-
-
-def model_params(s: StepShape) -> int:
-    """Trainable parameters of the step shape's model
-    (papers.context_scaling.architectures.ModelFacts.params)."""
-    return model_facts(s.arch).params(s)
-
-
-def step_flops(s: StepShape) -> float:
-    """FLOPs of one training step for the batch: every matrix product of the forward and the backward pass
-    as the model runs them (papers.context_scaling.flops; tests/test_speed.py checks them against
-    torch's FlopCounterMode on the real model)."""
-    return model_facts(s.arch).step_flops(s)
-
-
-def activation_elements(s: StepShape) -> float:
-    return float(s.batch) * s.tokens * s.width * max(s.layers, 1)
+    flops: float
+    params: int
+    activations: float
+    forward: float = 0.0
+    packs_on_cpu: bool = True
 
 
 _tables: dict[str, dict] = {}
@@ -131,16 +101,14 @@ def coefficients(table: dict, arch: str) -> dict:
     return fits.get(arch) or fits.get("gpt2") or next(iter(fits.values()))
 
 
-def step_seconds(s: StepShape, table: dict) -> float:
-    c = coefficients(table, s.arch)
-    return c["t0"] + step_flops(s) / c["rate"]
+def step_seconds(step: Step, table: dict) -> float:
+    c = coefficients(table, step.arch)
+    return c["t0"] + step.flops / c["rate"]
 
 
-def step_peak_bytes(s: StepShape, table: dict) -> float:
-    c = coefficients(table, s.arch)
-    return (
-        ADAM_BYTES_PER_PARAM * model_params(s) + c["m0"] + c["bytes_per_activation"] * activation_elements(s)
-    )
+def step_peak_bytes(step: Step, table: dict) -> float:
+    c = coefficients(table, step.arch)
+    return ADAM_BYTES_PER_PARAM * step.params + c["m0"] + c["bytes_per_activation"] * step.activations
 
 
 @dataclass(frozen=True)
@@ -189,14 +157,15 @@ def format_hours(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def training_cost(cell, table: dict | None = None) -> CellCost:
-    """The CellCost of training ``cell`` (its model's facts under the measured table)."""
+def training_cost(cell, table: dict | None = None) -> CellCost | None:
+    """The CellCost of training ``cell``: its kind's steps, each as its kind counts it (Kind.step), under the
+    measured table; None where the kind cannot count a step (not estimated)."""
+    step = cell.kind.step(cell)
+    if step is None:
+        return None
     table = table or load_table()
-    shape = StepShape.of_cell(cell)
-    steps = cell.train.steps
-    return CellCost(
-        steps * step_flops(shape), steps * step_seconds(shape, table), step_peak_bytes(shape, table)
-    )
+    steps = cell.kind.steps(cell)
+    return CellCost(steps * step.flops, steps * step_seconds(step, table), step_peak_bytes(step, table))
 
 
 def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
@@ -219,9 +188,9 @@ def sweep_estimate(cells, table: dict | None = None) -> SweepEstimate:
             max(peak, cost.peak_bytes),
             count + 1,
         )
-        arch = getattr(getattr(cell, "model", None), "arch", None)
-        if arch is not None and arch not in table["fit"]:
-            borrowed[arch] = True
+        step = cell.kind.step(cell)
+        if step is not None and step.arch not in table["fit"]:
+            borrowed[step.arch] = True
     if math.isnan(seconds):
         raise ValueError("the cost table gives NaN; re-measure it")
     return SweepEstimate(count, flops, seconds, peak, other, tuple(borrowed))
@@ -234,7 +203,7 @@ def markdown_table(table: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table["rows"]:
-        shape = StepShape(**{k: r[k] for k in StepShape.__dataclass_fields__})
+        shape = Step(r["arch"], r["flops"], r["params"], r["activations"])
         lines.append(
             f"| {r['arch']} | {r['N']} | {r['d']} | {r['width']} | {r['layers']} | {r['batch']} |"
             f" {r['flops'] / 1e9:.1f} | {r['seconds']:.2f} | {r['peak_bytes'] / 2**20:.0f} |"

@@ -19,15 +19,15 @@ import heapq
 from collections import Counter
 
 from scaling.budget.cards import Cards, planned_for, table_card
-from scaling.budget.cost import GPU_TABLE, StepShape, coefficients, format_hours, load_gpu_table, step_flops
-from scaling.budget.packing import gpu_budget, pack_groups
+from scaling.budget.cost import GPU_TABLE, coefficients, format_hours, load_gpu_table
+from scaling.budget.packing import gpu_budget, pack_groups, step_of
 
 
 def pack_seconds(cells, table: dict) -> float:
     """Training seconds of one pack (or a single cell) of ``cells`` on the table's GPU."""
-    shape = StepShape.of_cell(cells[0])
-    fit = coefficients(table, shape.arch)
-    return cells[0].train.steps * (fit["t0"] + len(cells) * step_flops(shape) / fit["rate"])
+    step = step_of(cells[0])
+    fit = coefficients(table, step.arch)
+    return cells[0].kind.steps(cells[0]) * (fit["t0"] + len(cells) * step.flops / fit["rate"])
 
 
 def describe_gpu(
@@ -57,7 +57,8 @@ def describe_gpu(
     seconds = [pack_seconds([cells[i] for i in group], table) for group in groups]
     sizes: dict[str, Counter] = {}
     for group in groups:
-        sizes.setdefault(cells[group[0]].model.label, Counter())[len(group)] += 1
+        cell = cells[group[0]]
+        sizes.setdefault(cell.kind.model_label(cell), Counter())[len(group)] += 1
     packs = "; ".join(
         f"{label}: " + ", ".join(f"{n} x {k}" for k, n in sorted(counts.items(), reverse=True))
         for label, counts in sizes.items()
@@ -143,7 +144,7 @@ def precision_mismatch(cells, table: dict) -> str:
     """A line when the cells train in another precision than the table timed (its figures are then not
     theirs), else ''."""
     timed = table.get("train_precision", "float32")
-    other = sorted({c.train.precision for c in cells} - {timed})
+    other = sorted({c.kind.runs_on(c)[1] for c in cells} - {timed})
     if not other:
         return ""
     return (

@@ -13,7 +13,7 @@ under the table's measured memory fit, a pure function of the model's facts and 
 ``MAX_GPU_PACK``; the trial that runs a pack sizes it again to the device it holds (``device_pack_size``, from
 scaling.trial.devices.trial_memory: its share of the real card, measured there) and stacks at most that many
 of its members at once. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing pays on
-a CPU (``ModelFacts.cpu_packing_pays``; measured: not for GPT-2 and SGPT) whose estimated cost per training
+a CPU (``Step.packs_on_cpu``, the model's facts; measured: not for GPT-2 and SGPT) whose estimated cost per training
 step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the cluster's
 slots when each part has enough work to pay for its own trial. An integer K packs up to K cells of a packable
 model of any size; ``off`` or 1 never packs.
@@ -27,16 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from papers.context_scaling.architectures import model_facts
-from scaling.budget.cost import (
-    ADAM_BYTES_PER_PARAM,
-    StepShape,
-    activation_elements,
-    coefficients,
-    model_params,
-)
+from scaling.budget.cost import ADAM_BYTES_PER_PARAM, Step, coefficients
 from scaling.cells import Cell
-from scaling.config import canonical, to_dict
 
 AUTO_PACK_SIZE = 8
 AUTO_PACK_MAX_FLOPS = 2e8  # estimated multiply-adds of one training step (forward) of one cell
@@ -74,20 +66,27 @@ def gpu_budget(gpu: float, table: dict | None, card_bytes: float | None = None) 
     return GpuBudget(min(gpu, 1.0) * card, table)
 
 
+def step_of(cell: Cell) -> Step:
+    """One training step's cost facts of a packable cell (its kind's count: Kind.step); a kind that packs
+    cells it cannot count is an error, as a pack could not be sized."""
+    step = cell.kind.step(cell)
+    if step is None:
+        raise ValueError(f"{cell.name}: its kind packs cells whose steps it does not count (Kind.step)")
+    return step
+
+
 def member_bytes(cell: Cell, table: dict) -> float:
     """GPU memory one more member of a pack of cells like ``cell`` takes: Adam's 16 bytes per parameter and
     its activations under the table's measured memory fit."""
-    shape = StepShape.of_cell(cell)
-    fit = coefficients(table, shape.arch)
-    return ADAM_BYTES_PER_PARAM * model_params(shape) + fit["bytes_per_activation"] * activation_elements(
-        shape
-    )
+    step = step_of(cell)
+    fit = coefficients(table, step.arch)
+    return ADAM_BYTES_PER_PARAM * step.params + fit["bytes_per_activation"] * step.activations
 
 
 def gpu_pack_size(cell: Cell, budget: GpuBudget) -> int:
     """How many cells like ``cell`` fit one trial's GPU memory: a pure function of the model's facts and
     the memory (at least 1, at most MAX_GPU_PACK)."""
-    fixed = coefficients(budget.table, cell.model.arch)["m0"]
+    fixed = coefficients(budget.table, step_of(cell).arch)["m0"]
     fits = int((GPU_MEMORY_USABLE * budget.memory_bytes - fixed) // member_bytes(cell, budget.table))
     return max(1, min(MAX_GPU_PACK, fits))
 
@@ -102,7 +101,7 @@ def device_pack_size(cell: Cell, memory_bytes: float, table: dict) -> int:
 def pack_bytes(cell: Cell, members: int, table: dict) -> float:
     """Estimated peak bytes of ``members`` cells like ``cell`` stacked: the fit's fixed part, and each
     member's parameters, Adam state and activations (member_bytes)."""
-    return coefficients(table, cell.model.arch)["m0"] + members * member_bytes(cell, table)
+    return coefficients(table, step_of(cell).arch)["m0"] + members * member_bytes(cell, table)
 
 
 def memory_guard(cell: Cell, limit: float, table: dict) -> Callable[[object], None]:
@@ -126,31 +125,26 @@ def memory_guard(cell: Cell, limit: float, table: dict) -> Callable[[object], No
 def pack_signature(cell: Cell) -> str | None:
     """Cells with the same signature can share a pack; None for a cell that never packs.
 
-    Everything that fixes the model's shapes and the lockstep of training must agree: the model
-    settings, d, N and the training settings but the learning rate. T, the seed, the learning rate,
-    the other task settings and the evaluation may differ. Different widths change shapes: not packed.
-    Only cells whose kind says they pack (scaling.kinds.Kind.packable) do.
+    Only cells whose kind says they pack (scaling.kinds.Kind.packable) do, and only with cells of the same
+    kind and shape (Kind.pack_shape: for the training kind everything that fixes the model's shapes and the
+    lockstep of training: the model settings, d, N and the training settings but the learning rate; T, the
+    seed, the learning rate, the other task settings and the evaluation may differ).
     """
     if not cell.kind.packable(cell):
         return None
-    train = to_dict(cell.train)
-    train.pop("lr", None)
-    shape = {"model": canonical(cell.model), "d": cell.task.d, "N": cell.N, "train": train}
-    return json.dumps(shape, sort_keys=True, default=str)
+    return json.dumps({"job": cell.job, **cell.kind.pack_shape(cell)}, sort_keys=True, default=str)
 
 
 def step_cost(cell: Cell) -> float:
     """Multiply-adds of one forward pass of a cell's batch (the model's own count)."""
-    return model_facts(cell.model.arch).forward_multiply_adds(
-        cell.model, cell.task.d, cell.N + 1, cell.train.batch_size
-    )
+    return step_of(cell).forward
 
 
 def pack_seconds(cell: Cell, members: int, cost: float | None = None) -> float:
     """Estimated training seconds of a pack of ``members`` cells like ``cell`` (see MIN_SPLIT_SECONDS);
     ``cost``: the cell's step_cost, when already known."""
     cost = step_cost(cell) if cost is None else cost
-    return cell.train.steps * (PACK_STEP_OVERHEAD_S + 6 * members * cost / PACK_FLOP_RATE)
+    return cell.kind.steps(cell) * (PACK_STEP_OVERHEAD_S + 6 * members * cost / PACK_FLOP_RATE)
 
 
 def auto_parts(cell: Cell, count: int, slots: int) -> int:
@@ -177,8 +171,8 @@ def packable_limit(pack: str | int, cell: Cell, gpu: GpuBudget | None = None) ->
         return int(pack)
     if gpu is not None:
         return gpu_pack_size(cell, gpu)
-    pays = model_facts(cell.model.arch).cpu_packing_pays
-    return AUTO_PACK_SIZE if pays and step_cost(cell) <= AUTO_PACK_MAX_FLOPS else 1
+    step = step_of(cell)
+    return AUTO_PACK_SIZE if step.packs_on_cpu and step.forward <= AUTO_PACK_MAX_FLOPS else 1
 
 
 def pack_groups(

@@ -1,47 +1,45 @@
-"""The registry of experiment kinds: ``KINDS``, the only list of kind names, and the lookup of a kind.
-
-A cell's ``job`` is one of KINDS' keys (the field keeps its name so that every cell key stays what it
-was). Each entry is ``"module:attribute"`` (scaling.plugins.load), imported the first time a cell of that
-kind is built, so a sweep of training cells never imports seed-004 code. Adding a kind is one module and
-one line here; nothing else branches on a kind's name. This registry sits above the kinds' modules, not
-in their package's ``__init__``, which they import: the loads are arrows of the import graph
-(tests/test_layout.py).
+"""The experiment kinds as a plug-in point (scaling.plugins): a cell's ``job`` names its kind, a registered
+name (this project's, in pyproject.toml's ``icl_scaling.kinds``: ``train``, the default, the temperature
+scans, the constructions) or a researcher's own ``module:NAME``. Nothing here lists the kinds' names: the
+registry is the entry points, and nothing else branches on a kind's name.
 """
 
 from __future__ import annotations
 
-from ..config import ConfigError
-from ..plugins import load
-from . import Kind
+from scaling.config import ConfigError
+from scaling.kinds import Kind
+from scaling.plugins import Point, names, resolve
 
-KINDS: dict[str, str] = {
-    "train": "papers.context_scaling.kind:TRAIN",
-    "theory_context": "papers.temperature.kind:THEORY_CONTEXT",
-    "theory_noise": "papers.temperature.kind:THEORY_NOISE",
-    "theory_mean_shift": "papers.temperature.kind:THEORY_MEAN_SHIFT",
-    "attention_histograms": "papers.temperature.kind:ATTENTION_HISTOGRAMS",
-    "gpt2_scan": "papers.temperature.kind:GPT2_SCAN",
-    "llm_scan": "papers.temperature.kind:LLM_SCAN",
-    "gd_transformer": "papers.statisticians.kind:GD_TRANSFORMER",
-    "selection_transformer": "papers.statisticians.kind:SELECTION_TRANSFORMER",
-}
 DEFAULT_KIND = "train"
+POINT = Point(
+    "kinds",
+    "experiment kind",
+    "a scaling.kinds.Kind",
+    check=lambda obj: "" if isinstance(obj, Kind) else f"a {type(obj).__name__}, not a scaling.kinds.Kind",
+)
 
 
-def kind(name: str) -> Kind:
-    """The kind registered as ``name``; an unknown name is a ConfigError listing the known ones."""
-    if name not in KINDS:
-        raise ConfigError("job", f"unknown value {name!r}; known: {', '.join(KINDS)}")
-    found = load(KINDS[name])
-    if found.name != name:
-        raise RuntimeError(f"KINDS[{name!r}] points at the kind {found.name!r}")
+def kind(name: str, where: str = "job") -> Kind:
+    """The kind ``name`` names; an unknown one is a ConfigError listing the known ones."""
+    found = resolve(POINT, name, where).obj
+    if ":" not in name and found.name != name:
+        raise RuntimeError(f"the kind registered as {name!r} calls itself {found.name!r}")
     return found
 
 
-def kind_of_group(group: str) -> Kind | None:
-    """The first kind whose settings are given under ``group`` (importing kinds until one is found)."""
-    for name in KINDS:
-        found = kind(name)
+def kind_names() -> list[str]:
+    """The registered kinds' names."""
+    return names(POINT)
+
+
+def kind_of_group(group: str, jobs: tuple[str, ...] = ()) -> Kind | None:
+    """The first kind whose own settings are given under ``group``: among ``jobs`` (a cell's or a sweep's
+    kinds, which may be a researcher's own), then the registered ones."""
+    for name in (*jobs, *kind_names()):
+        try:
+            found = kind(name)
+        except ConfigError:  # a cell's unknown job: its own validation says so, where it is written
+            continue
         if found.group == group:
             return found
     return None

@@ -29,9 +29,10 @@ anything runs. The file itself is checked first (scaling.planning.guards: a UTF-
 YAML nested at most 50 levels, aliases bounded), and a grid of more than ``scaling.planning.guards.MAX_CELLS``
 cells is refused from its axes' lengths, before any cell is built, unless ``max_cells`` allows it. A ``grid:``
 key with no axes is an error; a file without ``grid:`` is one cell of the defaults. A cell with
-``train.device: cuda`` must ask for a GPU in its resources. ``train.precision: auto`` (the default) resolves
-here from the cell's resources (scaling.cells.resolve_precision): bfloat16 for a cell whose trial is given a
-GPU, float32 otherwise; the planned cell, its key, params and cell.yaml hold the resolved precision.
+``train.device: cuda`` must ask for a GPU in its resources. A cell is planned for the resources it asks for by its kind
+(scaling.kinds.Kind.for_resources: the training kind's ``train.precision: auto`` resolves to bfloat16 for a
+cell whose trial is given a GPU, float32 otherwise; the planned cell, its key, params and cell.yaml hold the
+resolved precision). Plug-ins named ``module:Name`` are looked up beside the sweep file first.
 """
 
 from __future__ import annotations
@@ -45,17 +46,16 @@ from typing import Any
 
 import yaml
 
-from papers.context_scaling.architectures import ModelConfig, model_facts
-from papers.context_scaling.configs import TrainConfig
-from scaling.cells import Cell, resolve_precision
+from scaling.cells import Cell
 from scaling.config import ConfigError, check, from_dict, shared_configs
 from scaling.kinds.registry import kind_of_group
 from scaling.planning.adaptive_settings import AdaptiveSettings, check_against_lattice
 from scaling.planning.guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
 from scaling.planning.variants import variant_of, with_variant
+from scaling.plugins import search_folder
 
 TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "run", "adaptive", "profiles")
-CELL_FIELDS = ("task", "model", "train", "eval", "T", "N", "seed", "job")
+CELL_FIELDS = ("T", "N", "seed", "job")  # a cell's own fields; the rest of its settings are its kind's groups
 PRESET_TRAIN = "train"  # the cell field a model preset may hold settings of its own for (the training)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -310,14 +310,6 @@ def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources
             raise SweepError(f"{at('models', name, 'train')}: expected a mapping of training settings")
         spec.setdefault("name", str(name))
         try:
-            from_dict(ModelConfig, spec)
-        except ConfigError as err:
-            raise at.error(("models", name), err) from None
-        try:
-            from_dict(TrainConfig, train)
-        except ConfigError as err:
-            raise at.error(("models", name, "train"), err) from None
-        try:
             resources = None if resources is None else from_dict(Resources, resources)
         except ConfigError as err:
             raise at.error(("models", name), err) from None
@@ -371,10 +363,11 @@ def absolute_paths(tree: dict[str, Any], bases: list[Path]) -> dict[str, Any]:
     made absolute: the first base under which the path exists, else the first base (validation then
     names the missing path). Trials run in other directories, so paths they get must be absolute."""
     out = dict(tree)
+    jobs = (tree["job"],) if isinstance(tree.get("job"), str) else ()
     for group, settings in tree.items():
         if not isinstance(settings, dict) or group in CELL_FIELDS:
             continue
-        owner = kind_of_group(group)
+        owner = kind_of_group(group, jobs)
         if owner is None or not owner.path_fields:
             continue
         settings = dict(settings)
@@ -396,12 +389,6 @@ def with_grid_job(tree: dict, grid: Any) -> dict:
     if "job" in tree or not isinstance(jobs, list) or not jobs or not isinstance(jobs[0], str):
         return tree
     return {**tree, "job": jobs[0]}
-
-
-def check_limits(cell: Cell) -> Cell:
-    """Limits a valid cell can still break, asked of its model: a prompt must fit the model's positions."""
-    model_facts(cell.model.arch).check_positions(cell.model, cell.N)
-    return cell
 
 
 def override_path(assignment: str) -> tuple:
@@ -476,6 +463,17 @@ class _Lattice:
         return absolute_paths(tree, self.bases), resources
 
 
+def check_presets(lattice: _Lattice, at: _Locator) -> None:
+    """Each model preset over the defaults alone, as its cell's ``model`` (and ``train``) settings, so that
+    an error points at the preset (its model's settings are its architecture's: a plug-in's own)."""
+    for name in lattice.presets:
+        try:
+            Cell.from_dict(with_grid_job(lattice.tree({"model": name})[0], lattice.grid))
+        except ConfigError as err:
+            where = err.where.removeprefix("model.") if err.where.startswith("model.") else err.where
+            raise at.error(("models", name), ConfigError(where, str(err)[len(err.where) + 2 :])) from None
+
+
 def check_each_axis_value(lattice: _Lattice, axes: dict[str, list], at: _Locator) -> None:
     """Each value of each axis over the defaults alone, so that an error points at the value."""
     for axis, values in axes.items():
@@ -486,14 +484,15 @@ def check_each_axis_value(lattice: _Lattice, axes: dict[str, list], at: _Locator
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 
 
-def check_device(cell: Cell, resources: Resources, at: _Locator) -> None:
-    """A cell to train on CUDA must ask for a GPU."""
-    if cell.train.device.startswith("cuda") and resources.gpu <= 0:
+def check_resources(cell: Cell, resources: Resources, at: _Locator) -> None:
+    """A cell must be able to run on what it asks for (its kind's check: one that trains on CUDA asks for a
+    GPU)."""
+    try:
+        cell.kind.check_resources(cell, resources.gpu)
+    except ConfigError as err:
         raise SweepError(
-            f"{at('defaults', 'train', 'device')}: train.device: {cell.train.device} needs a GPU,"
-            f" and the cell {cell.name} asks for none; give it `resources: {{gpu: 1}}` (or a"
-            f" fraction), or use device: auto"
-        )
+            f"{at('defaults', *err.where.split('.'))}: {str(err)[len(err.where) + 2 :]}"
+        ) from None
 
 
 def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: _Locator) -> list[PlannedCell]:
@@ -503,14 +502,15 @@ def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: _
         combo = dict(zip(axes, combo_values))
         tree, own = lattice.tree(combo)
         try:
-            cell = check_limits(resolve_precision(Cell.from_dict(tree), (own or resources).gpu))
+            cell = Cell.from_dict(tree)
+            cell = cell.kind.for_resources(cell, (own or resources).gpu)
         except ConfigError as err:
             described = ", ".join(f"{k}={v}" for k, v in combo.items())
             raise SweepError(f"{at('grid')}: the cell ({described}) is invalid: {err}") from None
         if cell.key in seen:
             continue
         seen.add(cell.key)
-        check_device(cell, own or resources, at)
+        check_resources(cell, own or resources, at)
         cells.append(PlannedCell(cell, own or resources, combo))
     if not cells:
         raise SweepError(f"{at()}: the sweep has no cells")
@@ -529,6 +529,8 @@ def plan_document(
     scaling.planning.guards.MAX_CELLS); ``overrides`` maps key paths set by ``--set`` to their assignment. The
     checks run in the document's order, each naming the file, line and key it found wrong."""
     at = _Locator(source, lines or {}, overrides)
+    if Path(source).is_file():
+        search_folder(Path(source).resolve().parent)  # its plug-ins' modules (module:Name) sit beside it
     name = check_top_level(document, at)
     bases = [Path.cwd(), Path(source).resolve().parent]  # trials run elsewhere: paths become absolute
     defaults = checked_defaults(document, bases, at)
@@ -538,6 +540,7 @@ def plan_document(
     axes = checked_axes(document, presets, at, max_cells)
     lattice = _Lattice(defaults, presets, document.get("grid"), bases)
     with shared_configs():  # the lattice's cells share their equal groups of settings
+        check_presets(lattice, at)
         check_each_axis_value(lattice, axes, at)
         cells = expand(lattice, axes, resources, at)
     variant = variant_of((overrides or {}).values())

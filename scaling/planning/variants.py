@@ -43,7 +43,7 @@ def own_setting(keys: list[str], cell) -> str | None:
     if keys[0] == "defaults":
         keys = keys[1:]
     if keys and keys[0] == "models":
-        if len(keys) < 3 or keys[1] != cell.model.name:
+        if len(keys) < 3 or keys[1] != cell.kind.model_label(cell):
             return None
         keys = keys[2:] if keys[2] == PRESET_TRAIN else ["model", *keys[2:]]
     return ".".join(keys) or None

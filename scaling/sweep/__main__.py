@@ -113,6 +113,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--verbose", action="store_true", help="also show Ray's and Ray Tune's own messages and banners"
     )
+    parser.add_argument(
+        "--accept-plugin-changes",
+        action="store_true",
+        help="count cells trained with another source of one of your plug-ins at the same version as current"
+        " (without it such a sweep is refused: give the plug-in a new version to train them anew)",
+    )
     return parser.parse_args(argv)
 
 
@@ -136,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu_memory=args.gpu_memory,
             autoscaling=args.autoscaling,
             verbose=args.verbose,
+            accept_plugin_changes=args.accept_plugin_changes,
         )
         outcome = run_sweep(
             args.sweep,

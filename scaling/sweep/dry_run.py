@@ -125,7 +125,7 @@ def cell_states(
     store, leases = CheckpointStore(store_uri), Leases(store_uri)
     status = {}
     for planned in plan.cells:
-        key, steps = planned.cell.key, planned.cell.train.steps
+        key, steps = planned.cell.key, planned.cell.kind.steps(planned.cell)
         if key in complete:
             status[key] = "complete"
             continue

@@ -25,6 +25,7 @@ from scaling.budget.cost import load_gpu_table
 from scaling.planning.guards import check_address, check_flags, check_whole, probe_storage
 from scaling.planning.plan import Plan, SweepError, load_plan
 from scaling.sweep.cluster import describe, ray_up_head, read_node_types
+from scaling.sweep.plugin_sources import check_plugin_sources
 from scaling.sweep.progress import next_commands, quiet_ray, summary_lines
 from scaling.trial import storage as stores
 from scaling.trial.checkpoints import CheckpointStore, behind
@@ -183,6 +184,7 @@ def read_store(run: SweepRun) -> None:
     run.experiment_id = run.tracker.experiment_id(run.name) if run.tracker is not None else None
     check_sweep_name(run)
     run.complete = run.complete_now() if run.experiment_id is not None else set()
+    check_plugin_sources(run)
     run.pending = [p for p in run.plan.cells if p.cell.key not in run.complete]
     run.outcome = SweepOutcome(len(run.plan.cells), len(run.plan.cells) - len(run.pending))
 

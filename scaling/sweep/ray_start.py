@@ -9,6 +9,7 @@ import threading
 import ray
 
 from scaling.planning.plan import SweepError
+from scaling.plugins import modules_to_ship
 from scaling.sweep.cluster import describe, waiting_for_autoscaler
 
 from ..tracking.store_template import preload
@@ -53,7 +54,8 @@ def start_ray(
     verbose: bool = False,
 ) -> None:
     """Join a cluster (``address``) or start the embedded local Ray; ``env`` reaches every trial process
-    (the local Ray's processes inherit this one's environment; a cluster's get it as a runtime env).
+    (the local Ray's processes inherit this one's environment; a cluster's get it as a runtime env), and so
+    do the modules of the sweep's own plug-ins (scaling.plugins.modules_to_ship, as Ray's ``py_modules``).
 
     Without an address a new local instance is always started (``address="local"``): a plain ``ray.init()``
     would join any cluster already running on this machine (RAY_ADDRESS, or the latest ``ray start``).
@@ -63,10 +65,14 @@ def start_ray(
     level = logging.WARNING if verbose else logging.ERROR
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=level)
     os.environ.update(env or {})
+    # the sweep's own plug-in modules (module:Name beside the sweep file) reach every worker, on any node
+    shipped = modules_to_ship()
+    runtime_env = {"py_modules": shipped} if shipped else {}
     if address:
-        ray.init(address=address, runtime_env={"env_vars": env} if env else None, **quiet)
+        runtime_env = {**runtime_env, "env_vars": env} if env else runtime_env
+        ray.init(address=address, runtime_env=runtime_env or None, **quiet)
     else:  # "local": a new Ray of our own, never another process's instance on this machine
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **quiet)
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env or None, **quiet)
 
 
 def fits(request: dict[str, float], node: dict[str, float]) -> bool:

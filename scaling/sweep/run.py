@@ -54,6 +54,9 @@ class RunOptions:
     autoscaling: bool = False  # the cluster adds nodes on demand: no check that every cell fits a node
     verbose: bool = False  # also show Ray's and Ray Tune's own messages and banners
     live: bool | None = None  # the live view (None: when the output is a terminal)
+    # count cells trained with another source of a plug-in at the same version as current
+    # (scaling.sweep.plugin_sources)
+    accept_plugin_changes: bool = False
 
 
 @dataclass

@@ -238,6 +238,12 @@ class TrackingStore(abc.ABC):
         """The keys of the cells with a complete run."""
         return {k for k, r in self.cell_records(experiment_id).items() if r.status == STATUS_COMPLETE}
 
+    def cell_tag(self, experiment_id: str, tag: str) -> dict[str, tuple[str, str]]:
+        """cell_key -> (its run's status, the tag's value) for every cell run that carries ``tag``."""
+        columns = Columns(params=(), metrics=(), tags=(tag,))
+        runs = self.find_runs(experiment_id, tags={"kind": "cell"}, columns=columns)
+        return {r.cell_key: (r.status, r.tags[tag]) for r in runs if r.cell_key and tag in r.tags}
+
     def last_loss_step(self, run_id: str) -> int:
         """The last training step whose loss the run holds (0: none)."""
         return max((step for step, _ in self.metric_history(run_id, "train/loss")), default=0)

@@ -3,6 +3,7 @@ buffered and flushed, its curves, artifacts and status logged."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -14,6 +15,8 @@ from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 import yaml
+
+from scaling.cells import plugin_sources
 
 from . import BARE, STATUS_COMPLETE, STATUS_FAILED, STATUS_RUNNING, CellRunLog, RunRecord, TrackingError
 from .names import curve_metric_key
@@ -87,7 +90,8 @@ class CellLog(CellRunLog):
         found = tracker.cell_runs(experiment_id, cell.key)
         if any(r.status == STATUS_COMPLETE for r in found):
             done = next(r for r in found if r.status == STATUS_COMPLETE)
-            return cls(tracker, done.run_id, cell.train.steps, complete=True, flush_every=LOSS_FLUSH_SECONDS)
+            steps = cell.kind.steps(cell)
+            return cls(tracker, done.run_id, steps, complete=True, flush_every=LOSS_FLUSH_SECONDS)
         if found:
             reopened, last = _most_advanced(tracker, found)
             run_id = reopened.run_id
@@ -98,8 +102,9 @@ class CellLog(CellRunLog):
                 "sweep": sweep,
                 "kind": "cell",
                 "status": STATUS_RUNNING,
-                "model": cell.model.label,
+                "model": cell.kind.model_label(cell),
                 OPEN_TOKEN: uuid.uuid4().hex,
+                **plugins_tag(cell),
             }
             if parent_run_id:
                 tags["mlflow.parentRunId"] = parent_run_id
@@ -123,6 +128,8 @@ class CellLog(CellRunLog):
                 experiment_id=experiment_id,
             )
         retrying(lambda: tracker.client.set_tag(run_id, "status", STATUS_RUNNING), "tagging run")
+        for tag, value in plugins_tag(cell).items():  # the source this run now goes on with
+            retrying(lambda: tracker.client.set_tag(run_id, tag, value), "tagging run")
         return cls(
             tracker,
             run_id,
@@ -321,3 +328,13 @@ def log_batches(metrics: list, tags: list) -> Iterator[tuple[list, list]]:
     last = metrics[head:]
     for start in range(0, max(len(tags), 1 if last else 0), MAX_BATCH_TAGS):
         yield (last if start == 0 else []), tags[start : start + MAX_BATCH_TAGS]
+
+
+PLUGINS_TAG = "plugins"  # the researcher's plug-ins a cell's run ran with (scaling.cells.plugin_sources)
+
+
+def plugins_tag(cell) -> dict[str, str]:
+    """The run's ``plugins`` tag: what it records of the researcher's plug-ins its cell runs (name, version,
+    a hash of the source, as JSON); none for a cell of the built-ins alone."""
+    sources = plugin_sources(cell)
+    return {PLUGINS_TAG: json.dumps(sources, sort_keys=True)} if sources else {}

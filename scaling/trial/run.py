@@ -141,8 +141,9 @@ def prepare(spec: TrialSpec, cell: Cell, leases: dict[str, Lease]) -> Prepared:
     writes a cell's checkpoint only while the cell's lease in ``leases`` is still this trial's."""
     torch.set_num_threads(max(1, int(spec.resources.get("cpu", 1))))
     gpu = float(spec.resources.get("gpu", 0))
-    device = trial_device(cell.train.device, gpu)
-    use_precision(device, cell.train.precision)
+    device_setting, precision = cell.kind.runs_on(cell)
+    device = trial_device(device_setting, gpu)
+    use_precision(device, precision)
     return Prepared(
         device,
         cap_gpu_memory(device, gpu),
@@ -263,7 +264,7 @@ def run_members(
         errors = finish_members(todo, train_members(todo, pack))
         if errors:
             raise PackMemberError("; ".join(errors.values()))
-    final = {"step": max(c.train.steps for c in cells), "progress": 1.0, "finished": 1}
+    final = {"step": max(c.kind.steps(c) for c in cells), "progress": 1.0, "finished": 1}
     if report:
         report(final)
     return final
