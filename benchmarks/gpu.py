@@ -52,7 +52,7 @@ from .gpu_steps import fig1_phase, packs_phase
 from .gpu_sweep import sweep_phase
 
 # seconds per phase on one H100 (the default phases' sum, 10 minutes, most of it the trials' compiles and the
-# checks: on a lent machine in two calls; the sweep phase's ~4 in a call of its own: docs/gpu.md)
+# checks: on a lent machine in two calls; the sweep phase's ~4 in a call of its own: benchmarks/README.md)
 PHASE_SECONDS = {
     "device": 10,
     "fig1": 60,  # the trial's step compiles (train.compile auto: ~20 s)

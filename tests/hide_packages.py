@@ -31,7 +31,7 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_PACKAGES = ("scaling", "analysis", "cluster", "benchmarks")
+PROJECT_PACKAGES = ("scaling", "analysis", "papers", "cluster", "benchmarks")
 ALWAYS = {"pip", "setuptools", "wheel"}  # any venv has them
 
 

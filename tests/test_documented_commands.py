@@ -185,7 +185,7 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
         LOAD_TEST,
         *TRACKING_LOAD,
     ),
-    "python -m pytest -m slow tests/test_tracking_load.py": (LOAD_TEST, *TRACKING_LOAD),
+    "python -m pytest -m slow -n 0 tests/test_tracking_load.py": (LOAD_TEST, *TRACKING_LOAD),
     "ray up -y my-cluster.yaml": ("needs an sshd that admits the user's key", *ON_LOOPBACK),
     "ray exec my-cluster.yaml 'cd ~/icl-scaling-cluster && python -m scaling.sweep sweeps/smoke.yaml'": (
         "needs the cluster of ray up",
