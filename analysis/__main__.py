@@ -36,8 +36,7 @@ from scaling.tracking import TrackingError
 
 from .claims import tally
 from .compare import compare
-from .figures import LAYOUTS
-from .paper import PAPERS, analyse_figures, commands, profiles_read, write_paper
+from .paper import analyse_figures, commands, papers, profiles_read, write_paper
 from .pipeline import analyse
 from .plugin import AnalysisError, Request
 
@@ -111,9 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="output folder (default analysis_out/<experiment>)")
     parser.add_argument(
         "--layout",
-        choices=sorted(LAYOUTS),
         metavar="NAME",
-        help=f"figure layout, one of {', '.join(sorted(LAYOUTS))} (default: by the sweep's name)",
+        help="figure layout of the sweep's kind (the training kind's: fig1 .. fig8, smoke, generic;"
+        " default: by the sweep's name)",
     )
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for fit intervals")
     parser.add_argument(
@@ -165,7 +164,7 @@ def paper_summary(figures: dict, claims, page: Path, request: Request) -> list[s
     """What ``--paper`` prints: the claims' tally per paper, where the report is, what to run next (the
     first part not run, the report); each claim with its numbers or reason is in the report."""
     lines = [f"reproduction report{profiles_read(figures, request.profile)}: {tally(claims)}"]
-    for paper in PAPERS:
+    for paper in papers():
         parts = [figures[part.key] for part in paper.parts]
         ran = sum(f.result is not None for f in parts)
         rows = claims[claims["paper"] == paper.seed]

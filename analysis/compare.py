@@ -1,9 +1,9 @@
 """Comparing two sweeps (say two versions of seed 001's Fig. 1): matching points, fits side by side,
 overlaid curves, one report.
 
-``compare`` reads both sweeps (analysis/pipeline.py) and judges each with the training kind's plug-in
-(papers/context_scaling/analysis/plugin.py), writes each one's tables into ``<out>/<experiment>/``, and into
-``<out>`` ``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
+``compare`` reads both sweeps (analysis/pipeline.py) and judges each with its kind's plug-in (the training
+kind's: papers/context_scaling/analysis/plugin.py), writes each one's tables into ``<out>/<experiment>/``, and
+into ``<out>`` ``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
 ``fits_side_by_side.csv``, the overlaid figures and ``report.html``; logged as a ``kind=analysis`` run (tag
 ``compare_with``) in the first sweep's experiment only.
 
@@ -22,12 +22,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from papers.context_scaling.analysis.plugin import TRAINING
 from scaling.config import format_T
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
-from .pipeline import judged, log_analysis, read, resolve, write_tables
+from .pipeline import judged, log_analysis, plugin_for, read, resolve, write_tables
 from .plugin import AnalysisError, AnalysisResult, Request
 from .report import _page, image_html, sweep_sections, table_html
 
@@ -178,8 +177,8 @@ def compare(
         raise AnalysisError(f"both sweeps are the experiment {name_a!r}; compare two different experiments")
     out = (request.out or Path("analysis_out") / f"{name_a}-vs-{name_b}").resolve()
     results = [read(source, uri, out / source.name) for source in (source_a, source_b)]
-    for result, side in zip(results, sides):
-        write_tables(judged(result, TRAINING, side))
+    for result, source, side in zip(results, (source_a, source_b), sides):
+        write_tables(judged(result, plugin_for(source, uri), side))
     a, b = results
     files = [*a.files, *b.files]
     diffs = differences(a.table, b.table)

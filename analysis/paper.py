@@ -29,18 +29,15 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from papers.context_scaling.analysis import claims as claims_context_scaling
-from papers.statisticians.analysis import claims as claims_statisticians
-from papers.temperature.analysis import claims as claims_temperature
+from scaling.plugins import Point, names
+from scaling.plugins import resolve as resolve_plugin
 from scaling.redact import redact
 
 from . import claims as claiming
-from .figures import layout_name
 from .pipeline import analyse, resolve
 from .plugin import AnalysisError, Request
 from .report import _page, image_html, table_html
 from .sizes import TRAINED, estimated_cost, size_text
-from .verdicts import rule_text
 
 STATUS_COLOURS = {
     claiming.REPRODUCED: "#dff3df",
@@ -67,6 +64,7 @@ class Part:
     # a part that is its sweep file at this one profile (Fig. 3 on SmolLM2: temp_llama_b.yaml at smollm; its
     # key is that experiment's name), analysed whenever its file is given; None: the file at the report's
     profile: str | None = None
+    figure: str = ""  # the stem of the figure the report shows for it ('': every figure its analysis drew)
 
 
 @dataclass(frozen=True)
@@ -78,131 +76,25 @@ class Paper:
     how: Callable[[Request], str]  # how its claims are judged, in words
 
 
-def _seed001_how(request: Request) -> str:
-    return (
-        "A scaling claim reads the verdict of the model at the paper's fixed value (context scaling at the "
-        "sweep's largest T, task scaling at the n nearest the paper's N = 10). "
-        f"{rule_text(request.rule())} A paper claim that a model scales is 'not reproduced' "
-        "when the model is at chance; a claim that it does not scale is 'inconclusive' then (a model that "
-        "learned nothing shows neither), and either claim is 'inconclusive' when the model scales weakly "
-        "(it holds only up to the margin). A comparison reads the two errors at the largest context length "
-        "seed by seed, per task and per noise level, never pooled: the geometric mean of the per-seed ratios "
-        "with its "
-        f"{request.rule().level:.0%} interval (the verdicts' method). 'Comparable' means the interval lies "
-        f"within a factor of {claiming.COMPARABLE:g} either way, 'better' that it lies below 1; an interval "
-        "that straddles the bound, or fewer than 3 seeds, is 'inconclusive'."
-    )
-
-
-# seed 001 states no training budget (its sweep files take Garg et al.'s), and T only where said here
-SILENT_STEPS = {"steps": "not stated; Garg et al. 500000"}
-UNSTATED_T = {"T": "not stated; Garg et al. inf"}
-SEED001_STATED = {
-    1: {"d": "not stated in Fig. 1; App. C 8", "T": "1e5, 1e6 in B; A's values not stated"},
-    2: UNSTATED_T,
-    3: UNSTATED_T,
-    4: {},
-    5: UNSTATED_T,
-    6: {"T": "not stated", "N": "not stated"},
-    7: {"T": "not stated"},
-    8: {"T": "1e5, 1e6 in B; A's values not stated"},
-}
-THEORY = ("d",)  # seed 004's closed forms and Monte Carlo: no trained model
-# seed 004 App. K: Garg et al.'s released checkpoint (its own file plans only with the checkpoint given)
-GARG_CHECKPOINT = {"d": "20", "N": "40", "width": "256", "layers": "12", "steps": "500000 (Garg et al.)"}
-LLAMA = {"llm": "Llama-2-7b-chat"}  # seed 004 Sec. 5.2 (its own file plans only with the weights given)
-
-PAPERS: tuple[Paper, ...] = (
-    Paper(
-        "001",
-        "Abedsoltan et al., Context-Scaling versus Task-Scaling in In-Context Learning",
-        (
-            *(
-                Part(f"fig{k}", f"sweeps/fig{k}.yaml", f"Figure {k}", paper={**SILENT_STEPS, **stated})
-                for k, stated in SEED001_STATED.items()
-            ),
-            Part(
-                "fig4-lengths",
-                "sweeps/fig4_lengths.yaml",
-                "App. A: context lengths not trained on (Fig. 4's ReLU task)",
-                paper=SILENT_STEPS,
-            ),
-        ),
-        claims_context_scaling.CLAIMS,
-        _seed001_how,
-    ),
-    Paper(
-        "003",
-        "a report on Bai et al., Transformers as Statisticians",
-        (
-            Part("stat-gd", "sweeps/stat_gd.yaml", "Sec. 3: in-context gradient descent", ("d", "N")),
-            Part(
-                "stat-selection",
-                "sweeps/stat_selection.yaml",
-                "Sec. 4: in-context algorithm selection",
-                ("d", "N"),  # the claims read the constructions, not the GPT-2 trained beside them
-            ),
-        ),
-        claims_statisticians.CLAIMS,
-        lambda request: claims_statisticians.HOW,
-    ),
-    Paper(
-        "004",
-        "Demir & Dogan, Optimal Attention Temperature Enhances In-Context Learning under Distribution Shift",
-        (
-            Part(
-                "temp-fig1",
-                "sweeps/temp_fig1.yaml",
-                "Figure 1: theory and Monte Carlo under three shifts",
-                THEORY,
-            ),
-            Part("temp-fig2", "sweeps/temp_fig2.yaml", "Figure 2: noise shift", THEORY),
-            Part("temp-fig4", "sweeps/temp_fig4.yaml", "Figure 4: linear vs linearized attention", THEORY),
-            Part("temp-fig5", "sweeps/temp_fig5.yaml", "Figure 5: attention-weight histograms", THEORY),
-            Part(
-                "temp-gpt2-scan",
-                "sweeps/temp_gpt2_scan.yaml",
-                "Figure 6: GPT-2 under a covariance shift",
-                ("d", "N", "width", "steps", "layers"),
-                GARG_CHECKPOINT,
-            ),
-            Part(
-                "temp-llama-a",
-                "sweeps/temp_llama_a.yaml",
-                "Figure 3a: LLM exact match vs demonstrations",
-                ("llm",),
-                LLAMA,
-            ),
-            Part(
-                "temp-llama-b",
-                "sweeps/temp_llama_b.yaml",
-                "Figure 3b: LLM exact match vs noisy ratio",
-                ("llm",),
-                LLAMA,
-            ),
-            *[
-                Part(
-                    f"temp-llama-{panel}-smollm",
-                    f"sweeps/temp_llama_{panel}.yaml",
-                    f"Figure 3{panel} on SmolLM2-135M-Instruct (this CPU; the smollm profile)",
-                    ("llm",),
-                    LLAMA,
-                    profile="smollm",
-                )
-                for panel in ("a", "b")
-            ],
-            Part(
-                "temp-sec44",
-                "sweeps/temp_sec44.yaml",
-                "Sec. 4.4: tau_opt = c under Sigma_x test = c I (w ~ N(0, I), sigma = 0)",
-                THEORY,
-            ),
-        ),
-        claims_temperature.CLAIMS,
-        lambda request: claims_temperature.HOW,
+POINT = Point(
+    "papers",
+    "paper of the reproduction report",
+    "an analysis.paper.Paper",
+    check=lambda obj: (
+        "" if isinstance(obj, Paper) else f"a {type(obj).__name__}, not an analysis.paper.Paper"
     ),
 )
-PARTS = {part.key: (paper, part) for paper in PAPERS for part in paper.parts}
+
+
+def papers() -> tuple[Paper, ...]:
+    """The papers of the reproduction report, each a plug-in (pyproject.toml's ``icl_scaling.papers``: the
+    project's three seeds; a researcher's package registers its own the same way)."""
+    return tuple(resolve_plugin(POINT, name).obj for name in names(POINT))
+
+
+def parts() -> dict[str, tuple[Paper, Part]]:
+    """Every paper's parts by key."""
+    return {part.key: (paper, part) for paper in papers() for part in paper.parts}
 
 
 @dataclass
@@ -243,11 +135,14 @@ def split_spec(spec: str, profile: str) -> tuple[str, str]:
 def part_of(name: str, profile: str) -> tuple[Paper, Part] | None:
     """The paper and part of an experiment name (fig1-quick -> seed 001's fig1; temp-llama-b-smollm at
     profile smollm -> its own part), None when no paper's."""
-    pinned = PARTS.get(name)
+    known = parts()
+    pinned = known.get(name)
     if pinned and pinned[1].profile is not None and pinned[1].profile == profile:
         return pinned
     key = name[: -len(profile) - 1] if profile and name.endswith(f"-{profile}") else name
-    return PARTS.get(key) or PARTS.get(layout_name(key))
+    # the part whose key the name is, or starts (fig1-a-variant is fig1's), the longest first
+    within = sorted((k for k in known if key == k or key.startswith(f"{k}-")), key=len, reverse=True)
+    return known[within[0]] if within else None
 
 
 def declared_name(path: str) -> str | None:
@@ -265,7 +160,7 @@ def refuse_other(path: str, name: str | None, profile: str = "") -> Part | None:
         return None
     found = part_of(name, profile)
     if found is None:
-        known = ", ".join(part.sweep for paper in PAPERS for part in paper.parts)
+        known = ", ".join(part.sweep for paper in papers() for part in paper.parts)
         raise AnalysisError(
             f"{path}: the sweep {name!r} is not one of the papers' sweeps ({known});"
             " the reproduction report reads only those"
@@ -279,7 +174,8 @@ def analyse_figures(sweeps: list[str], request: Request) -> dict[str, Figure]:
     analysed (AnalysisError, nothing written: a file no paper's part runs, two files for one part, a bad
     profile). A part not given keeps its own sweep file and the request's profile, to say how to run it."""
     figures = {
-        key: Figure(part, part.sweep, own_profile(part, request.profile)) for key, (_, part) in PARTS.items()
+        key: Figure(part, part.sweep, own_profile(part, request.profile))
+        for key, (_, part) in parts().items()
     }
     planned = []
     for spec in sweeps:
@@ -312,7 +208,7 @@ def pinned_parts(planned: list, figures: dict[str, Figure], request: Request) ->
     given = {declared_name(figure.sweep): figure.sweep for figure, _, _ in planned}
     done = {figure.part.key for figure, _, _ in planned}
     out = []
-    for key, (_, part) in PARTS.items():
+    for key, (_, part) in parts().items():
         path = given.get(declared_name(str(ROOT / part.sweep)))
         if part.profile is None or key in done or path is None:
             continue
@@ -349,10 +245,11 @@ def commands(figure: Figure, request: Request) -> tuple[str, str]:
     )
 
 
-def figure_pngs(result) -> list[Path]:
-    """The PNG of a figure's own layout (fig1.png for fig1-quick), else every PNG the analysis drew."""
+def figure_pngs(result, part: Part) -> list[Path]:
+    """The PNG of the part's own figure (``Part.figure``: fig1.png for fig1-quick), else every PNG the
+    analysis drew."""
     pngs = [p for p in result.files if p.suffix == ".png"]
-    own = [p for p in pngs if p.stem == layout_name(result.experiment)]
+    own = [p for p in pngs if part.figure and p.stem == part.figure]
     return own or pngs
 
 
@@ -385,7 +282,7 @@ def figure_section(figure: Figure, rows: pd.DataFrame, out: Path) -> str:
             f"{len(result.missing)} not complete; the sweep's own report: "
             f'<a href="{html.escape(str(link))}">{html.escape(str(link))}</a></p>'
         )
-        pngs = figure_pngs(result)
+        pngs = figure_pngs(result, figure.part)
         head += "".join(image_html(p) for p in pngs) if pngs else "<p>(no figure drawn)</p>"
     run = figure.result is not None
     body = "".join(
@@ -445,18 +342,18 @@ def write_paper(
     out, profile = paper_folder(request), request.profile
     out.mkdir(parents=True, exist_ok=True)
     claims = pd.concat(
-        [part_claims(paper, figures[part.key], request) for paper in PAPERS for part in paper.parts],
+        [part_claims(paper, figures[part.key], request) for paper in papers() for part in paper.parts],
         ignore_index=True,
     )
     columns = ["paper", "figure", "panel", "claim", "status", "evidence", "experiment", "profile", "size"]
     claims = claims[columns + ["sweep_file", "cost", "sweep_command", "analysis_command"]]
     claims.to_csv(out / "claims.csv", index=False)
-    sections = "".join(paper_section(paper, figures, claims, request, out) for paper in PAPERS)
+    sections = "".join(paper_section(paper, figures, claims, request, out) for paper in papers())
     at = html.escape(profiles_read(figures, profile))
     toc = "".join(
         f'<li><a href="#seed-{p.seed}">Seed {p.seed}</a>: '
         f"{html.escape(claiming.tally(claims[claims['paper'] == p.seed]))}</li>"
-        for p in PAPERS
+        for p in papers()
     )
     body = f"""<h1>Reproduction report: seeds 001, 003 and 004{at}</h1>
 <p>Each claim of the three papers, checked on the runs in the store: {html.escape(claiming.tally(claims))}.

@@ -319,6 +319,13 @@ def write_tables(result: AnalysisResult) -> None:
         result.files.append(path)
 
 
+def check_layout(request: Request, plugin: Analysis) -> None:
+    """``--layout`` names one of the kind's figure layouts (AnalysisError before anything is read)."""
+    if request.layout is not None and request.layout not in plugin.layouts:
+        known = ", ".join(plugin.layouts) or "none: this kind draws one set of figures"
+        raise AnalysisError(f"--layout: unknown figure layout {request.layout!r}; known: {known}")
+
+
 def analyse(request: Request, source: Source | None = None, plugin: Analysis | None = None) -> AnalysisResult:
     """Analyse a sweep (or an experiment) with its kind's plug-in (``plugin`` overrides the choice;
     ``source``: the request already resolved): the tables, figures and report written, the analysis logged
@@ -328,6 +335,7 @@ def analyse(request: Request, source: Source | None = None, plugin: Analysis | N
     if source is None:
         source, runs = planned_beside_runs(request, uri)
     plugin = plugin or plugin_for(source, uri)
+    check_layout(request, plugin)
     folder = Path(request.out) if request.out else Path("analysis_out") / source.folder
     result = read(source, uri, folder.resolve(), runs)
     result.plugin, result.request = plugin, request

@@ -131,8 +131,9 @@ def baseline_style(names: list[str]) -> dict[str, dict]:
     return styles
 
 
-# the y label and the zero line's legend entry per measure (analysis.figures.over_zero): the verdicts'
-# err/zero, or error / E[y^2], the papers' "normalised error"; the zero predictor scores 1 in either
+# the y label and the zero line's legend entry per measure
+# (papers.context_scaling.analysis.figures.over_zero): the verdicts' err/zero, or error / E[y^2], the papers'
+# "normalised error"; the zero predictor scores 1 in either
 MEASURES = {
     "err/zero": ("err / zero predictor's err", "zero predictor (= 1)"),
     "err": ("error / E[y\u00b2]", "zero predictor (error = E[y\u00b2])"),

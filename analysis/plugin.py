@@ -177,3 +177,5 @@ class Analysis:
     # the verdicts read the table and the request alone (not setup's reads or the fits): worked out in a
     # process of their own while the fits are (scaling/aside.py)
     verdicts_from_table: bool = False
+    # the figure layouts it draws, one of which ``--layout`` may pick (empty: none to pick)
+    layouts: tuple[str, ...] = ()

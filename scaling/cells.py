@@ -77,7 +77,7 @@ class Cell:
         if self.versions and self.versions != versions:
             raise ConfigError(
                 "versions",
-                f"the cell was planned with plug-in versions {self.versions}; the code now declares {versions}",
+                f"the cell was planned with plug-in versions {self.versions}; the code declares {versions}",
             )
         object.__setattr__(self, "versions", versions)
 

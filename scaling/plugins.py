@@ -225,8 +225,8 @@ def _prefer_folders(top: str) -> None:
             if cached is not None and not str(getattr(cached, "__file__", "")).startswith(str(folder)):
                 raise ConfigError(
                     "",
-                    f"module {top!r} is already imported from {cached.__file__}, not from {folder}: rename the"
-                    " sweep folder's module",
+                    f"module {top!r} is already imported from {cached.__file__}, not from {folder}: rename"
+                    " the sweep folder's module",
                 )
             return
 

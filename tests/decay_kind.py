@@ -1,6 +1,6 @@
 """A test-only experiment kind, ``decay``, a plug-in a sweep names as ``job: decay_kind:DECAY``
-(tests/test_analysis_plugin.py): a cell's "curve" is err(n) = scale / n for n = 1..N, no training. Its analysis
-plug-in is tests/decay_analysis.py, named by ``analysis`` below."""
+(tests/test_analysis_plugin.py): a cell's "curve" is err(n) = scale / n for n = 1..N, no training. Its
+analysis plug-in is tests/decay_analysis.py, named by ``analysis`` below."""
 
 from __future__ import annotations
 

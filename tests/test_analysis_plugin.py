@@ -1,16 +1,15 @@
-"""A fourth experiment kind's analysis plug-in runs through ``python -m analysis`` with nothing but its module,
-named by the sweep file: tests/decay_kind.py (a test-only kind whose ``analysis`` names the plug-in; the sweep's
-``job: decay_kind:DECAY``) and tests/decay_analysis.py (the plug-in: one verdict, one figure). Its cells are run by the project's trial code (scaling.trial.run.run_cell, no
-Ray) into a real SQLite MLflow store, two variants of the sweep (``--set decay.scale=2`` and without); the
-analysis of the ``--set`` variant, with ``--ui-url``, reads only its cells and writes, reports and logs them
-as every kind's."""
+"""A fourth experiment kind's analysis plug-in runs through ``python -m analysis`` with nothing but its
+module, named by the sweep file: tests/decay_kind.py (a test-only kind whose ``analysis`` names the plug-in;
+the sweep's ``job: decay_kind:DECAY``) and tests/decay_analysis.py (the plug-in: one verdict, one figure). Its
+cells are run by the project's trial code (scaling.trial.run.run_cell, no Ray) into a real SQLite MLflow
+store, two variants of the sweep (``--set decay.scale=2`` and without); the analysis of the ``--set`` variant,
+with ``--ui-url``, reads only its cells and writes, reports and logs them as every kind's."""
 
 from __future__ import annotations
 
 import re
 
 import pandas as pd
-import pytest
 import torch
 import yaml
 from mlflow.tracking import MlflowClient

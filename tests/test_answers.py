@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from synthetic_tables import lattice_table, write_store
 
-from analysis import figures, plots
+from analysis import plots
 from analysis.report import fits_html
 from analysis.verdicts import answer_line, rule_text
+from papers.context_scaling.analysis import figures
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import AT_CHANCE, Rule, context_verdicts, task_verdicts
 

@@ -7,8 +7,8 @@ from sklearn.linear_model import Ridge
 
 from papers.context_scaling.baselines import build_baselines, ridge_predictions
 from papers.context_scaling.plugins import BASELINES, baseline
-from scaling.plugins import names
 from papers.context_scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
+from scaling.plugins import names
 
 
 @pytest.fixture

@@ -212,9 +212,7 @@ def test_cells_without_lambda_n_scan_nothing_and_lambdas_must_be_positive():
 
 def test_ridge_validation_selects_per_prompt_from_its_own_pairs():
     prompts = small_prompts(TaskConfig(d=3, noise_std=0.5), count=4, points=12)
-    pred = baseline("ridge_validation")(LIN, {"lambdas": [0.01, 10.0], "val_fraction": 0.5})(
-        prompts
-    ).double()
+    pred = baseline("ridge_validation")(LIN, {"lambdas": [0.01, 10.0], "val_fraction": 0.5})(prompts).double()
     xs, ys = prompts.xs.double().numpy(), prompts.ys.double().numpy()
     for b in range(4):
         for n in range(2, 12):

@@ -5,6 +5,7 @@ import torch
 
 from papers.context_scaling.feature_maps import feature_rows, feature_scalar
 from papers.context_scaling.plugins import FEATURE_MAPS
+from scaling.config import ConfigError
 from scaling.plugins import names
 
 
@@ -126,5 +127,5 @@ def test_no_context_row_of_smoothers_is_zero():
 
 
 def test_unknown_feature_map_lists_known():
-    with pytest.raises(KeyError, match="hilbert"):
+    with pytest.raises(ConfigError, match="unknown feature map 'gaussian'; known: .*hilbert"):
         feature_rows("gaussian", *prompt())

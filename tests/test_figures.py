@@ -1,5 +1,6 @@
-"""Figure layouts (analysis/figures.py) on synthetic tidy tables: the layout chosen by name, the panels
-each paper figure has, partial sweeps, split rows per level, and the paper's line conventions."""
+"""Figure layouts (papers/context_scaling/analysis/figures.py) on synthetic tidy tables: the layout chosen by
+name, the panels each paper figure has, partial sweeps, split rows per level, and the paper's line
+conventions."""
 
 import math
 
@@ -9,7 +10,8 @@ import pandas as pd
 import pytest
 from synthetic_tables import lattice_table
 
-from analysis import figures, plots
+from analysis import plots
+from papers.context_scaling.analysis import figures
 
 FAMILIES = ("linear", "sparse_linear", "relu_net", "decision_tree")
 

@@ -36,7 +36,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout"
 MAX_FUNCTION_LINES = 80  # a function, its signature, docstring and decorators included
 MAX_MODULE_LINES = 600  # a module's lines, as wc -l counts them
 # a paper's own glue to the product, beside its science: its kinds and their runs, its analysis
-GLUE = ("kind", "runs", "analysis")
+GLUE = ("kind", "runs", "analysis", "cell_groups")
 REFERENCE = re.compile(r"([A-Za-z_][\w.]*):[A-Za-z_]\w*")
 
 
@@ -185,7 +185,7 @@ def test_the_import_graph_sees_a_cycle_closed_by_a_plugin_reference(tmp_path):
 
 def test_plugin_references_are_arrows_from_the_modules_that_name_them():
     graph = project_graph()
-    assert "papers.context_scaling.tasks" in graph["papers.context_scaling.families"]
+    assert "papers.context_scaling.tasks" in graph["papers.context_scaling.builtins"]
     assert "papers.context_scaling.analysis.plugin" in graph["papers.context_scaling.kind"]
 
 

@@ -5,8 +5,8 @@ import torch
 
 from papers.context_scaling.architectures import ATTENTION_NAMES
 from papers.context_scaling.attention import ATTENTIONS
-from papers.context_scaling.plugins import FEATURE_MAPS, MODELS, feature_map, model_facts
 from papers.context_scaling.models import ModelConfig, build_model, vectorise
+from papers.context_scaling.plugins import FEATURE_MAPS, MODELS, feature_map, model_facts
 from scaling.plugins import names
 
 
@@ -78,13 +78,13 @@ def test_the_vectorised_mlp_learns_in_context_only_with_biases():
 
     errors = {}
     for bias in (True, False):
-        cell = Cell(
-            task=TaskConfig(family="linear", d=1, noise_std=0.1),
-            model=ModelConfig(arch="mlp", width=64, bias=bias),
-            train=TrainConfig(steps=400, batch_size=64, lr=1e-2),
-            eval=EvalConfig(prompts=2048, baselines=("zero",), bootstrap=10),  # y = beta x: heavy tails
-            N=3,
-        )
+        settings = {
+            "task": TaskConfig(family="linear", d=1, noise_std=0.1),
+            "model": ModelConfig(arch="mlp", width=64, bias=bias),
+            "train": TrainConfig(steps=400, batch_size=64, lr=1e-2),
+            "eval": EvalConfig(prompts=2048, baselines=("zero",), bootstrap=10),  # y = beta x: heavy tails
+        }
+        cell = Cell(N=3, settings=settings)
         trainer = CellTrainer(cell)
         trainer.train_until(cell.train.steps)
         curves = trainer.evaluate()
@@ -127,4 +127,6 @@ def test_the_parameter_count_without_torch_is_the_built_models(model):
     for d, points in ((3, 5), (8, 41)):
         with torch.device("meta"):
             built = build_model(config, d, points)
-        assert model_facts(config.arch).parameters(config, d, points) == sum(p.numel() for p in built.parameters())
+        assert model_facts(config.arch).parameters(config, d, points) == sum(
+            p.numel() for p in built.parameters()
+        )

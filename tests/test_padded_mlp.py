@@ -12,10 +12,10 @@ import pytest
 import torch
 import yaml
 
-from analysis import figures
 from analysis.claims import evaluate
 from analysis.pipeline import analyse
 from analysis.plugin import Request
+from papers.context_scaling.analysis import figures
 from papers.context_scaling.analysis.claims import CLAIMS, PADDED, PER_N
 from papers.context_scaling.stacked import PackTrainer
 from papers.context_scaling.train import CellTrainer

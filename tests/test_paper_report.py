@@ -17,7 +17,7 @@ import yaml
 from temperature_checks import analysis_written, check_fig1_theory
 
 from analysis.__main__ import main as analysis_main
-from analysis.paper import PAPERS, PARTS, Figure, profiles_read
+from analysis.paper import Figure, papers, parts, profiles_read
 from papers.context_scaling.analysis import claims as claims_context_scaling
 from papers.statisticians.analysis import claims as claims_statisticians
 from papers.temperature.analysis import claims as claims_temperature
@@ -86,7 +86,7 @@ def report(store):
 def test_the_report_lists_every_claim_of_the_three_papers_with_a_status(report):
     table, page, _ = report
     every = claims_context_scaling.CLAIMS + claims_statisticians.CLAIMS + claims_temperature.CLAIMS
-    assert len(table) == len(every) == sum(len(p.claims) for p in PAPERS)
+    assert len(table) == len(every) == sum(len(p.claims) for p in papers())
     assert list(table["claim"]) == [c.text for c in every]
     assert set(table["status"]) <= STATUSES
     assert set(table["paper"].astype(str).str.zfill(3)) == {"001", "003", "004"}
@@ -143,7 +143,7 @@ def test_the_theory_sweeps_own_analysis_draws_fig1_with_tau_opt_and_its_gain(sto
 def test_the_title_names_the_parts_read_at_a_profile_of_their_own():
     """``--paper sweeps/fig1.yaml:repro sweeps/fig2.yaml --profile quick``: the numbers of Fig. 1 are the
     repro profile's, and the title and the printed tally say so; a part given so but not run is not named."""
-    fig1, fig2, temp = (Figure(PARTS[key][1]) for key in ("fig1", "fig2", "temp-fig4"))
+    fig1, fig2, temp = (Figure(parts()[key][1]) for key in ("fig1", "fig2", "temp-fig4"))
     fig1.profile, fig1.result = "repro", object()
     fig2.profile, fig2.result = "quick", object()
     temp.profile = "own"

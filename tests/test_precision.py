@@ -1,6 +1,7 @@
 """The precision is part of a cell's key: ``train.precision: auto`` resolves at planning from the cell's
 resources (bfloat16 for a trial given a GPU, float32 otherwise), a CPU cell keeps the key it had before
-``auto`` existed, and fp32 and bf16 cells never share a key (papers.context_scaling.cell_groups.resolve_precision)."""
+``auto`` existed, and fp32 and bf16 cells never share a key
+(papers.context_scaling.cell_groups.resolve_precision)."""
 
 import pytest
 

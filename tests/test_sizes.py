@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis.paper import PARTS
+from analysis.paper import parts
 from analysis.sizes import size_text, values_text
 
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -22,7 +22,7 @@ def test_a_row_names_each_size_beside_the_papers_and_per_model_where_models_diff
 
 
 def test_what_the_paper_states_replaces_the_files_own_setting_and_is_said_once():
-    part = PARTS["fig1"][1]
+    part = parts()["fig1"][1]
     text = size_text(str(SWEEPS / "fig1.yaml"), "repro", (), part.paper, part.sizes)
     assert "steps gpt2 3000, mlp 12000, mlp_padded 12000 (paper not stated; Garg et al. 500000)" in text
     assert "T 16, 256, inf (paper 1e5, 1e6 in B" in text
@@ -39,12 +39,12 @@ def test_a_model_the_profile_does_not_train_is_said_to_be_missing_with_the_paper
 
 
 def test_sizes_a_kind_does_not_have_are_left_out_and_unplannable_papers_are_stated():
-    theory = PARTS["temp-fig1"][1]
+    theory = parts()["temp-fig1"][1]
     assert (
         size_text(str(SWEEPS / "temp_fig1.yaml"), "quick", (), theory.paper, theory.sizes)
         == "d 10 (paper 50)"
     )
-    scan = PARTS["temp-gpt2-scan"][1]  # its own settings need Garg et al.'s checkpoint: the paper's is stated
+    scan = parts()["temp-gpt2-scan"][1]  # its own settings need Garg et al.'s checkpoint: the paper's is stated
     text = size_text(str(SWEEPS / "temp_gpt2_scan.yaml"), "quick", (), scan.paper, scan.sizes)
     assert text.startswith("d 4 (paper 20); N 10 (paper 40); width gpt2 64 (paper 256)")
     assert "layers gpt2 2 (paper 12)" in text and "T " not in text

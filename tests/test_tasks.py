@@ -5,17 +5,17 @@ import math
 import pytest
 import torch
 
-from scaling.plugins import names
 from papers.context_scaling.plugins import FAMILIES
 from papers.context_scaling.plugins import family as family_spec
 from papers.context_scaling.tasks import (
-    TaskFamily,
     LinearRegression,
     TaskConfig,
+    TaskFamily,
     TaskPool,
     fresh_prompts,
     make_family,
 )
+from scaling.plugins import names
 
 
 def family(d=4, sigma=0.0):

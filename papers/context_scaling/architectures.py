@@ -1,17 +1,15 @@
 """The architectures of seed 001's in-context models as the planner, the cost model and the packer know them,
-without torch: ``ModelConfig`` (an architecture and its sizes) and each model's ``ModelFacts`` (its builder,
-parameter counts, step FLOPs, settings, position limits, whether cells pack: papers.context_scaling.plugins),
-registered by name in pyproject.toml's ``icl_scaling.models`` (``GPT2``, ``MLP``, ...). The networks
-themselves are in papers.context_scaling.models (its docstring describes each architecture), imported when a
-model is built: a process that plans, costs or analyses cells never imports torch (~1.5 s of start and
-~0.5 s of exit)."""
+without torch: ``ModelConfig`` (an architecture and its sizes), the counts of each model's parameters and the
+shape of a training step (``StepShape``), which each model's ``ModelFacts`` reads
+(papers.context_scaling.builtins registers them). The networks themselves are in papers.context_scaling.models
+(its docstring describes each architecture), imported when a model is built: a process that plans, costs or
+analyses cells never imports torch (~1.5 s of start and ~0.5 s of exit)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from papers.context_scaling import flops
 from papers.context_scaling.plugins import (
     FEATURE_MAPS,
     MODELS,
@@ -102,7 +100,7 @@ def own_backbone(config: ModelConfig) -> bool:
 GPT2_MAX_POSITIONS = 1024
 
 
-def _gpt2_count(layout: str, d: int, points: int, k: int, layers: int) -> int:
+def gpt2_count(layout: str, d: int, points: int, k: int, layers: int) -> int:
     """GPT-2's parameters: 12 k^2 + 13 k per block, positions, a one-token vocabulary, final norm, read-in,
     read-out."""
     read_in = (d + 1 if layout == "stacked" else d) * k + k
@@ -110,22 +108,22 @@ def _gpt2_count(layout: str, d: int, points: int, k: int, layers: int) -> int:
     return layers * (12 * k * k + 13 * k) + positions * k + k + 2 * k + read_in + k + 1
 
 
-def _gpt2_params(s) -> int:
-    return _gpt2_count(s.layout, s.d, s.N + 1, s.width, s.layers)
+def gpt2_params(s) -> int:
+    return gpt2_count(s.layout, s.d, s.N + 1, s.width, s.layers)
 
 
-def _head_params(s) -> int:
+def head_params(s) -> int:
     """The MLP-type models: the first layer's weights dominate (inputs x width + width)."""
-    return _head_inputs(s) * s.width + s.width
+    return head_inputs(s) * s.width + s.width
 
 
-def _mlp_params(s) -> int:
-    """Eq. 14 with its biases (the default): ``_head_params`` plus b_0 (width) and b_1 (1); ``bias: false``
+def mlp_params(s) -> int:
+    """Eq. 14 with its biases (the default): ``head_params`` plus b_0 (width) and b_1 (1); ``bias: false``
     has width + 1 fewer, which no estimate made from this notices."""
-    return _head_params(s) + s.width + 1
+    return head_params(s) + s.width + 1
 
 
-def _head_inputs(s) -> int:
+def head_inputs(s) -> int:
     """Numbers per row entering the MLP-type models' first layer (the vectorised prompt for ``mlp``)."""
     return (s.N + 1) * (s.d + 1) if s.arch == "mlp" else s.d + 1
 
@@ -134,83 +132,24 @@ def _head_inputs(s) -> int:
 # points): ``ModelFacts.parameters`` (tests/test_models.py counts every architecture's built model).
 
 
-def _gpt2_parameters(c: ModelConfig, d: int, points: int) -> int:
-    return _gpt2_count(c.layout, d, points, c.n_embd, c.n_layer)
+def gpt2_parameters(c: ModelConfig, d: int, points: int) -> int:
+    return gpt2_count(c.layout, d, points, c.n_embd, c.n_layer)
 
 
-def _mlp_parameters(c: ModelConfig, d: int, points: int) -> int:
+def mlp_parameters(c: ModelConfig, d: int, points: int) -> int:
     """Eq. 14: inputs x width + width (W_0, b_0) and width + 1 (W_1, b_1), the biases only with ``bias``."""
     inputs = {"vectorised": points * (d + 1), "features": d + 1, "both": points * (d + 1) + d + 1}
     return inputs[c.inputs] * c.width + c.width + (c.width + 1 if c.bias else 0)
 
 
-def _sgpt_parameters(c: ModelConfig, d: int, points: int) -> int:
+def sgpt_parameters(c: ModelConfig, d: int, points: int) -> int:
     """Two width x width maps per block and the read-out; the frozen read-in is a buffer."""
     return c.n_layer * 2 * c.n_embd**2 + c.n_embd
 
 
-def _one_layer_parameters(c: ModelConfig, d: int, points: int) -> int:
+def one_layer_parameters(c: ModelConfig, d: int, points: int) -> int:
     """Eq. 9 without biases: psi's row (d + 1) x width, then width x 1."""
     return (d + 1) * c.width + c.width
-
-
-BUILT = "papers.context_scaling.models"  # where the networks are built (torch)
-GPT2 = ModelFacts(
-    f"{BUILT}:GPT2InContext",
-    _gpt2_parameters,
-    _gpt2_params,
-    flops.gpt2_step_flops,
-    width=lambda c: c.n_embd,
-    layers=lambda c: c.n_layer,
-    packable=own_backbone,
-    cpu_packing_pays=False,
-    max_positions=GPT2_MAX_POSITIONS,
-    title="GPT-2",
-    settings=("n_layer", "n_head", "n_embd", "attn_implementation", "layout", "attention"),
-    Settings=ModelConfig,
-    tokens_per_point=2,
-)
-MLP = ModelFacts(
-    f"{BUILT}:PromptMLP",
-    _mlp_parameters,
-    _mlp_params,
-    flops.head_step_flops(_head_inputs),
-    packable=lambda c: True,
-    settings=("width", "inputs", "feature_map", "bias"),
-    unused=lambda c: ("feature_map",) if c.inputs == "vectorised" else (),
-    Settings=ModelConfig,
-)
-SGPT = ModelFacts(
-    f"{BUILT}:simplified_gpt",
-    _sgpt_parameters,
-    lambda s: s.layers * 2 * s.width**2 + s.width,
-    flops.sgpt_step_flops,
-    width=lambda c: c.n_embd,
-    layers=lambda c: c.n_layer,
-    packable=lambda c: True,
-    cpu_packing_pays=False,
-    settings=("n_layer", "n_embd", "attention"),
-    Settings=ModelConfig,
-    tokens_per_point=2,
-)
-ONELAYER = ModelFacts(
-    f"{BUILT}:one_layer",
-    _one_layer_parameters,
-    _head_params,
-    flops.head_step_flops(_head_inputs),
-    packable=lambda c: True,
-    settings=("width", "feature_map"),
-    Settings=ModelConfig,
-)
-LINEAR_ON_SCALAR = ModelFacts(
-    f"{BUILT}:LinearOnScalar",
-    lambda c, d, points: 2,
-    _head_params,
-    flops.linear_step_flops,
-    packable=lambda c: True,
-    settings=("feature_map",),
-    Settings=ModelConfig,
-)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ DEFAULT_LAMBDAS = tuple(float(v) for v in np.logspace(-4, 3, 29))  # 4 per decad
 
 @dataclass(frozen=True)
 class TaskConfig(TaskSettings):
-    """The settings of seed 001's task families (papers.context_scaling.families): one dataclass for all,
+    """The settings of seed 001's task families (papers.context_scaling.builtins): one dataclass for all,
     each family reading the fields it needs."""
 
     family: str = "linear"

@@ -11,7 +11,7 @@ drawn a block of steps at a time, from (seed, 'batch-block', block); TaskPool.ba
 T tasks is the same pool. Pools are *nested*: task i is the same for every T > i, so a task-scaling
 lattice uses common random numbers.
 
-Families (seed 001 Sec. 4, Garg et al. 2022; registered as plug-ins in papers.context_scaling.families):
+Families (seed 001 Sec. 4, Garg et al. 2022; registered as plug-ins in papers.context_scaling.builtins):
 ``linear``, ``linear_mixed_noise`` (per-prompt noise level, Bai et al. 2023), ``sparse_linear``,
 ``relu_net``, ``decision_tree``; a researcher's own is a TaskFamily subclass named as module:Name. Each states
 E[y^2] (analytic, or a deterministic Monte Carlo) so that errors are normalised with the zero predictor at
@@ -86,7 +86,7 @@ class TaskFamily:
     GAUSSIAN: tuple[str, ...] = ()
     # a researcher's family: its settings' dataclass (a papers.context_scaling.plugins.TaskSettings), its
     # version, and the baselines valid for it (None: each baseline decides); the built-ins' are their
-    # FamilySpec's (papers.context_scaling.families)
+    # FamilySpec's (papers.context_scaling.builtins)
     Settings: type | None = None
     version: str = ""
     baselines: tuple[str, ...] | None = None

@@ -13,10 +13,10 @@ under the table's measured memory fit, a pure function of the model's facts and 
 ``MAX_GPU_PACK``; the trial that runs a pack sizes it again to the device it holds (``device_pack_size``, from
 scaling.trial.devices.trial_memory: its share of the real card, measured there) and stacks at most that many
 of its members at once. ``auto`` on a CPU: up to ``AUTO_PACK_SIZE`` cells of a model for which packing pays on
-a CPU (``Step.packs_on_cpu``, the model's facts; measured: not for GPT-2 and SGPT) whose estimated cost per training
-step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the cluster's
-slots when each part has enough work to pay for its own trial. An integer K packs up to K cells of a packable
-model of any size; ``off`` or 1 never packs.
+a CPU (``Step.packs_on_cpu``, the model's facts; measured: not for GPT-2 and SGPT) whose estimated cost per
+training step is at most ``AUTO_PACK_MAX_FLOPS``. Either way in packs no larger than it takes to fill the
+cluster's slots when each part has enough work to pay for its own trial. An integer K packs up to K cells of a
+packable model of any size; ``off`` or 1 never packs.
 """
 
 from __future__ import annotations

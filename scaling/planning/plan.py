@@ -29,10 +29,10 @@ anything runs. The file itself is checked first (scaling.planning.guards: a UTF-
 YAML nested at most 50 levels, aliases bounded), and a grid of more than ``scaling.planning.guards.MAX_CELLS``
 cells is refused from its axes' lengths, before any cell is built, unless ``max_cells`` allows it. A ``grid:``
 key with no axes is an error; a file without ``grid:`` is one cell of the defaults. A cell with
-``train.device: cuda`` must ask for a GPU in its resources. A cell is planned for the resources it asks for by its kind
-(scaling.kinds.Kind.for_resources: the training kind's ``train.precision: auto`` resolves to bfloat16 for a
-cell whose trial is given a GPU, float32 otherwise; the planned cell, its key, params and cell.yaml hold the
-resolved precision). Plug-ins named ``module:Name`` are looked up beside the sweep file first.
+``train.device: cuda`` must ask for a GPU in its resources. A cell is planned for the resources it asks for by
+its kind (scaling.kinds.Kind.for_resources: the training kind's ``train.precision: auto`` resolves to bfloat16
+for a cell whose trial is given a GPU, float32 otherwise; the planned cell, its key, params and cell.yaml hold
+the resolved precision). Plug-ins named ``module:Name`` are looked up beside the sweep file first.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from scaling.config import ConfigError, check, from_dict, shared_configs
 from scaling.kinds.registry import kind_of_group
 from scaling.planning.adaptive_settings import AdaptiveSettings, check_against_lattice
 from scaling.planning.guards import GuardError, check_lattice, check_yaml_shape, read_sweep_text
+from scaling.planning.locator import Locator, SweepError
 from scaling.planning.variants import variant_of, with_variant
 from scaling.plugins import search_folder
 
@@ -58,10 +59,6 @@ TOP_LEVEL = ("name", "description", "defaults", "models", "grid", "resources", "
 CELL_FIELDS = ("T", "N", "seed", "job")  # a cell's own fields; the rest of its settings are its kind's groups
 PRESET_TRAIN = "train"  # the cell field a model preset may hold settings of its own for (the training)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-class SweepError(ValueError):
-    """A sweep file (or an override of it) is invalid; the message says where and what."""
 
 
 @dataclass(frozen=True)
@@ -255,36 +252,6 @@ def apply_override(document: dict, assignment: str) -> dict:
 # ---------------------------------------------------------------- planning
 
 
-class _Locator:
-    """Turns a key path of the document into 'file:line: a.b.c', or '--set k=v: a.b.c' for a path that an
-    override set (``overrides``: key path -> the assignment)."""
-
-    def __init__(self, source: str, lines: dict, overrides: dict | None = None):
-        self.source, self.lines, self.overrides = source, lines, overrides or {}
-
-    def __call__(self, *path: Any) -> str:
-        path = tuple(p for p in path if p != "")
-        for keys, assignment in self.overrides.items():
-            if path[: len(keys)] == keys or (len(path) >= 2 and keys[: len(path)] == path):
-                dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
-                return f"--set {assignment}: {dotted}"
-        for cut in range(len(path), -1, -1):
-            if path[:cut] in self.lines:
-                line = self.lines[path[:cut]]
-                break
-        else:
-            line = None
-        dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
-        where = f"{self.source}:{line}" if line else self.source
-        return f"{where}: {dotted}" if dotted else where
-
-    def error(self, path: tuple, err: Exception) -> SweepError:
-        if isinstance(err, ConfigError) and err.where:
-            message = str(err)[len(err.where) + 2 :]
-            return SweepError(f"{self(*path, *err.where.split('.'))}: {message}")
-        return SweepError(f"{self(*path)}: {err}")
-
-
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     keys = _parse_path(dotted)
     node = tree
@@ -295,7 +262,7 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = copy.deepcopy(value)
 
 
-def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources | None, dict]]:
+def _model_presets(models: Any, at: Locator) -> dict[str, tuple[dict, Resources | None, dict]]:
     """name -> (model settings, resources or None, training settings of its own: a partial ``train``)."""
     if models is None:
         return {}
@@ -317,7 +284,7 @@ def _model_presets(models: Any, at: _Locator) -> dict[str, tuple[dict, Resources
     return presets
 
 
-def _axes(grid: Any, presets: dict, at: _Locator) -> dict[str, list]:
+def _axes(grid: Any, presets: dict, at: Locator) -> dict[str, list]:
     if grid is None:
         return {}
     if not isinstance(grid, dict):
@@ -397,7 +364,7 @@ def override_path(assignment: str) -> tuple:
     return keys if keys and keys[0] in TOP_LEVEL else ("defaults", *keys)
 
 
-def check_top_level(document: dict, at: _Locator) -> str:
+def check_top_level(document: dict, at: Locator) -> str:
     """Only the known top-level keys, and a valid ``name``; the name."""
     unknown = [k for k in document if k not in TOP_LEVEL]
     if unknown:
@@ -411,7 +378,7 @@ def check_top_level(document: dict, at: _Locator) -> str:
     return name
 
 
-def checked_defaults(document: dict, bases: list[Path], at: _Locator) -> dict:
+def checked_defaults(document: dict, bases: list[Path], at: Locator) -> dict:
     """The ``defaults:`` mapping, its local paths made absolute, valid as a cell on its own."""
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, dict):
@@ -424,7 +391,7 @@ def checked_defaults(document: dict, bases: list[Path], at: _Locator) -> dict:
     return defaults
 
 
-def checked_section(cls: type, document: dict, key: str, at: _Locator):
+def checked_section(cls: type, document: dict, key: str, at: Locator):
     """The ``key:`` section of the document as a ``cls`` (Resources, RunConfig), errors located."""
     try:
         return from_dict(cls, document.get(key))
@@ -432,7 +399,7 @@ def checked_section(cls: type, document: dict, key: str, at: _Locator):
         raise at.error((key,), err) from None
 
 
-def checked_axes(document: dict, presets: dict, at: _Locator, max_cells: int | None) -> dict[str, list]:
+def checked_axes(document: dict, presets: dict, at: Locator, max_cells: int | None) -> dict[str, list]:
     """The grid's axes: not empty, model presets known, at most ``max_cells`` cells in their product."""
     if "grid" in document and not document["grid"]:
         raise SweepError(
@@ -463,7 +430,7 @@ class _Lattice:
         return absolute_paths(tree, self.bases), resources
 
 
-def check_presets(lattice: _Lattice, at: _Locator) -> None:
+def check_presets(lattice: _Lattice, at: Locator) -> None:
     """Each model preset over the defaults alone, as its cell's ``model`` (and ``train``) settings, so that
     an error points at the preset (its model's settings are its architecture's: a plug-in's own)."""
     for name in lattice.presets:
@@ -474,7 +441,7 @@ def check_presets(lattice: _Lattice, at: _Locator) -> None:
             raise at.error(("models", name), ConfigError(where, str(err)[len(err.where) + 2 :])) from None
 
 
-def check_each_axis_value(lattice: _Lattice, axes: dict[str, list], at: _Locator) -> None:
+def check_each_axis_value(lattice: _Lattice, axes: dict[str, list], at: Locator) -> None:
     """Each value of each axis over the defaults alone, so that an error points at the value."""
     for axis, values in axes.items():
         for i, value in enumerate(values):
@@ -484,7 +451,7 @@ def check_each_axis_value(lattice: _Lattice, axes: dict[str, list], at: _Locator
                 raise SweepError(f"{at('grid', axis, i)}: {err}") from None
 
 
-def check_resources(cell: Cell, resources: Resources, at: _Locator) -> None:
+def check_resources(cell: Cell, resources: Resources, at: Locator) -> None:
     """A cell must be able to run on what it asks for (its kind's check: one that trains on CUDA asks for a
     GPU)."""
     try:
@@ -495,7 +462,7 @@ def check_resources(cell: Cell, resources: Resources, at: _Locator) -> None:
         ) from None
 
 
-def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: _Locator) -> list[PlannedCell]:
+def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: Locator) -> list[PlannedCell]:
     """The grid's cells in order, each once (``resources``: unless its model preset gives its own)."""
     cells, seen = [], set()
     for combo_values in itertools.product(*axes.values()):
@@ -528,7 +495,7 @@ def plan_document(
     """Validate a sweep document and expand it into its ordered cells (at most ``max_cells``, default
     scaling.planning.guards.MAX_CELLS); ``overrides`` maps key paths set by ``--set`` to their assignment. The
     checks run in the document's order, each naming the file, line and key it found wrong."""
-    at = _Locator(source, lines or {}, overrides)
+    at = Locator(source, lines or {}, overrides)
     if Path(source).is_file():
         search_folder(Path(source).resolve().parent)  # its plug-ins' modules (module:Name) sit beside it
     name = check_top_level(document, at)
@@ -557,7 +524,7 @@ def plan_document(
     )
 
 
-def _adaptive_settings(document: dict, cells: list[PlannedCell], at: _Locator) -> AdaptiveSettings | None:
+def _adaptive_settings(document: dict, cells: list[PlannedCell], at: Locator) -> AdaptiveSettings | None:
     """The checked ``adaptive:`` section (None without one), its first wave filled in from the grid."""
     if document.get("adaptive") is None:
         return None

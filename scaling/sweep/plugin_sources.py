@@ -52,6 +52,8 @@ def check_plugin_sources(run) -> None:
             print(f"[{run.name}] note: {line}; counted as current (--accept-plugin-changes)", file=run.out)
         return
     raise SweepError(
-        f"[{run.name}] " + "; ".join(lines) + ". Give the plug-in a new version to train them anew (new cells),"
+        f"[{run.name}] "
+        + "; ".join(lines)
+        + ". Give the plug-in a new version to train them anew (new cells),"
         " or run with --accept-plugin-changes to count them as current"
     )

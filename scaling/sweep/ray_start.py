@@ -72,7 +72,9 @@ def start_ray(
         runtime_env = {**runtime_env, "env_vars": env} if env else runtime_env
         ray.init(address=address, runtime_env=runtime_env or None, **quiet)
     else:  # "local": a new Ray of our own, never another process's instance on this machine
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env or None, **quiet)
+        ray.init(
+            address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env or None, **quiet
+        )
 
 
 def fits(request: dict[str, float], node: dict[str, float]) -> bool:

@@ -3,7 +3,7 @@
 Seed 001's question, per model and baseline: does the error fall with the context length n at fixed T
 (context-scaling) and with the number of tasks T at fixed n (task-scaling)? The plug-in fits the scaling laws
 (scaling.judge.fit: ``fits.csv``), judges both questions (scaling.judge.verdicts, with ``--bootstrap``
-resamples: ``verdicts.csv``), draws the figures of the sweep's layout (analysis/figures.py, or ``--layout``)
+resamples: ``verdicts.csv``), draws the figures of the sweep's layout (figures.py, or ``--layout``)
 and says the answer in words (analysis/verdicts.py); an adaptive sweep's report also shows the path its waves
 took. Fits, verdicts and figures read the table split by every setting that varies between cells and is a
 task setting or a grid axis (``fit_view``), so cells of different settings are never pooled.
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import figures
 from analysis.plugin import Analysis, AnalysisResult
 from analysis.report import fits_html, verdict_html, waves_html
 from analysis.verdicts import answer_line, format_verdicts
+from papers.context_scaling.analysis import figures
 from scaling.judge import provenance
 from scaling.judge.fit import fit_models
 from scaling.judge.verdicts import Rule, context_verdicts, task_verdicts
@@ -115,4 +115,5 @@ TRAINING = Analysis(
     summary=summary_lines,
     figures_from_table=True,
     verdicts_from_table=True,
+    layouts=tuple(figures.LAYOUTS),
 )

@@ -148,7 +148,7 @@ def theory_part(part: str) -> list[Claim]:
     ]
 
 
-# in the report's order: part by part as PAPERS lists them (analysis/paper.py)
+# in the report's order: part by part as its paper lists them (papers/temperature/analysis/paper.py)
 CLAIMS: list[Claim] = [
     *[
         Claim(

@@ -31,9 +31,8 @@ from typing import Callable
 
 import pandas as pd
 
+from analysis import plots
 from scaling.config import format_T
-
-from . import plots
 
 TASK = "param.task.family"
 
