@@ -44,7 +44,8 @@ def test_sizes_a_kind_does_not_have_are_left_out_and_unplannable_papers_are_stat
         size_text(str(SWEEPS / "temp_fig1.yaml"), "quick", (), theory.paper, theory.sizes)
         == "d 10 (paper 50)"
     )
-    scan = parts()["temp-gpt2-scan"][1]  # its own settings need Garg et al.'s checkpoint: the paper's is stated
+    # its own settings need Garg et al.'s checkpoint: the paper's is stated
+    scan = parts()["temp-gpt2-scan"][1]
     text = size_text(str(SWEEPS / "temp_gpt2_scan.yaml"), "quick", (), scan.paper, scan.sizes)
     assert text.startswith("d 4 (paper 20); N 10 (paper 40); width gpt2 64 (paper 256)")
     assert "layers gpt2 2 (paper 12)" in text and "T " not in text
