@@ -1,4 +1,4 @@
-"""The driver's view of a `ray up` cluster (scaling.sweep.cluster): the head's cluster.env, counted only while
+"""The driver's view of a `ray up` cluster (scaling.cluster): the head's cluster.env, counted only while
 its Ray answers, and the autoscaler's node types, read from fake autoscaling configs of both cluster files
 (prepared offline by Ray's own `prepare_config`, as `ray up` does before writing ~/ray_bootstrap_config.yaml).
 """
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config
 
-from scaling.sweep.cluster import (
+from scaling.cluster import (
     NodeType,
     could_start,
     node_types,

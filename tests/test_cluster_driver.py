@@ -1,4 +1,4 @@
-"""The plain `python -m scaling.sweep` on the head of a `ray up` cluster (scaling.sweep.cluster), without `ray
+"""The plain `python -m scaling.sweep` on the head of a `ray up` cluster (scaling.cluster), without `ray
 up`: a real Ray head started by `ray start` (as the cluster files' start commands do), the head's
 ~/.icl-scaling/cluster.env as those commands write it, and ~/ray_bootstrap_config.yaml as `ray up` leaves it
 (cluster.yaml through Ray's own prepare_config: GPU spot workers from zero). The head has no GPU.

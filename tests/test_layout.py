@@ -476,3 +476,27 @@ def test_the_science_folders_import_without_ray_or_mlflow(module):
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def stage_of(module: str) -> str | None:
+    """The stage of scaling/ a module belongs to (its subpackage: scaling.sweep, scaling.planning, ...)."""
+    parts = module.split(".")
+    return (
+        ".".join(parts[:2])
+        if parts[0] == "scaling" and len(parts) > 1 and (ROOT / "scaling" / parts[1]).is_dir()
+        else None
+    )
+
+
+def test_no_cycle_among_the_cores_stages():
+    """The stages of scaling/ (its subpackages) import one another one way: a circle between two of them (as
+    between the sweep driver and the adaptive driver once) is one even where deferred imports keep the
+    modules' own graph free of circles."""
+    stages: dict[str, set[str]] = {}
+    for name, targets in project_graph().items():
+        own = stage_of(name)
+        if own is not None:
+            stages.setdefault(own, set()).update(s for s in map(stage_of, targets) if s and s != own)
+    assert {"scaling.sweep", "scaling.adaptive", "scaling.planning"} <= set(stages)
+    cycle = find_cycle(stages)
+    assert cycle is None, "a circle between stages: " + " -> ".join(cycle)

@@ -121,7 +121,7 @@ def accelerator_of(resources: dict[str, float] | None, instance_type: str = "") 
 
 
 def type_card(node_type) -> Card | None:
-    """The card of an autoscaler node type (scaling.sweep.cluster.NodeType) with a GPU; None if it has none or
+    """The card of an autoscaler node type (scaling.cluster.NodeType) with a GPU; None if it has none or
     its card is unknown."""
     resources = node_type.resources
     if resources is not None and resources.get("GPU", 0) <= 0:
@@ -168,7 +168,7 @@ def planned_for(cards: list[Card]) -> str:
 
 
 def type_cards(node_types) -> list[Card]:
-    """The known cards of the autoscaler's GPU node types (scaling.sweep.cluster.NodeType)."""
+    """The known cards of the autoscaler's GPU node types (scaling.cluster.NodeType)."""
     return [card for card in map(type_card, node_types) if card is not None]
 
 

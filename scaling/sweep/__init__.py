@@ -7,7 +7,7 @@ trials that log to MLflow.
 3. Run each remaining cell as one Ray Tune trial with the cell's resources (fractional or whole GPUs,
    CPUs), or small cells of one shape as one trial of a batched ensemble (scaling.budget.packing), on a local
    Ray started here (the embedded default), an existing cluster (``--address auto``), or, on the head of a
-   `ray up` cluster, that cluster (scaling.sweep.cluster: its Ray, MLflow server, storage and node types).
+   `ray up` cluster, that cluster (scaling.cluster: its Ray, MLflow server, storage and node types).
    Trials resume from their per-cell checkpoints, so rerunning the same command after a crash (Ctrl-C,
    SIGKILL of this driver, a lost node) continues where each cell stopped.
 4. Show the progress (scaling.sweep.progress): one live view in a terminal, one line per change elsewhere (and

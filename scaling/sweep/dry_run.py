@@ -11,7 +11,7 @@ from scaling.budget.cost import load_gpu_table
 from scaling.budget.cpu_plan import describe_compute
 from scaling.budget.gpu_plan import describe_gpu
 from scaling.planning.plan import Plan
-from scaling.sweep.cluster import read_node_types
+from scaling.cluster import read_node_types
 from scaling.trial.checkpoints import CheckpointStore
 from scaling.trial.leases import Leases
 

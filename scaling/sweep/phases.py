@@ -24,7 +24,7 @@ from scaling.budget.cards import Cards, parse_memory, run_cards, type_cards
 from scaling.budget.cost import load_gpu_table
 from scaling.planning.guards import check_address, check_flags, check_whole, probe_storage
 from scaling.planning.plan import Plan, SweepError, load_plan
-from scaling.sweep.cluster import describe, ray_up_head, read_node_types
+from scaling.cluster import describe, ray_up_head, read_node_types
 from scaling.sweep.plugin_sources import check_plugin_sources
 from scaling.sweep.progress import next_commands, quiet_ray, summary_lines
 from scaling.trial import storage as stores
@@ -267,7 +267,7 @@ def done_already(run: SweepRun) -> bool:
         run.say("\n".join([said, "next:", *(f"  {command}" for command in commands_next(run))]))
         return True
     if run.policy is not None and run.experiment_id is not None:
-        from ..adaptive.driver import ended_already  # defers scipy.stats (~2 s): only --adaptive
+        from scaling.sweep.waves import ended_already  # defers scipy.stats (~2 s): only --adaptive
 
         run.waves = run.tracker.read_waves(run.experiment_id, run.name)
         return ended_already(run)
@@ -343,7 +343,7 @@ def train(run: SweepRun) -> list | None:
 
         if run.policy is None:
             return run_cells(run, run.pending, total, skipped)
-        from ..adaptive.driver import run_adaptive  # defers scipy.stats (~2 s)
+        from scaling.sweep.waves import run_adaptive  # defers scipy.stats (~2 s)
 
         unfinished = run_adaptive(run, lambda cells: run_cells(run, cells, len(cells), 0))["unfinished"]
         outcome = run.outcome

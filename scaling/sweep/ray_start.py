@@ -10,7 +10,7 @@ import ray
 
 from scaling.planning.plan import SweepError
 from scaling.plugins import modules_to_ship
-from scaling.sweep.cluster import describe, waiting_for_autoscaler
+from scaling.cluster import describe, waiting_for_autoscaler
 
 from ..tracking.store_template import preload
 

@@ -3,7 +3,7 @@
 ``run_sweep`` goes through named phases: plan the run (the sweep file, the stores and the
 Ray it uses, all checked), read the store (which cells are complete), describe it (``--dry-run``) or start
 it (Ray, the MLflow experiment and the sweep's parent run), train (Tune experiments, or the waves of
-scaling.adaptive.driver), report. Each phase reads and fills in one SweepRun instead of passing the plan,
+scaling.sweep.waves), report. Each phase reads and fills in one SweepRun instead of passing the plan,
 tracker, experiment, outcome, stores, shared trial settings and output from function to function; the
 flags a user gives beyond the file, the stores and the output are grouped in RunOptions, as Ray Tune's
 ``Tuner`` groups its options in config objects.
@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from scaling.budget.cards import Cards
 from scaling.planning.plan import Plan, PlannedCell
-from scaling.sweep.cluster import Head
+from scaling.cluster import Head
 from scaling.sweep.progress import Summary
 from scaling.trial.timeline import DRIVER_PREFIX, Timeline
 

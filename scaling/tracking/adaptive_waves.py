@@ -1,5 +1,5 @@
 """The adaptive driver's record of its waves in MLflow, on the sweep's parent run (Tracker.log_wave and
-read_waves: scaling.adaptive.driver logs them, the driver and analysis read them back).
+read_waves: scaling.sweep.waves logs them, the driver and analysis read them back).
 
 Per wave NN: the artifact ``adaptive/wave_NN.json`` (the decision: its cells, why, the compute spent), the
 MLflow table ``adaptive/answers_NN.json`` (the answers before it, shown by the UI) and the metrics

@@ -17,13 +17,12 @@ from typing import Callable, TextIO
 
 import pandas as pd
 
+from scaling.adaptive.policy import Answer, Policy
+from scaling.judge.verdicts import value_text
 from scaling.planning.plan import Plan
+from scaling.redact import redact
+from scaling.sweep.run import SweepRun
 from scaling.tracking.table import load_table
-
-from ..judge.verdicts import value_text
-from ..redact import redact
-from ..sweep.run import SweepRun
-from .policy import Answer, Policy
 
 
 def lattice_complete(run: SweepRun, policy: Policy) -> set[str]:
