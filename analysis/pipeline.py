@@ -277,11 +277,31 @@ def read(source: Source, uri: str, out: Path, runs: list | None = None) -> Analy
         name, out, table, missing, tracking_uri=uri, document=source.document, scans=scans, axes=axes
     )
     result.variant = source.variant
-    result.notes += notes
+    result.notes += notes + plugin_notes(attrs.get("plugins", []))
     if source.lacks:
         lacks = "; ".join(source.lacks)
         result.notes.append(f"running this sweep again needs what this machine lacks: {lacks}")
     return result
+
+
+def plugin_notes(ran: list[dict]) -> list[str]:
+    """The researcher's plug-ins the cells ran with, in words (the report and the printed summary say them),
+    and a warning where the cells of one plug-in version ran with different sources: results of different
+    code, which the sweep driver refuses to mix unless told (scaling.sweep.plugin_sources)."""
+    sources: dict[tuple[str, str], list[dict]] = {}
+    for p in ran:
+        sources.setdefault((p["name"], p["version"]), []).append(p)
+    lines = []
+    for (name, version), seen in sources.items():
+        cells = sum(p["cells"] for p in seen)
+        if len(seen) == 1:
+            lines.append(f"plug-in {name} version {version} (source {seen[0]['source']}): {cells} cells")
+            continue
+        each = ", ".join(f"{p['source']}: {p['cells']}" for p in seen)
+        lines.append(
+            f"plug-in {name} version {version}: its {cells} cells ran with {len(seen)} sources ({each})"
+        )
+    return lines
 
 
 def judged(

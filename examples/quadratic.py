@@ -33,7 +33,12 @@ class Quadratic(TaskFamily):
     Settings = QuadraticSettings
     version = "1"
     GAUSSIAN = ("beta", "u")  # the parameters an evaluation-time task shift moves
-    baselines = ("zero", "least_squares", "knn", "quadratic:QuadraticLeastSquares")  # ridge's prior is not ours
+    baselines = (
+        "zero",
+        "least_squares",
+        "knn",
+        "quadratic:QuadraticLeastSquares",
+    )  # ridge's prior is not ours
 
     def draw_tasks(self, count, gen):
         d = self.config.d

@@ -25,9 +25,9 @@ from scaling.budget.cards import (
 from scaling.budget.cost import load_gpu_table
 from scaling.budget.gpu_plan import gpu_packs
 from scaling.budget.packing import device_pack_size
+from scaling.cluster import node_types
 from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
-from scaling.cluster import node_types
 from scaling.sweep.phases import run_sweep
 from scaling.sweep.tune_rounds import trial_specs
 

@@ -10,8 +10,8 @@ from scaling.budget.cards import Card, Cards, run_cards, type_cards
 from scaling.budget.cost import load_gpu_table
 from scaling.budget.cpu_plan import describe_compute
 from scaling.budget.gpu_plan import describe_gpu
-from scaling.planning.plan import Plan
 from scaling.cluster import read_node_types
+from scaling.planning.plan import Plan
 from scaling.trial.checkpoints import CheckpointStore
 from scaling.trial.leases import Leases
 

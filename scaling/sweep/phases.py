@@ -22,9 +22,9 @@ from pyarrow import fs as pafs
 
 from scaling.budget.cards import Cards, parse_memory, run_cards, type_cards
 from scaling.budget.cost import load_gpu_table
+from scaling.cluster import describe, ray_up_head, read_node_types
 from scaling.planning.guards import check_address, check_flags, check_whole, probe_storage
 from scaling.planning.plan import Plan, SweepError, load_plan
-from scaling.cluster import describe, ray_up_head, read_node_types
 from scaling.sweep.plugin_sources import check_plugin_sources
 from scaling.sweep.progress import next_commands, quiet_ray, summary_lines
 from scaling.trial import storage as stores

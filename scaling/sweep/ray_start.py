@@ -8,9 +8,9 @@ import threading
 
 import ray
 
+from scaling.cluster import describe, waiting_for_autoscaler
 from scaling.planning.plan import SweepError
 from scaling.plugins import modules_to_ship
-from scaling.cluster import describe, waiting_for_autoscaler
 
 from ..tracking.store_template import preload
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from scaling.budget.cards import Cards
-from scaling.planning.plan import Plan, PlannedCell
 from scaling.cluster import Head
+from scaling.planning.plan import Plan, PlannedCell
 from scaling.sweep.progress import Summary
 from scaling.trial.timeline import DRIVER_PREFIX, Timeline
 

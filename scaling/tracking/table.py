@@ -16,6 +16,7 @@ scanned ridge's lambda (``split_scans`` takes those rows apart).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 from scaling.aside import Aside
 from scaling.tracking import STATUS_COMPLETE, Columns, RunRecord, TrackingStore
 from scaling.tracking.backends import existing_store
+from scaling.tracking.cell_log import PLUGINS_TAG
 from scaling.tracking.uri import local_artifact
 
 UNITS = "units.parquet"
@@ -65,8 +67,9 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SCALING_CACHE", Path.home() / ".cache" / "icl-scaling" / "curves"))
 
 
-# what the table reads of each cell run: every param (as ``param.<name>``), no metric, two tags
-TABLE_READS = Columns(metrics=(), tags=("sweep", "error"))
+# what the table reads of each cell run: every param (as ``param.<name>``), no metric, three tags (the last:
+# the researcher's plug-ins it ran with, scaling.tracking.cell_log.plugins_tag)
+TABLE_READS = Columns(metrics=(), tags=("sweep", "error", PLUGINS_TAG))
 
 
 def cell_runs(
@@ -156,7 +159,8 @@ def load_table(
 
     ``table.attrs``: ``downloads`` (curves fetched from the store; 0 when every run was cached or read in
     place),
-    ``runs`` (run id -> run name of the complete cells) and ``experiment_id`` (for links to the MLflow UI).
+    ``runs`` (run id -> run name of the complete cells), ``experiment_id`` (for links to the MLflow UI) and
+    ``plugins`` (the researcher's plug-ins the complete cells ran with: ``plugins_ran``).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per run
     runs = cell_runs(tracking_uri, experiment) if runs is None else runs
@@ -176,8 +180,25 @@ def load_table(
         downloads=downloads,
         runs=RunNames({r.run_id: r.name for r in complete}),
         experiment_id=runs[0].experiment_id if runs else "",
+        plugins=plugins_ran(complete),
     )
     return table, missing
+
+
+def plugins_ran(runs: list[RunRecord]) -> list[dict]:
+    """Each (point, name, version, source) of a researcher's plug-in that the runs' cells ran with (their
+    ``plugins`` tag), with the number of cells, in order of first appearance."""
+    found: dict[tuple, dict] = {}
+    for run in runs:
+        try:
+            recorded = json.loads(run.tags.get(PLUGINS_TAG) or "[]")
+        except ValueError:
+            continue
+        for plugin in recorded:
+            key = tuple(str(plugin.get(k, "")) for k in ("point", "name", "version", "source"))
+            found.setdefault(key, {**dict(zip(("point", "name", "version", "source"), key)), "cells": 0})
+            found[key]["cells"] += 1
+    return list(found.values())
 
 
 def split_scans(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
