@@ -79,6 +79,13 @@ _folders: list[Path] = []  # folders of the sweep files planned in this process,
 _loaded: dict[tuple[str, str], Plugin] = {}
 
 
+def refresh() -> None:
+    """Forget the registered names and the plug-ins loaded (a package installed while this process runs)."""
+    _entries.cache_clear()
+    _project_entries.cache_clear()
+    _loaded.clear()
+
+
 def search_folder(folder: str | Path) -> None:
     """Look for ``module:Name`` modules in ``folder`` (a sweep file's) before the Python path."""
     folder = Path(folder).resolve()
