@@ -37,8 +37,12 @@ def set_key(document, dotted, value):
 
 CASES = {
     # name: (dotted key, value, what the message must contain)
-    "unknown_task_family": ("defaults.task.family", "cubic", "defaults.task.family: unknown value 'cubic'"),
-    "unknown_model_arch": ("models.mlp.arch", "resnet", "models.mlp.arch: unknown value 'resnet'"),
+    "unknown_task_family": (
+        "defaults.task.family",
+        "cubic",
+        "defaults.task.family: unknown task family 'cubic'",
+    ),
+    "unknown_model_arch": ("models.mlp.arch", "resnet", "models.mlp.arch: unknown model 'resnet'"),
     "unknown_model_preset": ("grid.model", ["mlp", "lstm"], "grid.model[1]: unknown model preset 'lstm'"),
     "unknown_setting": ("defaults.train.stepz", 10, "defaults.train.stepz: unknown setting"),
     "T_below_one": ("grid.T", [4, 0], "grid.T[1]: T: must be a whole number >= 1"),

@@ -96,12 +96,12 @@ CASES = {
         ["--max-cells", "1"],
         "the grid makes 2 cells (model 1 x T 2 x seed 1), more than the cap of 1",
     ),
-    "unknown_job": (with_setting("defaults.job", "juggle"), [], "job: unknown value 'juggle'"),
+    "unknown_job": (with_setting("defaults.job", "juggle"), [], "job: unknown experiment kind 'juggle'"),
     # --- cell settings
     "unknown_task_family": (
         with_setting("defaults.task.family", "cubic"),
         [],
-        "defaults.task.family: unknown value 'cubic'",
+        "defaults.task.family: unknown task family 'cubic'",
     ),
     "task_d_zero": (with_setting("defaults.task.d", 0), [], "defaults.task.d: must be >= 1"),
     "noise_negative": (
@@ -168,7 +168,7 @@ CASES = {
     "unknown_model_arch": (
         with_setting("models.mlp.arch", "resnet"),
         [],
-        "models.mlp.arch: unknown value 'resnet'",
+        "models.mlp.arch: unknown model 'resnet'",
     ),
     "models_not_mapping": (tiny(models=["mlp"]), [], "models: expected a mapping of preset name"),
     "gpt2_too_long": (

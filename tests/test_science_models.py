@@ -172,7 +172,7 @@ def test_both_inputs_concatenate_vectorised_prompt_and_feature_row():
         ({"arch": "mlp", "attention": "l1"}, "only gpt2, sgpt"),
         ({"arch": "gpt2", "attention": "cosine"}, "unknown value"),
         ({"arch": "gpt2", "layout": "diagonal"}, "unknown value"),
-        ({"arch": "onelayer", "feature_map": "gaussian"}, "unknown value"),
+        ({"arch": "onelayer", "feature_map": "gaussian"}, "unknown feature map 'gaussian'"),
         ({"arch": "gpt2", "bias": False}, "only mlp"),
     ],
 )

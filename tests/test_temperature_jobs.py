@@ -28,7 +28,9 @@ CPU = torch.device("cpu")
 
 
 def test_unknown_job_fails_listing_known_jobs():
-    with pytest.raises(ConfigError, match="job: unknown value 'nope'; known: train, theory_context"):
+    with pytest.raises(
+        ConfigError, match="job: unknown experiment kind 'nope'; known: train, theory_context"
+    ):
         Cell.from_dict({"job": "nope"})
     assert set(kind_names()) >= {
         "train",

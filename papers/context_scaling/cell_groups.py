@@ -122,5 +122,6 @@ HOOKS = dict(
     runs_on=runs_on,
     for_resources=resolve_precision,
     check_resources=check_device,
+    check_planned=check_positions,
     plugins=plugins,
 )

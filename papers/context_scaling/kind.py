@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from papers.context_scaling.cell_groups import HOOKS, READS, check_positions, pack_shape
+from papers.context_scaling.cell_groups import HOOKS, READS, pack_shape
 from papers.context_scaling.plugins import model_facts
 from scaling.budget.cost import CellCost, training_cost
 from scaling.config import check, format_T
@@ -203,10 +203,9 @@ def train_stacked(trainers: list[CellTrainer], logs: list, pack) -> None:
 
 
 def check_cell(cell) -> None:
-    """A prompt must fit the model's positions; ``train.lengths`` (the loss at given context lengths alone:
+    """``train.lengths`` (the loss at given context lengths alone:
     App. A's MLP zero-padded to the largest, its transformers trained at 1, 11, ..., 91) trains the models a
     pack can mask: MLPs and transformers (a transformer with lengths trains alone: ``packable``)."""
-    check_positions(cell)
     check(
         not cell.train.lengths or cell.model.arch in ("mlp", "gpt2", "sgpt"),
         "train.lengths",

@@ -60,11 +60,11 @@ class Kind:
     What the generic core asks of a cell: ``context(cell)``, its N (the training kind's: the largest of
     ``train.lengths`` where given); ``steps(cell)``, the training steps it takes (0: none); ``step(cell)``,
     one step's cost facts (scaling.budget.cost.Step; None: not estimated); ``model_label(cell)``;
-    ``runs_on(cell)``, its (device, precision) settings; ``for_resources(cell, gpu)``, the cell as planned
-    for a trial given ``gpu`` GPUs (the training kind resolves ``train.precision: auto``);
-    ``check_resources(cell, gpu)``, a ConfigError where the cell cannot run on what it asks for; and
-    ``plugins(cell)``, the (point, name) of each plug-in it names, whose versions are in its key
-    (scaling.cells.Cell.versions).
+    ``runs_on(cell)``, its (device, precision) settings; ``for_resources(cell, gpu)``, the cell as planned for
+    a trial given ``gpu`` GPUs (the training kind resolves ``train.precision: auto``); ``check_resources(cell,
+    gpu)``, a ConfigError where the cell cannot run on what it asks for; ``check_planned(cell)``, one where a
+    whole cell breaks a limit (a prompt longer than its model's positions); and ``plugins(cell)``, the (point,
+    name) of each plug-in it names, whose versions are in its key (scaling.cells.Cell.versions).
 
     ``reads``: the cell's settings the kind reads, which its cells log as MLflow params
     (scaling.cells.Cell.params; cell.yaml keeps every setting): a whole group (``train``, ``construction``;
@@ -100,6 +100,9 @@ class Kind:
     runs_on: Callable[[Any], tuple[str, str]] = lambda cell: ("auto", "float32")
     for_resources: Callable[[Any, float], Any] = lambda cell, gpu: cell
     check_resources: Callable[[Any, float], None] = lambda cell, gpu: None
+    # limits a whole cell can break that its groups alone do not (a prompt within the model's positions):
+    # checked on each planned cell, never on a grid axis's value over the defaults
+    check_planned: Callable[[Any], None] = lambda cell: None
     plugins: Callable[[Any], list] = lambda cell: []
 
     def all_groups(self) -> dict[str, Any]:

@@ -470,6 +470,7 @@ def expand(lattice: _Lattice, axes: dict[str, list], resources: Resources, at: L
         tree, own = lattice.tree(combo)
         try:
             cell = Cell.from_dict(tree)
+            cell.kind.check_planned(cell)
             cell = cell.kind.for_resources(cell, (own or resources).gpu)
         except ConfigError as err:
             described = ", ".join(f"{k}={v}" for k, v in combo.items())
