@@ -146,7 +146,9 @@ def synchronize(model) -> None:
         torch.cuda.synchronize(model.device)
 
 
-def run(quick: bool) -> list[Result]:
+def run(size: str = "full") -> list[Result]:
+    """The row at ``size``: full, quick, or tiny (one question, one run, one tau: the code path only,
+    nothing judged)."""
     name = "llm_scan (SmolLM2)"
     try:
         from scaling.papers.temperature.smollm import SmolLMUnavailable, smollm_dir
@@ -156,7 +158,7 @@ def run(quick: bool) -> list[Result]:
         return [skipped(name, str(error))]
     from scaling.papers.temperature.llm_icl import load_causal_lm
 
-    n_test, runs, taus = (4, 1, (1.0,)) if quick else (8, 2, (1.0, 1.5))
+    n_test, runs, taus = {"full": (8, 2, (1.0, 1.5)), "quick": (4, 1, (1.0,)), "tiny": (1, 1, (1.0,))}[size]
     model, tokenizer = load_causal_lm(directory, device="cpu")
     m = compare_scan(model, tokenizer, n_test, runs, taus)
     count, fast_s, plain_s = m["answers"], m["fast_s"], m["plain_s"]
@@ -191,7 +193,7 @@ def run(quick: bool) -> list[Result]:
         unit="answers/s",
         reference_rate=count / plain_s,
         ours_rate=count / fast_s,
-        target=TARGET,
+        target=None if size == "tiny" else TARGET,
         note=note,
         extra={
             "em_ours": em_fast,
@@ -207,12 +209,12 @@ def run(quick: bool) -> list[Result]:
         },
     )
     result.judged()
-    if em_fast != em_plain:
+    if em_fast != em_plain and size != "tiny":  # one answer at tiny size: a rounding may flip it
         result.status = "FAIL"
         result.note = "exact match differs: " + result.note
     return [result]
 
 
 if __name__ == "__main__":
-    for line in run(quick=False):
+    for line in run("full"):
         print(line.line())
