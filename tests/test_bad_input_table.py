@@ -77,6 +77,17 @@ CASES = {
     "empty_grid_mapping": (tiny(grid={}), [], "grid: is empty"),
     "grid_not_mapping": (tiny(grid=[1, 2]), [], "grid: expected a mapping of axis -> list of values"),
     "empty_axis": (with_setting("grid.T", []), [], "grid.T: an axis needs at least one value"),
+    "axis_not_a_list": (
+        with_setting("grid.T", 16),
+        [],
+        "grid.T: an axis takes a list of values, got 16: write [16] for that one value",
+    ),
+    "set_axis_not_a_list": (  # one seed 3, or three seeds? said, not guessed
+        TINY,
+        ["--set", "grid.seed=3"],
+        "--set grid.seed=3: grid.seed: an axis takes a list of values, got 3: write [3] for that one value,"
+        " or [0, 1, 2] for 3 seeds",
+    ),
     "unknown_model_preset": (
         with_setting("grid.model", ["mlp", "lstm"]),
         [],
@@ -225,7 +236,18 @@ CASES = {
         "cannot reach a Ray cluster at 127.0.0.1:1",
     ),
     "address_malformed": (TINY, ["--address", "host:port:extra"], "--address host:port:extra: expected"),
+    "dry_run_address_nobody_answers": (  # a dry run asked about a cluster: it must answer too
+        TINY,
+        ["--dry-run", "--address", "127.0.0.1:1"],
+        "cannot reach a Ray cluster at 127.0.0.1:1",
+    ),
     "storage_bogus_scheme": (TINY, ["--storage", "bogus://x/y"], "cannot use the storage bogus://x/y/tiny"),
+    "storage_scheme_typo": (
+        TINY,
+        ["--storage", "s4://bucket/runs"],
+        "cannot use the storage s4://bucket/runs/tiny: unknown scheme s4://; give a path or a URI of file://,"
+        " s3://, gs://",
+    ),
     "storage_is_a_file": (
         TINY,
         ["--storage", "{dir}/bad.yaml"],
@@ -285,6 +307,27 @@ def test_a_directory_given_as_the_sweep(tmp_path, monkeypatch, capsys):
         err.splitlines()[0]
         == f"error: {tmp_path}/sweeps: is a directory; give a sweep file (e.g. sweeps/smoke.yaml)"
     )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweeps"]
+
+
+@pytest.mark.parametrize(
+    "given, meant",
+    [
+        ("sweeps/smok.yaml", "sweeps/smoke.yaml"),  # a letter left out
+        ("sweep/smoke.yaml", "sweeps/smoke.yaml"),  # the folder misspelt
+        ("smoke.yaml", "sweeps/smoke.yaml"),  # the folder left out
+        ("sweeps/smoke.yml", "sweeps/smoke.yaml"),
+        ("sweeps/nothing_alike.yaml", None),
+    ],
+)
+def test_a_misspelt_sweep_path_gets_the_nearest_file(given, meant, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "smoke.yaml").write_text(TINY)
+    (tmp_path / "sweeps" / "fig1.yaml").write_text(TINY)
+    assert main([given, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 2
+    hint = f"; did you mean {meant}?" if meant else ""
+    assert capsys.readouterr().err == f"error: {given}: no such sweep file{hint}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweeps"]
 
 
