@@ -50,7 +50,7 @@ def describe_gpu(
     planned = [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
     card = table["device"]
     if not planned:
-        return f"GPU ({card}): no training cell of this sweep asks for a GPU"
+        return "GPU: no training cell of this sweep asks for a GPU"
     cells = [p.cell for p in planned]
     cards = cards or Cards((), table_card(table))
     groups = gpu_packs(plan, planned, table, cards)
@@ -65,9 +65,10 @@ def describe_gpu(
     skipped = len([p for p in plan.cells if is_training(p.cell)]) - len(planned)
     total = sum(seconds)
     lines = [
-        f"GPU: about {total / 3600:.2f} GPU-hours ({format_hours(total)}) on one {card} (measured"
-        f" on {table['measured']}, {table_steps(table)}) for the {len(cells)} training cells that ask for a"
-        f" GPU, packs one after another ({not_counted(table)} not counted)",
+        f"GPU: about {total / 3600:.2f} GPU-hours ({format_hours(total)}) for the {len(cells)} training cells"
+        " that ask for a GPU, packs one after another",
+        f"  costed on the table's {card}, measured on {table['measured']} ({table_steps(table)})",
+        f"  not counted: {not_counted(table)}",
         f"GPU packs (run.pack {plan.run.pack}): {len(groups)} trials for {len(cells)} cells; packs x cells:"
         f" {packs}",
         planned_for([cards.card_for(p.resources.as_ray()) for p in planned]),
