@@ -62,9 +62,10 @@ def cpu_estimate(plan, table: dict, cpus: int) -> CpuEstimate:
     return CpuEstimate(trials, [pack_seconds(t, scaled) for t in trials], slots, per_trial)
 
 
-def describe_compute(plan, cpus: int, cpus_from: str) -> str:
+def describe_compute(plan, cpus: int, cpus_from: str, estimate: CpuEstimate | None = None) -> str:
     """The --dry-run lines of the CPU: FLOPs and peak memory of the training cells, then the wall time
-    of their trials as the driver packs them on ``cpus`` CPUs (said to come from ``cpus_from``)."""
+    of their trials as the driver packs them on ``cpus`` CPUs (said to come from ``cpus_from``; ``estimate``:
+    those trials, when already formed)."""
     try:
         table = load_table()
     except (OSError, ValueError) as err:
@@ -72,7 +73,7 @@ def describe_compute(plan, cpus: int, cpus_from: str) -> str:
     total = sweep_estimate([p.cell for p in plan.cells], table)
     lines = []
     if total.cells:
-        estimate = cpu_estimate(plan, table, cpus)
+        estimate = estimate or cpu_estimate(plan, table, cpus)
         lines.append(
             f"estimated training compute: {total.flops:.3g} FLOP over {total.cells}"
             f" cell{'' if total.cells == 1 else 's'}; largest step peak memory about"

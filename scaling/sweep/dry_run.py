@@ -1,4 +1,6 @@
-"""The ``--dry-run`` table: every cell with its resources and state, the compute, an adaptive sweep's plan."""
+"""The ``--dry-run`` table: where the cells' states were read, whether the sweep runs here (the nodes a run
+would have: this machine's local Ray, or the --address cluster's), each model's cells, trials and cost,
+every cell with its resources and state, the compute, an adaptive sweep's plan."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from ..checkpoints import CheckpointStore
 from ..cluster import read_node_types
 from ..cost import format_hours, load_gpu_table, load_table
 from ..cpu_plan import cpu_estimate, describe_compute
-from ..gpu_plan import describe_gpu, gpu_packs, is_training
+from ..gpu_plan import describe_gpu, gpu_cells, gpu_packs, is_training
 from ..gpu_plan import pack_seconds as gpu_pack_seconds
 from ..leases import Leases
 from ..packing import pack_groups
@@ -40,11 +42,18 @@ def describe_plan(
     None: unknown; its packs planned for the memory of ``cards``: None, the table's card) and the CPU
     trials' wall time on ``cpus`` (a count and where it comes from). Every line but a cell's row is wrapped
     at LINE_WIDTH."""
+    try:
+        table = load_table()
+    except (OSError, ValueError):  # describe_compute says why
+        table = None
+    estimate = cpu_estimate(plan, table, cpus[0]) if table is not None else None
+    gpu_table, on_gpu = load_gpu_table(), gpu_cells(plan)
+    groups = gpu_packs(plan, on_gpu, gpu_table, cards) if gpu_table is not None and on_gpu else []
     head = [
         f"sweep {plan.name}: {len(plan.cells)} cells from {plan.source}"
         f"{f' (profile {plan.profile})' if plan.profile else ''}",
         *said,
-        *model_lines(plan, cpus[0], cards),
+        *model_lines(plan, estimate, [[on_gpu[i].cell for i in group] for group in groups], gpu_table),
     ]
     out.write("".join(wrapped(line) for text in head for line in text.splitlines()))
     out.write("".join(cell_rows(plan, status)))
@@ -53,8 +62,8 @@ def describe_plan(
         counts[state.split(" (")[0]] = counts.get(state.split(" (")[0], 0) + 1
     tail = [
         "totals: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
-        describe_compute(plan, *cpus),
-        describe_gpu(plan, gpus=gpus[0], gpus_from=gpus[1], cards=cards),
+        describe_compute(plan, *cpus, estimate=estimate),
+        describe_gpu(plan, gpus=gpus[0], gpus_from=gpus[1], cards=cards, groups=groups or None),
     ]
     out.write("".join(wrapped(line) for text in tail for line in text.splitlines()))
 
@@ -103,19 +112,13 @@ class ModelTrials:
         return "; ".join(parts + ([self.other] if self.other else [])) or "not estimated"
 
 
-def model_lines(plan: Plan, cpus: int, cards: Cards | None) -> list[str]:
-    """Each model's cells, trials (the packs the driver forms, as the lines below the rows count them) and
-    cost (its trials' training one after another): a model's cells by its label, a kind's that trains none
-    by the kind."""
+def model_lines(plan: Plan, estimate, gpu_trials: list[list], gpu_table: dict | None) -> list[str]:
+    """Each model's cells, trials (the packs the driver forms, as the lines below the rows count them:
+    ``estimate``'s on the CPUs, ``gpu_trials`` on the GPUs) and cost (its trials' training one after
+    another): a model's cells by its label, a kind's that trains none by the kind."""
     models: dict[str, ModelTrials] = {}
-    try:
-        table = load_table()
-    except (OSError, ValueError):
-        table = None
-    gpu_table = load_gpu_table()
     counted: set[str] = set()
-    if table is not None:
-        estimate = cpu_estimate(plan, table, cpus)
+    if estimate is not None:
         for trial, seconds in zip(estimate.trials, estimate.seconds):
             model = models.setdefault(trial[0].model.label, ModelTrials())
             model.cells, model.trials, model.cpu_seconds = (
@@ -124,17 +127,14 @@ def model_lines(plan: Plan, cpus: int, cards: Cards | None) -> list[str]:
                 model.cpu_seconds + seconds,
             )
             counted.update(c.key for c in trial)
-    on_gpu = [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
-    if gpu_table is not None and on_gpu:
-        for group in gpu_packs(plan, on_gpu, gpu_table, cards):
-            trial = [on_gpu[i].cell for i in group]
-            model = models.setdefault(trial[0].model.label, ModelTrials())
-            model.cells, model.trials, model.gpu_seconds = (
-                model.cells + len(trial),
-                model.trials + 1,
-                model.gpu_seconds + gpu_pack_seconds(trial, gpu_table),
-            )
-            counted.update(c.key for c in trial)
+    for trial in gpu_trials:
+        model = models.setdefault(trial[0].model.label, ModelTrials())
+        model.cells, model.trials, model.gpu_seconds = (
+            model.cells + len(trial),
+            model.trials + 1,
+            model.gpu_seconds + gpu_pack_seconds(trial, gpu_table),
+        )
+        counted.update(c.key for c in trial)
     rest = [p.cell for p in plan.cells if p.cell.key not in counted]
     for group in pack_groups(rest, plan.run.pack):
         cell = rest[group[0]]
