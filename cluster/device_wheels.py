@@ -9,8 +9,8 @@ build of torch it was set up with) for CPython ``--python`` on x86-64 Linux and 
 ``requirements.txt`` that names them, into the folder. ``--image`` downloads instead only what the lent GPU
 machine's image lacks (``IMAGE_LACKS``: Ray with Tune, MLflow with its SQL store and what they need, pinned
 to the project's tested versions, no dependencies resolved), and ``bundle`` makes of those wheels one
-compressed file under a device call's 64 MiB (docs/gpu.md, "The lent GPU machine"): installed into one
-folder here, the parts no sweep uses left out (``UNUSED``), packed with xz. ``unpack`` (standard library
+compressed file under a device call's 64 MiB (benchmarks/README.md, "The lent GPU machine"): installed into
+one folder here, the parts no sweep uses left out (``UNUSED``), packed with xz. ``unpack`` (standard library
 only: it runs there before anything is installed) puts the folder back:
 
     python cluster/device_wheels.py download /tmp/device-wheels --image

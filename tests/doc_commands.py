@@ -1,6 +1,7 @@
 """The shell commands the project documents, collected from where a user reads them:
 
-- the fenced shell blocks (```bash, ```sh, ```shell, ```console) of README.md and docs/*.md;
+- the fenced shell blocks (```bash, ```sh, ```shell, ```console) of README.md, docs/*.md and
+  benchmarks/README.md;
 - the comment headers of sweeps/*.yaml (a line that holds `python ...` or `pip install ...`);
 - the examples of each command-line tool's `--help` (its epilog's `examples:` section).
 
@@ -165,7 +166,8 @@ def epilog_commands(help_text: str, tool: str) -> list[Command]:
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """The pages a reader reads: README.md, docs/*.md and the developers' notes on the benchmarks."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
 
 
 def sweep_files() -> list[Path]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 PINNED = REPO / "tests" / "fixtures" / "cell_keys.json"
@@ -29,9 +29,10 @@ LOCAL_FILES = {
         f"temperature.sciq_train={STAND_INS}/sciq.json",
         f"temperature.sciq_test={STAND_INS}/sciq.json",
     ],
-    "sweeps/temp_llama_a.yaml:quick": [f"temperature.llm={STAND_INS}/llm"],
-    "sweeps/temp_llama_a.yaml:smollm": [f"temperature.llm={STAND_INS}/llm"],
 }
+# the quick and smollm profiles read SciQ from the checkout's fixtures, whose absolute path is in the key
+LOCAL_FILES["sweeps/temp_llama_a.yaml:quick"] = LOCAL_FILES["sweeps/temp_llama_a.yaml:"]
+LOCAL_FILES["sweeps/temp_llama_a.yaml:smollm"] = LOCAL_FILES["sweeps/temp_llama_a.yaml:"]
 LOCAL_FILES["sweeps/temp_llama_b.yaml:"] = LOCAL_FILES["sweeps/temp_llama_a.yaml:"]
 LOCAL_FILES["sweeps/temp_llama_b.yaml:quick"] = LOCAL_FILES["sweeps/temp_llama_a.yaml:quick"]
 LOCAL_FILES["sweeps/temp_llama_b.yaml:smollm"] = LOCAL_FILES["sweeps/temp_llama_a.yaml:smollm"]

@@ -3,9 +3,9 @@ path they name, every ``python -m`` module of the project they run, and every do
 code cites. Modules get renamed; this is what tells the docs so.
 
 Rules (pure text, no network):
-- a Markdown link ``[text](target)`` in README.md or docs/*.md that is not a URL resolves to a file
-  relative to the page, and its ``#anchor`` (or a same-page ``#anchor``) is a heading of the target page
-  as GitHub slugs it;
+- a Markdown link ``[text](target)`` in README.md, docs/*.md or benchmarks/README.md that is not a URL
+  resolves to a file relative to the page, and its ``#anchor`` (or a same-page ``#anchor``) is a heading
+  of the target page as GitHub slugs it;
 - a repository path named anywhere in a page (``scaling/xyz.py``, ``sweeps/fig1.yaml``,
   ``tests/test_pack*.py``, ``docs/adaptive.md``) exists; a path cut short by a placeholder
   (``sweeps/fig$f.yaml``, ``scaling/kinds/<name>.py``) has at least one file under its known part; a file
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
 CODE_DIRS = ("scaling", "analysis", "tests", "benchmarks", "cluster")
 PACKAGES = ("scaling", "analysis", "benchmarks", "cluster")
 

@@ -13,9 +13,9 @@ import pytest
 import ray
 import yaml
 
-from scaling.cost import load_gpu_table, load_table
-from scaling.cpu_plan import cpu_estimate
-from scaling.plan import SweepError, load_plan
+from scaling.budget.cost import format_hours, load_gpu_table, load_table
+from scaling.budget.cpu_plan import cpu_estimate
+from scaling.planning.plan import SweepError, load_plan
 from scaling.sweep.__main__ import main
 from scaling.sweep.dry_run import LINE_WIDTH
 from scaling.sweep.ray_start import check_feasible
@@ -128,7 +128,6 @@ def test_each_models_cells_trials_and_cost_come_before_the_cell_rows(tmp_path, c
     assert rows == {"gpt2": ["18", "18"], "mlp": ["18", "4"]}
     assert "22 trials for 36 cells that ask for no GPU" in out
     estimate = cpu_estimate(load_plan(SMOKE), load_table(), 2)
-    from scaling.cost import format_hours
 
     for arch in ("gpt2", "mlp"):
         seconds = sum(s for t, s in zip(estimate.trials, estimate.seconds) if t[0].model.label == arch)
@@ -185,7 +184,7 @@ def test_a_sweep_whose_local_weights_are_missing_is_planned_and_the_real_run_ref
     (line,) = err.strip().splitlines()
     lacks = "this machine lacks a local file the run needs: no Hugging Face model directory at"
     assert f"{lacks} {missing}" in line
-    assert f"python -m scaling.papers.temperature.tiny_llm {missing}" in line
+    assert f"python -m papers.temperature.tiny_llm {missing}" in line
     assert main([*args, *stores]) == 2
     assert f"no Hugging Face model directory at {missing}" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

@@ -10,18 +10,18 @@ import textwrap
 from dataclasses import dataclass
 from typing import TextIO
 
-from ..cards import Card, Cards, run_cards, type_cards
-from ..checkpoints import CheckpointStore
-from ..cluster import read_node_types
-from ..cost import format_hours, load_gpu_table, load_table
-from ..cpu_plan import cpu_estimate, describe_compute
-from ..gpu_plan import describe_gpu, gpu_cells, gpu_packs, is_training
-from ..gpu_plan import pack_seconds as gpu_pack_seconds
-from ..leases import Leases
-from ..packing import pack_groups
-from ..plan import Plan
-from ..redact import redact
-from .node_fit import fits, node_shape
+from scaling.budget.cards import Card, Cards, run_cards, type_cards
+from scaling.budget.cost import format_hours, load_gpu_table, load_table
+from scaling.budget.cpu_plan import cpu_estimate, describe_compute
+from scaling.budget.gpu_plan import describe_gpu, gpu_cells, gpu_packs, is_training
+from scaling.budget.gpu_plan import pack_seconds as gpu_pack_seconds
+from scaling.budget.packing import pack_groups
+from scaling.planning.plan import Plan
+from scaling.redact import redact
+from scaling.sweep.cluster import read_node_types
+from scaling.sweep.node_fit import fits, node_shape
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.trial.leases import Leases
 
 LINE_WIDTH = 110  # the dry run's lines are wrapped to this width (the cell rows fit it by their columns)
 NAME_WIDTH = (40, 64)  # the cell column's width: at least, and at most (a longer name gets its own line)
@@ -193,7 +193,9 @@ def nodes_here(run) -> tuple[list[dict[str, float]], str]:
     """The nodes a run would check its cells against, and whose they are: the live nodes of the cluster at
     the run's address (joined to read them), else the local Ray a run starts on this machine."""
     if run.address:
-        from .ray_start import cluster_nodes  # imports Ray: only a dry run that names a cluster joins it
+        from scaling.sweep.ray_start import (
+            cluster_nodes,  # imports Ray: only a dry run that names a cluster joins it
+        )
 
         return cluster_nodes(run.address, run.options.verbose), f"the Ray cluster at {run.address}"
     return [local_node(run.options)], "this machine"
@@ -241,7 +243,7 @@ def local_cuda():
 
 
 def cards_to_plan(run) -> Cards | None:
-    """The cards --dry-run plans the GPU packs for (scaling.cards; no Ray started): --gpu-memory, the
+    """The cards --dry-run plans the GPU packs for (scaling.budget.cards; no Ray started): --gpu-memory, the
     `ray up` cluster's node types, this machine's GPUs, else (None or the fallback) the cost table's card."""
     table = load_gpu_table()
     if table is None or run.options.gpu_memory:

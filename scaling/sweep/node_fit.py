@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..cluster import describe, waiting_for_autoscaler
+from scaling.sweep.cluster import describe, waiting_for_autoscaler
 
 
 def fits(request: dict[str, float], node: dict[str, float]) -> bool:

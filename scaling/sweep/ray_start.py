@@ -8,10 +8,11 @@ import threading
 
 import ray
 
-from ..plan import SweepError
-from ..progress import quiet_ray
+from scaling.planning.plan import SweepError
+from scaling.sweep.node_fit import refusal
+from scaling.sweep.progress import quiet_ray
+
 from ..tracking.store_template import preload
-from .node_fit import refusal
 
 log = logging.getLogger(__name__)
 
