@@ -324,7 +324,7 @@ def start(run: SweepRun) -> None:
             run.address, options.num_cpus, options.num_gpus, new_store, env=env, verbose=options.verbose
         )
         types = node_types(run)
-        where = "this cluster" if run.address else "this machine"
+        where = f"the Ray cluster at {run.address}" if run.address else "this machine"  # as --dry-run says
         waiting = check_feasible(run.pending, autoscales(run), types, smaller_profiles(run), where)
     with run.timeline.phase("cards"):
         run.cards = gpu_cards(run, types)
