@@ -30,9 +30,9 @@ import sys
 from pathlib import Path
 
 from scaling.judge.verdicts import Rule
+from scaling.planning.variants import add_set_argument
 from scaling.redact import redact
 from scaling.tracking import TrackingError
-from scaling.variants import add_set_argument
 
 from .claims import tally
 from .compare import compare

@@ -36,8 +36,8 @@ class Claim:
 
 def within(ratio: float) -> bool:
     """Two errors whose ratio is ``ratio`` are comparable: within a factor COMPARABLE either way (seed 003's
-    claims, analysis/papers/statisticians/claims.py; seed 001's comparisons carry an interval:
-    analysis/papers/context_scaling/claims.py, ``ratio_claim``)."""
+    claims, papers/statisticians/analysis/claims.py; seed 001's comparisons carry an interval:
+    papers/context_scaling/analysis/claims.py, ``ratio_claim``)."""
     return 1 / COMPARABLE <= ratio <= COMPARABLE
 
 

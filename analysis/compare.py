@@ -2,7 +2,7 @@
 overlaid curves, one report.
 
 ``compare`` reads both sweeps (analysis/pipeline.py) and judges each with the training kind's plug-in
-(analysis/papers/context_scaling/plugin.py), writes each one's tables into ``<out>/<experiment>/``, and into
+(papers/context_scaling/analysis/plugin.py), writes each one's tables into ``<out>/<experiment>/``, and into
 ``<out>`` ``differences.csv`` (err of A and B at matching (model, T, N, predictor, n) points),
 ``fits_side_by_side.csv``, the overlaid figures and ``report.html``; logged as a ``kind=analysis`` run (tag
 ``compare_with``) in the first sweep's experiment only.
@@ -22,11 +22,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from papers.context_scaling.analysis.plugin import TRAINING
 from scaling.config import format_T
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
-from .papers.context_scaling.plugin import TRAINING
 from .pipeline import judged, log_analysis, read, resolve, write_tables
 from .plugin import AnalysisError, AnalysisResult, Request
 from .report import _page, image_html, sweep_sections, table_html

@@ -240,7 +240,7 @@ def draw(
     table: pd.DataFrame, experiment: str, layout: str | None = None, scans: pd.DataFrame | None = None
 ) -> Drawn:
     """The figures of a sweep in its layout (``layout`` overrides the choice by name); ``scans`` are the
-    cells' ridge-vs-lambda rows (``scaling.table.split_scans``)."""
+    cells' ridge-vs-lambda rows (``scaling.tracking.table.split_scans``)."""
     name = layout or layout_name(experiment)
     title = name if name not in ("generic",) else experiment
     scans = scans if scans is not None else pd.DataFrame(columns=["n", "lam", "predictor"])

@@ -3,9 +3,9 @@
 ``python -m analysis --paper sweeps/fig*.yaml sweeps/stat_*.yaml sweeps/temp_*.yaml --profile quick``
 analyses each sweep file's experiment that has complete cells (as ``python -m analysis SWEEP`` does: its own
 folder and report, its kind's plug-in), then writes one page, ``analysis_out/paper[-PROFILE]/report.html``
-with ``claims.csv``: a section per paper (seed 001: Figs. 1-8, analysis.papers.context_scaling.claims; seed
-003: the constructed transformers, analysis.papers.statisticians.claims; seed 004: Figs. 1-6 and 3,
-analysis.papers.temperature.claims), for each of its parts (one sweep file each) the figure drawn from the
+with ``claims.csv``: a section per paper (seed 001: Figs. 1-8, papers.context_scaling.analysis.claims; seed
+003: the constructed transformers, papers.statisticians.analysis.claims; seed 004: Figs. 1-6 and 3,
+papers.temperature.analysis.claims), for each of its parts (one sweep file each) the figure drawn from the
 runs and each of the paper's claims with "reproduced", "not reproduced", "inconclusive" or "not run", its
 numbers (the kind's own verdicts), the profile it ran at and the commands that produced it. A part whose sweep
 file is not given, or whose experiment is not in the store, is "not run", with the reason and the commands
@@ -29,13 +29,13 @@ from typing import Callable
 import pandas as pd
 import yaml
 
+from papers.context_scaling.analysis import claims as claims_context_scaling
+from papers.statisticians.analysis import claims as claims_statisticians
+from papers.temperature.analysis import claims as claims_temperature
 from scaling.redact import redact
 
 from . import claims as claiming
 from .figures import layout_name
-from .papers.context_scaling import claims as claims_context_scaling
-from .papers.statisticians import claims as claims_statisticians
-from .papers.temperature import claims as claims_temperature
 from .pipeline import analyse, resolve
 from .plugin import AnalysisError, Request
 from .report import _page, image_html, table_html

@@ -3,12 +3,12 @@
 
 ``analyse(request)`` resolves the request once (a sweep file is planned once: its cells and their kinds),
 picks the kind's analysis plug-in (scaling.kinds.Kind.analysis, "module:OBJECT"; analysis/plugin.py says what
-one implements), reads the complete cells from MLflow into the tidy table (scaling.table; only the sweep
-file's planned cells, or one poolable variant of an experiment: scaling.judge.provenance), lets the plug-in
-judge and draw them, and writes into the output folder ``table.parquet``, ``ridge_lambda.parquet`` when cells
-scanned ridge's lambda, ``fits.csv`` when the kind fits, ``verdicts.csv``, the figures as PNG and SVG and
-``report.html``; then logs them to MLflow as a run tagged ``kind=analysis`` under the sweep's parent run (the
-report names that run). Nothing goes into the output folder when the request cannot be analysed
+one implements), reads the complete cells from MLflow into the tidy table (scaling.tracking.table; only the
+sweep file's planned cells, or one poolable variant of an experiment: scaling.judge.provenance), lets the
+plug-in judge and draw them, and writes into the output folder ``table.parquet``, ``ridge_lambda.parquet``
+when cells scanned ridge's lambda, ``fits.csv`` when the kind fits, ``verdicts.csv``, the figures as PNG and
+SVG and ``report.html``; then logs them to MLflow as a run tagged ``kind=analysis`` under the sweep's parent
+run (the report names that run). Nothing goes into the output folder when the request cannot be analysed
 (AnalysisError: no such sweep file or experiment, nothing complete, cells that may not be pooled).
 """
 
@@ -32,11 +32,11 @@ from scaling.cells import Cell
 from scaling.config import missing_paths_noted
 from scaling.judge import provenance
 from scaling.kinds.registry import kind
-from scaling.plan import SweepError, load_plan, resolved_document
+from scaling.planning.plan import SweepError, load_plan, resolved_document
 from scaling.plugins import load
-from scaling.table import RunNames, cell_runs, load_table, split_scans
 from scaling.tracking import BARE, Columns
 from scaling.tracking.backends import existing_store
+from scaling.tracking.table import RunNames, cell_runs, load_table, split_scans
 from scaling.tracking.uri import resolve_tracking_uri
 
 from . import plots
@@ -62,8 +62,8 @@ class Source:
     # local files the sweep names and this machine lacks (a model's weights): what running it needs first;
     # reading its runs needs none of them (scaling.config.check_path)
     lacks: tuple[str, ...] = ()
-    # the variant read: a sweep file's --set that change cells (scaling.plan.variant_of), an experiment's
-    # --set that pick cells; () for the sweep as its file says
+    # the variant read: a sweep file's --set that change cells (scaling.planning.plan.variant_of), an
+    # experiment's --set that pick cells; () for the sweep as its file says
     variant: tuple[str, ...] = ()
 
     def settings(self) -> pd.DataFrame | None:

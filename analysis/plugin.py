@@ -82,7 +82,7 @@ class AnalysisResult:
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
     tracking_uri: str = ""
-    scans: pd.DataFrame | None = None  # ridge error vs lambda rows (scaling.table.split_scans)
+    scans: pd.DataFrame | None = None  # ridge error vs lambda rows (scaling.tracking.table.split_scans)
     document: dict = field(default_factory=dict)
     axes: tuple[str, ...] = DEFAULT_AXES  # the settings cells may differ in (the grid axes)
     ui_url: str = ""  # the MLflow UI's address, for links to runs

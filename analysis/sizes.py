@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Callable, Iterable
 
+from scaling.budget.cost import load_table, sweep_estimate
 from scaling.config import format_T
-from scaling.cost import load_table, sweep_estimate
-from scaling.plan import SweepError, load_plan
+from scaling.planning.plan import SweepError, load_plan
 
 # size name -> its value in a cell's params (scaling.cells.Cell.params), None where the cell's kind does not
 # read it; in the order the column names them (``llm``: a seed-004 scan's local language model, by its folder)
@@ -51,8 +51,8 @@ def planned_params(sweep: str, profile: str) -> tuple[dict[str, str], ...] | str
 
 @functools.lru_cache(maxsize=64)
 def estimated_cost(sweep: str, profile: str) -> str:
-    """--dry-run's estimate of the sweep's training at ``profile`` (scaling.cost, one cell at a time), in
-    words; '' where there is none."""
+    """--dry-run's estimate of the sweep's training at ``profile`` (scaling.budget.cost, one cell at a time),
+    in words; '' where there is none."""
     try:
         plan = load_plan(sweep, profile)
         table = load_table()

@@ -1,7 +1,7 @@
 """The verdicts in words: the answer line, the verdict table as a reader wants it, the rule stated once.
 
 The verdicts themselves (the rule, its numbers, the labels) are scaling.judge.verdicts': the adaptive driver
-judges with the same rule. This module only says them (analysis/papers/context_scaling/plugin.py's summary and
+judges with the same rule. This module only says them (papers/context_scaling/analysis/plugin.py's summary and
 report).
 """
 

@@ -97,7 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--update-cost-table",
         action="store_true",
-        help="write the measured step costs to scaling/cost_table.json",
+        help="write the measured step costs to scaling/budget/cost_table.json",
     )
     gpu = parser.add_argument_group("the GPU script (benchmarks/gpu.py, docs/gpu.md)")
     gpu.add_argument("--gpu", action="store_true", help="run the GPU script instead of the suite")

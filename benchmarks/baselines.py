@@ -1,11 +1,11 @@
 """Baselines: batched closed forms against per-prompt, per-prefix scikit-learn fits; the cache of the
 expensive baselines.
 
-- ``least_squares`` and ``ridge`` of scaling.papers.context_scaling.baselines solve every prefix of every
+- ``least_squares`` and ``ridge`` of papers.context_scaling.baselines solve every prefix of every
 prompt in one batched
   float64 solve. The reference fits scikit-learn's LinearRegression / Ridge (no intercept) once per prompt
   and prefix, as Garg et al.'s evaluation loops do. Target: >= 50x, and agreement to 1e-6 (else FAIL).
-- ``lasso`` (a per-prompt library fit run over all cores, scaling.papers.context_scaling.baseline_cache): a
+- ``lasso`` (a per-prompt library fit run over all cores, papers.context_scaling.baseline_cache): a
 second evaluation
   of the same prompts is a cache hit; the line reports computing vs reading the cached predictions.
 """
@@ -20,8 +20,8 @@ import warnings
 import numpy as np
 import torch
 
-from scaling.papers.context_scaling.baselines import build_baselines
-from scaling.papers.context_scaling.tasks import TaskConfig, fresh_prompts, make_family
+from papers.context_scaling.baselines import build_baselines
+from papers.context_scaling.tasks import TaskConfig, fresh_prompts, make_family
 
 from .common import Result, interleaved_medians
 
@@ -66,7 +66,7 @@ def closed_form(name: str, prompts_count: int, N: int, d: int, repeats: int, tar
     result = Result(
         f"{name}_batched",
         "sklearn per prompt and prefix",
-        f"scaling.papers.context_scaling.baselines.{name}, one solve",
+        f"papers.context_scaling.baselines.{name}, one solve",
         "fits/s",
         fits / medians["reference"],
         fits / medians["ours"],

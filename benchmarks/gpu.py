@@ -9,7 +9,7 @@ Phases, each under its own time limit (a phase that runs over is stopped and the
 line printed and written to DIR (gpu.json; cost_table_cuda.json; sweeps.log, smi.csv) as it comes:
 
 1. ``device``: the card, its memory, torch and CUDA; a trial holding gpu 0.25 caps its memory
-   (scaling.devices, in a subprocess that asks for more than its share and is refused).
+   (scaling.trial.devices, in a subprocess that asks for more than its share and is refused).
 2. ``fig1``: the Fig. 1 GPT-2 step against the Garg-style reference loop, in pairs of one precision, and
    the trial's step (its precision, its CUDA graph) against it (benchmarks.gpu_steps).
 3. ``packs``: packed GPT-2 cells at the quick profile's size and at Fig. 1's through the trial path:
@@ -73,7 +73,7 @@ __all__ = ["PhaseTimeout"]
 
 CAP_PROBE = """
 import sys, torch
-from scaling.devices import cap_gpu_memory
+from scaling.trial.devices import cap_gpu_memory
 device = torch.device("cuda", 0)
 print(cap_gpu_memory(device, 0.25))
 total = torch.cuda.get_device_properties(device).total_memory

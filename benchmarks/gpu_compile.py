@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from scaling.cost import step_flops
+from scaling.budget.cost import step_flops
 
 from .common import Result, interleaved_medians
 from .gpu_common import FIG1, TINY, Check, Run, max_param_diff, mfu

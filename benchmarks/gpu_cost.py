@@ -3,10 +3,10 @@ figure sweeps' GPU-hours under it.
 
 Seconds and peak memory of a training step on a grid of shapes (GPT-2, SGPT, MLP; alone and packed; the
 pack phase's rows included), each timed through the trial path (benchmarks.trial_path: the precision a GPU
-trial plans, bfloat16, and its CUDA graphs), fitted as scaling.cost fits the CPU table and written to
+trial plans, bfloat16, and its CUDA graphs), fitted as scaling.budget.cost fits the CPU table and written to
 DIR/cost_table_cuda.json with what it timed (``train_precision``, ``cuda_graphs``, ``compile``): copied beside
-scaling/cost.py it is what ``--dry-run`` estimates GPU-hours from (scaling.gpu_plan). Then every figure
-sweep's full profile under it: its GPU-hours (packs one after another on one card) and its wall time on
+scaling/budget/cost.py it is what ``--dry-run`` estimates GPU-hours from (scaling.budget.gpu_plan). Then every
+figure sweep's full profile under it: its GPU-hours (packs one after another on one card) and its wall time on
 8 GPUs, against the targets (Fig. 1 at most 3 H100-hours, Figs. 1-8 at most 20).
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from scaling.cost import fit_table, format_hours
-from scaling.gpu_plan import describe_gpu, gpu_seconds, table_steps, wall_seconds
-from scaling.packing import gpu_budget, gpu_pack_size
-from scaling.papers.context_scaling.cuda_graphs import compiles
-from scaling.plan import load_plan
+from papers.context_scaling.cuda_graphs import compiles
+from scaling.budget.cost import fit_table, format_hours
+from scaling.budget.gpu_plan import describe_gpu, gpu_seconds, table_steps, wall_seconds
+from scaling.budget.packing import gpu_budget, gpu_pack_size
+from scaling.planning.plan import load_plan
 
 from .common import skipped
 from .gpu_common import FIG1, QUICK, TINY, Check, Run, seconds_per_step

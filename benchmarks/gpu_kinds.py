@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
-from scaling.papers.context_scaling.train import CellTrainer
 
 from .common import Result, skipped
 from .gpu_common import Check, Run
@@ -87,7 +87,7 @@ class RecordedLog:
 
 @dataclass
 class Bench:
-    """The parts of scaling.trial.TrialContext a kind's run reads, without MLflow or checkpoints."""
+    """The parts of scaling.trial.run.TrialContext a kind's run reads, without MLflow or checkpoints."""
 
     device: torch.device
     log: RecordedLog = field(default_factory=RecordedLog)
@@ -108,10 +108,10 @@ def curves_apart(a, b) -> float:
 
 def kinds_phase(run: Run, seconds: float) -> None:
     """Each kind a GPU runs, on the GPU and on the CPU, on the same weights and evaluation prompts (drawn on
-    the CPU whatever the device: scaling.papers.context_scaling.tasks.fresh_prompts): their answers agree to
+    the CPU whatever the device: papers.context_scaling.tasks.fresh_prompts): their answers agree to
     fp32 (GPT-2) or fp64 (constructions) rounding. A cell trained on each device (CUDA draws its own batches)
     is INFO."""
-    from scaling.papers.temperature.jobs import scan_gpt2
+    from papers.temperature.jobs import scan_gpt2
 
     cpu, gpu = torch.device("cpu"), run.device
     train = Cell.from_dict(KIND_CELLS["train"])
@@ -178,7 +178,7 @@ def kinds_phase(run: Run, seconds: float) -> None:
 def llm_phase(run: Run, seconds: float) -> None:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from scaling.papers.temperature.tiny_llm import char_tokenizer
+    from papers.temperature.tiny_llm import char_tokenizer
 
     from .llm_scan import FIG3_ANSWERS, compare_scan
 

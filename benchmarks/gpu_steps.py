@@ -6,7 +6,7 @@ Garg-style reference loop of benchmarks.training (Hugging Face GPT2Model, eager 
 CPU, torch.optim.Adam) on the same card, in pairs of one precision: our step eager against the loop, fp32
 and bf16; the trial's step (its planned precision, graphs on CUDA) against the loop in that precision (the
 target: 2x); and, apart, the trial's step against the fp32 loop (across precisions: what a user gains over
-the reference as it is usually run). MFU from the exact FLOP count (scaling.cost.step_flops).
+the reference as it is usually run). MFU from the exact FLOP count (scaling.budget.cost.step_flops).
 
 ``packs``: K = 1, 8, 32, 64 cells packed at the quick profile's size and at Fig. 1's, through the trial path:
 packing alone (a pack's step against K steps of one cell, both as the trial runs them: the same precision,
@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from scaling.cost import StepShape, activation_elements, model_params, step_flops
-from scaling.devices import use_precision
-from scaling.papers.context_scaling.stacked import stack
-from scaling.papers.context_scaling.train import CellTrainer
+from papers.context_scaling.stacked import stack
+from papers.context_scaling.train import CellTrainer
+from scaling.budget.cost import StepShape, activation_elements, model_params, step_flops
+from scaling.trial.devices import use_precision
 
 from .common import Result, interleaved_medians
 from .gpu_common import CELL_STEPS, FIG1, QUICK, TINY, Check, Run, max_param_diff, mfu, seconds_per_step

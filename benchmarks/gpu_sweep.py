@@ -5,12 +5,12 @@ Two sweeps, each ``python -m scaling.sweep`` in a process of its own (the local 
 and checkpoints in a scratch folder): ``sweeps/smoke.yaml`` with its models given a quarter of the GPU each
 (its 36 cells in four GPU packs of 9, all four trials at once), and a slice of ``sweeps/fig1.yaml``'s full
 profile (its 6 GPT-2 cells at N = 40, the paper's size, ``SLICE_STEPS`` steps, one trial holding the GPU).
-Then their bare packs: the same cells grouped as the driver groups them (scaling.gpu_plan.gpu_packs), trained
-one pack after another with the kind's loop (PackTrainer, as scaling.kinds.context_scaling.train_stacked) and
-evaluated, in a process of its own without Ray, MLflow or checkpoints (``python -m benchmarks.gpu_sweep bare
-...``). Each sweep's line: its wall time against its bare packs' (the target: at most 1.3x for the Fig. 1
-slice, whose one trial the bare pack is exactly) and the GPU's utilisation sampled every 0.2 s while it ran
-(NVML).
+Then their bare packs: the same cells grouped as the driver groups them (scaling.budget.gpu_plan.gpu_packs),
+trained one pack after another with the kind's loop (PackTrainer, as
+papers.context_scaling.kind.train_stacked) and evaluated, in a process of its own without Ray, MLflow or
+checkpoints (``python -m benchmarks.gpu_sweep bare ...``). Each sweep's line: its wall time against its bare
+packs' (the target: at most 1.3x for the Fig. 1 slice, whose one trial the bare pack is exactly) and the GPU's
+utilisation sampled every 0.2 s while it ran (NVML).
 
 Run it in a process without CUDA state of its own (the GPU run's second command, docs/gpu.md): the other
 phases' CUDA context would hold memory the trials need. ``--smoke`` runs both sweeps at tiny sizes on the
@@ -241,9 +241,9 @@ def summary(output: str) -> str:
 
 
 def logged_seconds(uri: str, experiment: str, tags: dict, prefix: str) -> dict[str, float]:
-    """The mean over the experiment's runs with ``tags`` of each metric ``prefix`` + phase (scaling.timeline:
-    the trials' ``trial/seconds/``, the driver's ``sweep/seconds/``); {} where none were logged (or the store
-    cannot be read)."""
+    """The mean over the experiment's runs with ``tags`` of each metric ``prefix`` + phase
+    (scaling.trial.timeline: the trials' ``trial/seconds/``, the driver's ``sweep/seconds/``); {} where none
+    were logged (or the store cannot be read)."""
     from scaling.tracking.tracker import Tracker
 
     try:
@@ -259,14 +259,14 @@ def logged_seconds(uri: str, experiment: str, tags: dict, prefix: str) -> dict[s
 
 def trial_seconds(uri: str, experiment: str) -> dict[str, float]:
     """Where the sweep's trials' time went: the mean over its complete cell runs of each phase."""
-    from scaling.timeline import PREFIX
+    from scaling.trial.timeline import PREFIX
 
     return logged_seconds(uri, experiment, {"kind": "cell", "status": "complete"}, PREFIX)
 
 
 def driver_seconds(uri: str, experiment: str) -> dict[str, float]:
     """Where the sweep's driver's time went, from its parent run: plan, ray, cards, store, trials."""
-    from scaling.timeline import DRIVER_PREFIX
+    from scaling.trial.timeline import DRIVER_PREFIX
 
     return logged_seconds(uri, experiment, {"kind": "sweep"}, DRIVER_PREFIX)
 
@@ -295,7 +295,7 @@ def projected_line(run: Run, wall: tuple, bare: dict, phases: dict[str, float]) 
     cells' own), from the slice: the sweep's time outside its steps and checkpoints taken as fixed, its
     steps and checkpoints at the slice's rates, the bare pack's steps at theirs and its evaluation fixed.
     Reported, not judged: the slice's own line is the measurement."""
-    from scaling.plan import load_plan
+    from scaling.planning.plan import load_plan
 
     full = next(iter(load_plan(str(ROOT / "sweeps/fig1.yaml"), "", ()).cells)).cell.train
     steps, every = (
@@ -361,9 +361,9 @@ def sweep_line(
 
 
 def this_card(table: dict):
-    """The cards the driver plans this machine's packs for (scaling.cards): its GPU's memory as the driver
-    reads it on a live node (NVML), else the table's card."""
-    from scaling.cards import Card, run_cards
+    """The cards the driver plans this machine's packs for (scaling.budget.cards): its GPU's memory as the
+    driver reads it on a live node (NVML), else the table's card."""
+    from scaling.budget.cards import Card, run_cards
     from scaling.sweep.card_probe import node_card_memory
 
     measured = node_card_memory()
@@ -375,12 +375,12 @@ def bare(argv: list[str]) -> dict:
     pack after another with the kind's loop and evaluated, no Ray, MLflow or checkpoints: the seconds."""
     import torch
 
-    from scaling.cost import load_gpu_table
-    from scaling.devices import use_precision
-    from scaling.gpu_plan import gpu_packs
-    from scaling.packing import pack_groups
-    from scaling.papers.context_scaling.train import CellTrainer
-    from scaling.plan import load_plan
+    from papers.context_scaling.train import CellTrainer
+    from scaling.budget.cost import load_gpu_table
+    from scaling.budget.gpu_plan import gpu_packs
+    from scaling.budget.packing import pack_groups
+    from scaling.planning.plan import load_plan
+    from scaling.trial.devices import use_precision
 
     path, overrides = argv[0], tuple(a for a in argv[1:] if a != "--set")
     plan = load_plan(str(ROOT / path), "", overrides)
@@ -420,7 +420,7 @@ def bare(argv: list[str]) -> dict:
 def train_as_trial(trainers) -> None:
     """Train a trial's cells to their last steps as the training kind does: one cell with its own loop
     (``run``), a pack with PackTrainer's segments (``train_stacked``); losses read at each ``log_every``."""
-    from scaling.papers.context_scaling.stacked import PackTrainer
+    from papers.context_scaling.stacked import PackTrainer
 
     if len(trainers) == 1:
         trainers[0].train_until(trainers[0].cell.train.steps, lambda step, loss: None)

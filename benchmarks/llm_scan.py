@@ -6,7 +6,7 @@ tau = 1.5 (the model patched in place per tau; it stays loaded).
 
 - reference ("plain loop"): one prompt at a time, ``generate`` with 30 new tokens (the paper's
   setting), tokenised per call, every run's prompts answered separately;
-- ours (scaling.papers.temperature.scan): retrieval and prompts once per cell, each distinct prompt tokenised
+- ours (papers.temperature.scan): retrieval and prompts once per cell, each distinct prompt tokenised
   once, the prompts' shared beginnings (a question's Monte Carlo runs differ only from their first
   relabelled demonstration on) computed once, the rest without padding to the longest prompt, decoding
   in batches stopped when each answer is complete.
@@ -52,15 +52,15 @@ def compare_scan(
     matches, agreement and token counts."""
     import torch
 
-    from scaling.papers.temperature.llm_icl import (
+    from papers.temperature.llm_icl import (
         answer_from_generation,
         exact_match,
         load_sciq,
         make_retriever,
         query_text,
     )
-    from scaling.papers.temperature.patch import attention_temperature
-    from scaling.papers.temperature.scan import PromptSet, generate_token_answers
+    from papers.temperature.patch import attention_temperature
+    from papers.temperature.scan import PromptSet, generate_token_answers
 
     train, test = load_sciq(DATA / "train.jsonl"), load_sciq(DATA / "test.jsonl")[:n_test]
     retriever = make_retriever("tfidf", train)
@@ -149,12 +149,12 @@ def synchronize(model) -> None:
 def run(quick: bool) -> list[Result]:
     name = "llm_scan (SmolLM2)"
     try:
-        from scaling.papers.temperature.smollm import SmolLMUnavailable, smollm_dir
+        from papers.temperature.smollm import SmolLMUnavailable, smollm_dir
 
         directory = smollm_dir()
     except (ImportError, SmolLMUnavailable) as error:
         return [skipped(name, str(error))]
-    from scaling.papers.temperature.llm_icl import load_causal_lm
+    from papers.temperature.llm_icl import load_causal_lm
 
     n_test, runs, taus = (4, 1, (1.0,)) if quick else (8, 2, (1.0, 1.5))
     model, tokenizer = load_causal_lm(directory, device="cpu")

@@ -4,8 +4,8 @@ Both sides are the same 8 cells (T and seed differ; an MLP of width 16 on d = 2,
 ``STEPS`` steps, the length of the quick profiles' cells) run through ``scaling.sweep.phases.run_sweep``
 on one local Ray of 2 CPUs, each as a new sweep (its own MLflow experiment in one SQLite store, its own
 storage): the reference with ``run.pack: off`` (one Tune trial per cell, actors reused), ours with the
-default ``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.packing: here one trial
-of the 8, since two parts of ~1 s of training each would not pay for a second trial's process start;
+default ``run.pack: auto`` (the planner packs them into stacked ensembles, scaling.budget.packing: here one
+trial of the 8, since two parts of ~1 s of training each would not pay for a second trial's process start;
 auto_parts).
 
 Every sweep also pays a start-up that does not depend on its cells or on packing: Tune's experiment, a
@@ -88,8 +88,8 @@ def step_seconds(cells, device, steps: int) -> float:
     """Median seconds of one training step of ``cells`` stacked (one cell: a pack of one) on ``device``."""
     import torch
 
-    from scaling.papers.context_scaling.stacked import StackedMembers
-    from scaling.papers.context_scaling.train import CellTrainer
+    from papers.context_scaling.stacked import StackedMembers
+    from papers.context_scaling.train import CellTrainer
 
     stacked = StackedMembers([CellTrainer(c, device) for c in cells])
     times = []
@@ -155,17 +155,17 @@ def gpu_rows(quick: bool) -> list[dict]:
 
 
 def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> float:
-    """The trials' own work in this process, no Ray: 8 x scaling.trial.run_cell, or one run_pack of the 8.
+    """The trials' own work in this process, no Ray: 8 x scaling.trial.run.run_cell, or one run_pack of the 8.
 
     Everything a trial does (training, evaluation, checkpoints, MLflow runs) without Tune's scheduling
     and worker processes: what packing saves inside the trials.
     """
     import torch
 
-    from scaling.plan import plan_document
+    from scaling.planning.plan import plan_document
     from scaling.tracking.backends import open_store
-    from scaling.trial import run_cell, run_pack
-    from scaling.trial_spec import TrialMember, TrialSpec
+    from scaling.trial.run import run_cell, run_pack
+    from scaling.trial.spec import TrialMember, TrialSpec
 
     torch.set_num_threads(1)
     uri = f"sqlite:///{tmp}/mlflow.db"
@@ -218,8 +218,8 @@ def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
     the measurement behind ModelFacts.cpu_packing_pays (INFO)."""
     import torch
 
-    from scaling.papers.context_scaling.stacked import stack
-    from scaling.papers.context_scaling.train import CellTrainer
+    from papers.context_scaling.stacked import stack
+    from papers.context_scaling.train import CellTrainer
 
     from .common import interleaved_medians
     from .gpu import QUICK, cell_of

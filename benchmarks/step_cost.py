@@ -1,8 +1,8 @@
 """Scaling of cost: time and peak memory of one training step against N, d, width, layers and batch.
 
-Measures a grid around a base size (one factor at a time), fits scaling.cost's formula to it, and reports
-how well the stored table (scaling/cost_table.json) predicts the new measurements (the line's ratio is
-predicted / measured seconds, median over the grid). ``--update-cost-table`` writes the new table.
+Measures a grid around a base size (one factor at a time), fits scaling.budget.cost's formula to it, and
+reports how well the stored table (scaling/budget/cost_table.json) predicts the new measurements (the line's
+ratio is predicted / measured seconds, median over the grid). ``--update-cost-table`` writes the new table.
 
 Peak memory on the CPU is 16 bytes per parameter (fp32 weights, gradients, Adam moments) plus the bytes
 of the tensors autograd saves for backward (counted once per storage with saved-tensor hooks): the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from scaling.cells import Cell
-from scaling.cost import (
+from papers.context_scaling.train import CellTrainer, prefix_loss
+from scaling.budget.cost import (
     ADAM_BYTES_PER_PARAM,
     TABLE,
     StepShape,
@@ -35,7 +35,7 @@ from scaling.cost import (
     step_peak_bytes,
     step_seconds,
 )
-from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
+from scaling.cells import Cell
 
 from .common import Result
 

@@ -1,7 +1,7 @@
 """Sweep overhead (issue 6, item 4): the time the machinery adds per cell over a sweep of tiny cells.
 
 Both sides on the same cells: the reference is the cells' bare work
-(scaling.papers.context_scaling.train.CellTrainer: train and
+(papers.context_scaling.train.CellTrainer: train and
 evaluate, no Ray, no MLflow, no checkpoints), ours is ``python -m scaling.sweep`` run as a user runs it (a
 fresh process: Ray start, Tune trials, MLflow logging to SQLite, checkpoints) on 2 CPUs. The overhead per
 cell is (sweep wall time - bare time) / cells; target: at most 3 s per cell, measured with packing off (one
@@ -64,8 +64,8 @@ def bare_seconds(document: dict) -> float:
     """Train and evaluate every cell in this process, one after another: the work without machinery."""
     import torch
 
-    from scaling.papers.context_scaling.train import CellTrainer
-    from scaling.plan import plan_document
+    from papers.context_scaling.train import CellTrainer
+    from scaling.planning.plan import plan_document
 
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -158,8 +158,8 @@ def long_cells(steps: int) -> dict:
 
 BARE_TRAINING = """
 import sys, time, torch, yaml
-from scaling.plan import plan_document
-from scaling.papers.context_scaling.train import CellTrainer
+from scaling.planning.plan import plan_document
+from papers.context_scaling.train import CellTrainer
 torch.set_num_threads(1)
 cell = plan_document(yaml.safe_load(open(sys.argv[1]))).cells[int(sys.argv[2])].cell
 trainer = CellTrainer(cell)
@@ -173,8 +173,8 @@ def calibrated_steps(seconds: float) -> int:
     """Steps of a long cell that train for about ``seconds`` on one thread here."""
     import torch
 
-    from scaling.papers.context_scaling.train import CellTrainer
-    from scaling.plan import plan_document
+    from papers.context_scaling.train import CellTrainer
+    from scaling.planning.plan import plan_document
 
     torch.set_num_threads(1)
     trainer = CellTrainer(plan_document(long_cells(1000)).cells[0].cell)

@@ -6,7 +6,7 @@
 A real server on loopback, started by ``cluster/start_mlflow.sh`` as the cluster's head starts it (its own
 PostgreSQL in a temporary MLFLOW_HOME, or SQLite), then ``--trials`` processes that all begin at once.
 Each lives a cell's life through the project's own tracking code (scaling.tracking.cell_log), the calls a
-training trial makes (scaling.kinds.context_scaling): open the cell's run under the sweep's parent run (search
+training trial makes (papers.context_scaling.kind): open the cell's run under the sweep's parent run (search
 by key, create with tags, params), log its training losses checkpoint by checkpoint (``--points`` points in
 ``--batches`` flushes: a long cell's flushes, one per checkpoint), then ``finish`` (cell.yaml,
 curves.parquet and model.pt, the eval curves, tags, status=complete, end). The cells are real cells of a
@@ -190,7 +190,7 @@ def representative(cell, tmp: Path):
     """Curves and weights of ``cell`` evaluated untrained: what a trial of it logs, in size and shape."""
     import torch
 
-    from scaling.papers.context_scaling.train import CellTrainer
+    from papers.context_scaling.train import CellTrainer
 
     trainer = CellTrainer(cell)
     curves = trainer.evaluate()
@@ -275,7 +275,7 @@ def run(
     """One load test; its report (a dict, also what ``--json`` writes)."""
     import gc
 
-    from scaling.plan import plan_document
+    from scaling.planning.plan import plan_document
     from scaling.tracking.backends import open_store
 
     # as root, start_mlflow.sh runs PostgreSQL as user postgres, who must reach MLFLOW_HOME

@@ -8,7 +8,7 @@ GPT2Model with the default configuration (full 50257-token vocabulary, tanh GELU
 attention), a linear read-in and read-out on interleaved x/y tokens, data drawn on the CPU, fp32, Adam.
 Its step: zero_grad, forward, mean squared error, backward, Adam step.
 
-Ours: ``scaling.papers.context_scaling.train.CellTrainer.train_step`` of a cell of the same size (SDPA
+Ours: ``papers.context_scaling.train.CellTrainer.train_step`` of a cell of the same size (SDPA
 attention, fused GELU and
 Adam, data from the explicit generators on the training device), in float32 and under bfloat16 autocast.
 Size: the paper's Fig. 1 GPT-2 (8 layers, 8 heads, width 256, d = 8, N = 40, batch 64).
@@ -29,10 +29,10 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
+from papers.context_scaling.sgpt import SGPT
+from papers.context_scaling.train import CellTrainer
+from scaling.budget.cost import StepShape, step_flops
 from scaling.cells import Cell
-from scaling.cost import StepShape, step_flops
-from scaling.papers.context_scaling.sgpt import SGPT
-from scaling.papers.context_scaling.train import CellTrainer
 
 from .common import Result, interleaved_medians, skipped
 

@@ -1,7 +1,7 @@
 """The checks of a trial's GPU path that need a GPU (issue 41): functions the GPU script calls
 (benchmarks/gpu.py), each returning check lines as dicts (``name``, ``status`` PASS | FAIL | INFO, ``text``,
 ``extra``: the fields of benchmarks.gpu.Check). They train through the trial's own trainers
-(scaling.papers.context_scaling.train.CellTrainer, .stacked.PackTrainer: what the training kind's ``run``
+(papers.context_scaling.train.CellTrainer, .stacked.PackTrainer: what the training kind's ``run``
 and ``run_pack`` drive), with no Ray and no MLflow.
 
 - ``graph_equals_eager``: steps replayed from a captured CUDA graph against the same path run eagerly, bit
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import torch
 
+from papers.context_scaling.stacked import PackTrainer, release_memory
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
-from scaling.devices import use_precision
-from scaling.papers.context_scaling.stacked import PackTrainer, release_memory
-from scaling.papers.context_scaling.train import CellTrainer
+from scaling.trial.devices import use_precision
 
 FIG1 = {"d": 8, "N": 40, "n_layer": 8, "n_head": 8, "n_embd": 256, "batch": 64}  # sweeps/fig1.yaml's GPT-2
 FIG1_A = {**FIG1, "N": 10}  # its panel A's cells (error against T at N = 10)

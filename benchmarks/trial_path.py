@@ -2,8 +2,8 @@
 
 A trial's cells are planned for its device (scaling.cells.resolve_precision: ``train.precision: auto`` is
 bfloat16 for a trial given a GPU, float32 on a CPU; ``train.cuda_graphs: auto`` captures the steady step as
-a CUDA graph on CUDA), the trial sets TF32 from the precision (scaling.devices.use_precision) and trains
-with the kind's own loops (scaling.kinds.context_scaling: ``CellTrainer.train_until`` for one cell,
+a CUDA graph on CUDA), the trial sets TF32 from the precision (scaling.trial.devices.use_precision) and trains
+with the kind's own loops (papers.context_scaling.kind: ``CellTrainer.train_until`` for one cell,
 ``PackTrainer.train_until`` for a pack, a loss read off the device at every ``log_every`` step, as its
 ``on_loss`` does). ``TrialSteps`` is that, less the checkpoints and the MLflow calls; ``graphs=False`` is the
 same loop eager (the same-precision reference lines). The one place where the GPU script meets the trial's
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
+from papers.context_scaling.stacked import PackTrainer
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell, resolve_precision
-from scaling.devices import use_precision
-from scaling.papers.context_scaling.stacked import PackTrainer
-from scaling.papers.context_scaling.train import CellTrainer
+from scaling.trial.devices import use_precision
 
 STEPS = 500_000  # a cell's steps (Fig. 1's): more than any timing trains
 LOG_EVERY = 100  # sweeps/fig1.yaml's

@@ -1,6 +1,6 @@
 """Work done beside the main process in a forked child (Aside), so that a 2-core machine keeps both cores
 busy: an analysis' figures drawn and saved while the fits and verdicts are worked out (analysis.pipeline),
-half of a big sweep's curves read while this process reads the other half (scaling.table).
+half of a big sweep's curves read while this process reads the other half (scaling.tracking.table).
 
 The fits' bootstrap refits already run on worker processes (scaling.judge.power_law), but the figures,
 drawn after them, kept one core idle for seconds. A fork starts in milliseconds with what the parent read in

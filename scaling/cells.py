@@ -21,6 +21,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from papers.context_scaling.architectures import ModelConfig, model_facts
+from papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
+
 from .config import (
     ConfigError,
     canonical,
@@ -34,8 +37,6 @@ from .config import (
     unread,
 )
 from .kinds.registry import DEFAULT_KIND, KINDS, kind, kind_of_group
-from .papers.context_scaling.architectures import ModelConfig, model_facts
-from .papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
 
 # the settings every cell logs as params, whatever its kind, model and task (analysis reads them)
 ALWAYS = ("T", "N", "seed", "job", "model.name", "model.arch")
@@ -116,8 +117,8 @@ class Cell:
         """The settings (``flat``'s dotted names) that apply to the cell: T, N, seed, job, model.name and
         model.arch always; what the cell's kind reads (scaling.kinds.Kind.reads, less ``Kind.unused``),
         where ``task`` stands for the family's settings (``FAMILY_SETTINGS``,
-        scaling.papers.context_scaling.configs) and ``model`` for the architecture's (``ModelFacts.settings``,
-        scaling.papers.context_scaling.architectures) and a name covers the settings under it (``train``
+        papers.context_scaling.configs) and ``model`` for the architecture's (``ModelFacts.settings``,
+        papers.context_scaling.architectures) and a name covers the settings under it (``train``
         covers ``train.lr``); less the settings that go unread under their values (scaling.config.unread:
         the curriculum while it is off, eval.lambdas without a ridge scan)."""
         flat = self.flat() if flat is None else flat

@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests start their own throwaway local clusters
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # A machine that is the head of a `ray up` cluster has ~/.icl-scaling/cluster.env, which sends drivers to
-# that cluster (scaling.cluster); tests start their own Rays and stores, and never join one they find.
+# that cluster (scaling.sweep.cluster); tests start their own Rays and stores, and never join one they find.
 os.environ["SCALING_CLUSTER_ENV"] = os.devnull
 # Drivers started as subprocesses and Ray workers import `scaling` from this checkout, not from whichever
 # checkout an editable install points at.

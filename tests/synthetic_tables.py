@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scaling.table import TABLE_COLUMNS
 from scaling.tracking.store_template import seed_sqlite_store
+from scaling.tracking.table import TABLE_COLUMNS
 
 
 def saturating_law(E: float, A: float = 0.0, alpha: float = 0.0, B: float = 0.0, beta: float = 0.0):
@@ -82,7 +82,7 @@ def lattice_table(
     rng: np.random.Generator,
     sweep: str = "s",
 ) -> pd.DataFrame:
-    """A table shaped like scaling.table.load_table's: a cell per (family, model, T, N, seed), each
+    """A table shaped like scaling.tracking.table.load_table's: a cell per (family, model, T, N, seed), each
     evaluated at n = 1..N (``all_n``) or at n = N only, for the trained model, the baselines and the
     split rows ``<predictor>|<level>`` (level e.g. 'noise_std=0.1', error scaled by the level's value);
     ``param.*`` columns as the cells log them. The first model context-scales, the others do not."""

@@ -1,4 +1,4 @@
-"""scaling.papers.context_scaling.adam.FusedAdam against torch.optim.Adam(fused=True): the same updates,
+"""papers.context_scaling.adam.FusedAdam against torch.optim.Adam(fused=True): the same updates,
 interchangeable states."""
 
 import io
@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from scaling.papers.context_scaling.adam import FusedAdam
+from papers.context_scaling.adam import FusedAdam
 
 
 def model_pair(seed: int = 0):
@@ -107,7 +107,7 @@ def test_training_a_cell_never_imports_torch_dynamo():
     code = textwrap.dedent("""
         import sys
         from scaling.cells import Cell
-        from scaling.papers.context_scaling.train import CellTrainer
+        from papers.context_scaling.train import CellTrainer
         from conftest import tiny_cell_dict
         trainer = CellTrainer(Cell.from_dict(tiny_cell_dict()), "cpu")
         trainer.train_until(3)

@@ -18,7 +18,7 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.plan import SweepError, load_plan
+from scaling.planning.plan import SweepError, load_plan
 from scaling.sweep.__main__ import main
 
 ADAPTIVE = {
@@ -180,9 +180,9 @@ def test_an_adaptive_run_killed_mid_wave_resumes_without_training_a_cell_twice(t
     ) == len(waves)
 
     # The analysis report shows the path the waves took.
-    from analysis.papers.context_scaling.plugin import TRAINING
     from analysis.pipeline import analyse
     from analysis.plugin import Request
+    from papers.context_scaling.analysis.plugin import TRAINING
 
     out = tmp_path / "analysis"
     result = analyse(Request(str(path), tracking_uri=uri, out=out, bootstrap=200, log=False), plugin=TRAINING)
@@ -408,7 +408,7 @@ def test_an_exponent_is_right_inside_its_own_interval_open_when_unclaimed_and_wr
     (open, or beyond the lattice's seeds) is open whatever its value; "moot" is right only against "moot"."""
     from scaling.adaptive.policy import Answer
     from scaling.adaptive.replay import OPEN, RIGHT, WRONG, exponent_outcome
-    from scaling.adaptive_settings import AdaptiveQuestion
+    from scaling.planning.adaptive_settings import AdaptiveQuestion
 
     q = AdaptiveQuestion(exponent="alpha", within=0.05)
 

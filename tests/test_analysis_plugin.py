@@ -1,10 +1,10 @@
 """A fourth experiment kind's analysis plug-in runs through ``python -m analysis`` with nothing but its module
 and one registry line: tests/decay_kind.py (a test-only kind whose ``analysis`` names the plug-in) and
 tests/decay_analysis.py (the plug-in: one verdict, one figure), registered here by one line in
-scaling.kinds.registry.KINDS. Its cells are run by the project's trial code (scaling.trial.run_cell, no Ray)
-into a real SQLite MLflow store, two variants of the sweep (``--set decay.scale=2`` and without); the analysis
-of the ``--set`` variant, with ``--ui-url``, reads only its cells and writes, reports and logs them as every
-kind's."""
+scaling.kinds.registry.KINDS. Its cells are run by the project's trial code (scaling.trial.run.run_cell, no
+Ray) into a real SQLite MLflow store, two variants of the sweep (``--set decay.scale=2`` and without); the
+analysis of the ``--set`` variant, with ``--ui-url``, reads only its cells and writes, reports and logs them
+as every kind's."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from mlflow.tracking import MlflowClient
 
 from analysis.__main__ import main
 from scaling.kinds.registry import KINDS
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
 from scaling.tracking.tracker import Tracker
-from scaling.trial import run_cell
-from scaling.trial_spec import TrialMember, TrialSpec
+from scaling.trial.run import run_cell
+from scaling.trial.spec import TrialMember, TrialSpec
 
 SWEEP = {
     "name": "decay",

@@ -17,7 +17,7 @@ from analysis.__main__ import main
 from analysis.pipeline import analyse
 from analysis.plugin import Request
 from analysis.report import answer_html, interval_text
-from scaling.table import RunNames, cell_runs, load_table
+from scaling.tracking.table import RunNames, cell_runs, load_table
 from scaling.tracking.tracker import Tracker
 
 ERROR = "Traceback ...\nRuntimeError: loss is NaN at step 120"
@@ -95,7 +95,7 @@ def test_cold_read_downloads_each_run_once_and_warm_read_none(store, tmp_path, m
 FORKED_READ = """
 import sys
 import pandas as pd
-import scaling.table as table
+import scaling.tracking.table as table
 
 uri = sys.argv[1]
 threads, _ = table.load_table(uri, "fig1-quick")  # fewer runs than FORKED_READ: read on threads

@@ -212,7 +212,7 @@ def test_integer_ticks_a_style_per_N_a_break_before_inf_and_the_band_named():
 def variants_store(tmp_path_factory):
     """A real SQLite MLflow store holding the smoke sweep's cells twice, as the sweep logs them: once
     plain and once run with --set train.steps=60 (same experiment, other cell keys)."""
-    from scaling.plan import load_plan
+    from scaling.planning.plan import load_plan
 
     tmp = tmp_path_factory.mktemp("variants")
     uri = f"sqlite:///{tmp}/mlflow.db"
@@ -250,7 +250,7 @@ def variants_store(tmp_path_factory):
 def test_two_set_variants_are_never_pooled_silently(variants_store, tmp_path):
     from analysis.pipeline import analyse
     from analysis.plugin import AnalysisError, Request
-    from scaling.plan import load_plan
+    from scaling.planning.plan import load_plan
 
     uri, sweep = variants_store
     own = {p.cell.params()["train.steps"] for p in load_plan(sweep).cells}  # the sweep file's own (by model)

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from synthetic_tables import lattice_table, write_store
 
-from analysis.papers.context_scaling.plugin import TRAINING
 from analysis.pipeline import analyse
 from analysis.plugin import AnalysisError, Request
 from analysis.same_outputs import folder_differences
+from papers.context_scaling.analysis.plugin import TRAINING
 from scaling.aside import Aside
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.papers.context_scaling.architectures import GPT2_MAX_POSITIONS
+from papers.context_scaling.architectures import GPT2_MAX_POSITIONS
 from scaling.sweep.__main__ import main
 from scaling.tracking.store_template import seed_sqlite_store
 

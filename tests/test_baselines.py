@@ -5,9 +5,9 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.papers.context_scaling.baselines import BASELINES, build_baselines, ridge_predictions
-from scaling.papers.context_scaling.configs import BASELINE_NAMES
-from scaling.papers.context_scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
+from papers.context_scaling.baselines import BASELINES, build_baselines, ridge_predictions
+from papers.context_scaling.configs import BASELINE_NAMES
+from papers.context_scaling.tasks import LinearRegression, TaskConfig, fresh_prompts
 
 
 @pytest.fixture

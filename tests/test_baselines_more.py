@@ -12,7 +12,7 @@ import torch
 from sklearn.linear_model import Lasso
 from sklearn.neighbors import KNeighborsRegressor
 
-from scaling.papers.context_scaling.baselines import (
+from papers.context_scaling.baselines import (
     BASELINES,
     BaselineNotApplicable,
     build_baselines,
@@ -21,8 +21,8 @@ from scaling.papers.context_scaling.baselines import (
     parse_baseline,
     ridge_predictions,
 )
-from scaling.papers.context_scaling.evaluate import EvalConfig, evaluate, lambda_scan
-from scaling.papers.context_scaling.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
+from papers.context_scaling.evaluate import EvalConfig, evaluate, lambda_scan
+from papers.context_scaling.tasks import TaskConfig, TaskPool, fresh_prompts, make_family
 
 LIN = TaskConfig(d=4, noise_std=0.3)
 MIXED = TaskConfig(family="linear_mixed_noise", d=4, noise_stds=(0.1, 0.5))
@@ -286,8 +286,8 @@ def test_options_parse_and_unknown_names_list_the_known_ones():
 
 CHILD = """
 import sys, torch
-from scaling.papers.context_scaling.baselines import build_baselines
-from scaling.papers.context_scaling.tasks import TaskConfig, fresh_prompts, make_family
+from papers.context_scaling.baselines import build_baselines
+from papers.context_scaling.tasks import TaskConfig, fresh_prompts, make_family
 task = TaskConfig(d=3)
 prompts = fresh_prompts(make_family(task), 3, 6, seed=4)
 predictor = build_baselines(("decision_tree",), task)["decision_tree"]
@@ -349,8 +349,8 @@ def test_process_pool_gives_the_same_predictions_as_one_process():
     one = build_baselines(("decision_tree(n_jobs=1)",), TaskConfig(d=3))["decision_tree(n_jobs=1)"](prompts)
     two = build_baselines(("decision_tree(n_jobs=2)",), TaskConfig(d=3))["decision_tree(n_jobs=2)"]
     assert two.hits == 1 - 1 and torch.equal(two(prompts), one) and two.hits == 1  # n_jobs is not in the key
-    from scaling.papers.context_scaling.baseline_cache import map_prompts
-    from scaling.papers.context_scaling.baseline_fits import prefix_fits
+    from papers.context_scaling.baseline_cache import map_prompts
+    from papers.context_scaling.baseline_fits import prefix_fits
 
     assert torch.equal(map_prompts(prefix_fits, prompts, 2, kind="tree", options={}), one)
 
@@ -366,8 +366,8 @@ def test_eval_config_rejects_unknown_baselines_at_plan_time():
 
 
 def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
-    from scaling.papers.context_scaling.baseline_fits import random_subset
-    from scaling.papers.context_scaling.tasks import generator
+    from papers.context_scaling.baseline_fits import random_subset
+    from papers.context_scaling.tasks import generator
 
     in_prefix = torch.arange(10).expand(9, 10) < torch.arange(1, 10).unsqueeze(1)  # n = 1..9
     chosen = random_subset(in_prefix, 4, generator(0, "s"))
@@ -375,7 +375,7 @@ def test_nn_student_subsets_hold_min_batch_n_prefix_pairs():
 
 
 def test_baselines_not_defined_for_a_task_are_left_out_with_the_reason():
-    from scaling.papers.context_scaling.baselines import applicable_baselines
+    from papers.context_scaling.baselines import applicable_baselines
 
     predictors, skipped = applicable_baselines(
         ("zero", "ridge", "least_squares"), TaskConfig(family="relu_net", d=4)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 PINNED = REPO / "tests" / "fixtures" / "cell_keys.json"

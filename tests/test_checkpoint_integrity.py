@@ -11,8 +11,8 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.checkpoints import MAGIC, CheckpointStore, behind
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
+from scaling.trial.checkpoints import MAGIC, CheckpointStore, behind
 
 
 def zero_block(path, size=4096):
@@ -108,9 +108,9 @@ def test_a_run_behind_its_checkpoint_is_named():
 
 TRAIN_TO = """
 import sys
-from scaling.checkpoints import CheckpointStore
-from scaling.plan import load_plan
-from scaling.papers.context_scaling.train import CellTrainer
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.planning.plan import load_plan
+from papers.context_scaling.train import CellTrainer
 plan = load_plan(sys.argv[1])
 store = CheckpointStore(sys.argv[2])
 for planned in plan.cells:

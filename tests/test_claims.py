@@ -1,4 +1,4 @@
-"""Seed 001's comparison claims (analysis/papers/context_scaling/claims.py) on synthetic tables with known
+"""Seed 001's comparison claims (papers/context_scaling/analysis/claims.py) on synthetic tables with known
 ratios: "comparable" and "better" read the per-seed ratio of two predictors' errors with its interval, per
 noise level and per task family, never pooled; an interval that straddles the bound, or fewer than 3 seeds, is
 "inconclusive"."""
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis.claims import evaluate
-from analysis.papers.context_scaling.claims import CLAIMS, PADDED, PER_N
 from analysis.plugin import AnalysisResult, Request
+from papers.context_scaling.analysis.claims import CLAIMS, PADDED, PER_N
 
 LEVELS = {"0.1": 0.05, "0.5": 0.4}
 LENGTHS_PARAM = "[1, 6, 11]"  # train.lengths as a cell logs it  # gpt2's error at each noise level

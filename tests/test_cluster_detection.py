@@ -1,5 +1,5 @@
-"""The driver's view of a `ray up` cluster (scaling.cluster): the head's cluster.env, counted only while its
-Ray answers, and the autoscaler's node types, read from fake autoscaling configs of both cluster files
+"""The driver's view of a `ray up` cluster (scaling.sweep.cluster): the head's cluster.env, counted only while
+its Ray answers, and the autoscaler's node types, read from fake autoscaling configs of both cluster files
 (prepared offline by Ray's own `prepare_config`, as `ray up` does before writing ~/ray_bootstrap_config.yaml).
 """
 
@@ -12,7 +12,14 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config
 
-from scaling.cluster import NodeType, could_start, node_types, ray_up_head, read_env_file, read_node_types
+from scaling.sweep.cluster import (
+    NodeType,
+    could_start,
+    node_types,
+    ray_up_head,
+    read_env_file,
+    read_node_types,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "cluster"))
@@ -76,7 +83,9 @@ def test_aws_node_types_are_the_gpu_workers():
     types = {t.name: t for t in node_types(aws_bootstrap_config())}
     assert set(types) == {"gpu.a10g.spot", "gpu.l4.spot"}  # the head (max_workers 0) starts nothing
     assert types["gpu.a10g.spot"] == NodeType("gpu.a10g.spot", {"CPU": 8.0, "GPU": 1.0}, 8, "A10G")
-    assert types["gpu.l4.spot"].accelerator == "L4"  # from its instance type, g6.2xlarge (scaling.cards)
+    assert (
+        types["gpu.l4.spot"].accelerator == "L4"
+    )  # from its instance type, g6.2xlarge (scaling.budget.cards)
 
 
 @pytest.mark.parametrize(

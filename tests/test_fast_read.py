@@ -10,10 +10,10 @@ import sys
 import pandas as pd
 import pytest
 
-from scaling.table import TABLE_READS
 from scaling.tracking import BARE, Columns, TrackingError, adaptive_waves
 from scaling.tracking.backends import existing_store, open_store
 from scaling.tracking.database import TABLES, DatabaseTracker
+from scaling.tracking.table import TABLE_READS
 from scaling.tracking.tracker import Tracker
 
 

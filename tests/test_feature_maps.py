@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scaling.papers.context_scaling.feature_maps import FEATURE_MAPS, feature_rows, feature_scalar
+from papers.context_scaling.feature_maps import FEATURE_MAPS, feature_rows, feature_scalar
 
 
 def prompt(B=3, P=7, d=4, seed=0, dtype=torch.float32):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"

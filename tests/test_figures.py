@@ -283,10 +283,10 @@ def test_a_foot_note_breaks_between_the_lines_it_names_never_inside_one():
 
 
 def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):
-    """Ridge-vs-lambda rows as cells log them (scaling.papers.context_scaling.train.lambda_scan on real
+    """Ridge-vs-lambda rows as cells log them (papers.context_scaling.train.lambda_scan on real
     prompts), per model's cell."""
-    from scaling.papers.context_scaling.evaluate import EvalConfig, lambda_scan
-    from scaling.papers.context_scaling.tasks import fresh_prompts, make_family
+    from papers.context_scaling.evaluate import EvalConfig, lambda_scan
+    from papers.context_scaling.tasks import fresh_prompts, make_family
 
     family = make_family(task)
     prompts = fresh_prompts(family, 600, N + 1, seed=0)
@@ -310,7 +310,7 @@ def scan_table(task, models=("sgpt", "gpt2"), n=5, N=20):
 
 
 def test_fig2_draws_ridge_error_vs_lambda_beside_the_models():
-    from scaling.papers.context_scaling.tasks import TaskConfig
+    from papers.context_scaling.tasks import TaskConfig
 
     table = full_table("fig2")
     drawn = figures.draw(table, "fig2", scans=scan_table(TaskConfig(d=5, noise_std=0.5)))
@@ -332,7 +332,7 @@ def test_fig2_draws_ridge_error_vs_lambda_beside_the_models():
 
 
 def test_fig3_draws_one_lambda_panel_with_a_curve_per_noise_level():
-    from scaling.papers.context_scaling.tasks import TaskConfig
+    from papers.context_scaling.tasks import TaskConfig
 
     scans = scan_table(TaskConfig(family="linear_mixed_noise", d=5, noise_stds=(0.1, 0.5)))
     fig = figures.draw(full_table("fig3"), "fig3", scans=scans).figures["fig3"]
@@ -352,7 +352,7 @@ def test_fig3_draws_one_lambda_panel_with_a_curve_per_noise_level():
 
 
 def test_lambda_panel_is_noted_when_absent_and_a_figure_of_its_own_in_other_layouts():
-    from scaling.papers.context_scaling.tasks import TaskConfig
+    from papers.context_scaling.tasks import TaskConfig
 
     drawn = figures.draw(full_table("fig2"), "fig2")
     assert titles(drawn.figures["fig2"]) == ["error vs n: all prompts"]

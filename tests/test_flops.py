@@ -1,4 +1,4 @@
-"""A training step's FLOPs (scaling.papers.context_scaling.flops, scaling.cost.step_flops: the MFU's
+"""A training step's FLOPs (papers.context_scaling.flops, scaling.budget.cost.step_flops: the MFU's
 numerator and the cost model's) against an independent count: torch's FlopCounterMode over the real step
 (CellTrainer.step_on, the pack's StackedTransformer.step_on), attention through SDPA's math kernel (whose
 products the counter sees; the fused kernels count the same (T, T) products)."""
@@ -8,11 +8,11 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from papers.context_scaling.models import ModelConfig, build_model
+from papers.context_scaling.stacked import stack
+from papers.context_scaling.train import CellTrainer, prefix_loss
+from scaling.budget.cost import StepShape, step_flops
 from scaling.cells import Cell
-from scaling.cost import StepShape, step_flops
-from scaling.papers.context_scaling.models import ModelConfig, build_model
-from scaling.papers.context_scaling.stacked import stack
-from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
 from tests.conftest import tiny_cell_dict
 
 MODELS = {

@@ -1,8 +1,8 @@
-"""scaling.papers.context_scaling.gpt2 against transformers' GPT2Model: the same network on the same
+"""papers.context_scaling.gpt2 against transformers' GPT2Model: the same network on the same
 parameters.
 
 The default GPT-2 cell (interleaved tokens, softmax attention through SDPA) runs
-scaling.papers.context_scaling.gpt2 and skips
+papers.context_scaling.gpt2 and skips
 work no prediction reads; ``attn_implementation: eager`` runs transformers' GPT2Model. Loading one's
 state_dict into the other must give the same predictions, gradients, temperatures and score moments.
 """
@@ -15,9 +15,9 @@ import textwrap
 import pytest
 import torch
 
-from scaling.papers.context_scaling.attention import additive_mask, stacked_prefix_mask
-from scaling.papers.context_scaling.gpt2 import GPT2Backbone, explicit_attention
-from scaling.papers.context_scaling.models import ModelConfig, build_model, hf_gpt2
+from papers.context_scaling.attention import additive_mask, stacked_prefix_mask
+from papers.context_scaling.gpt2 import GPT2Backbone, explicit_attention
+from papers.context_scaling.models import ModelConfig, build_model, hf_gpt2
 
 
 def pair(layers: int = 2, heads: int = 2, width: int = 16, d: int = 3, points: int = 7, seed: int = 0):
@@ -119,7 +119,7 @@ def test_full_pass_equals_gpt2models_hidden_states():
 
 
 def test_attention_temperature_and_score_moments_equal_gpt2models():
-    from scaling.papers.temperature.patch import attention_temperature, recording_score_moments
+    from papers.temperature.patch import attention_temperature, recording_score_moments
 
     ours, hf = pair(layers=2, seed=1)
     ours.eval(), hf.eval()
@@ -207,12 +207,12 @@ def test_initialisation_follows_gpt2s_scheme():
 
 
 def test_default_gpt2_cell_trains_and_evaluates_without_importing_transformers():
-    """The point of scaling.papers.context_scaling.gpt2: a trial of a default GPT-2 cell never pays
+    """The point of papers.context_scaling.gpt2: a trial of a default GPT-2 cell never pays
     transformers' import."""
     code = textwrap.dedent("""
         import sys
         from scaling.cells import Cell
-        from scaling.papers.context_scaling.train import CellTrainer
+        from papers.context_scaling.train import CellTrainer
         cell = Cell.from_dict({"task": {"d": 3}, "model": {"arch": "gpt2", "n_layer": 1, "n_head": 2,
         "n_embd": 16},
                                "train": {"steps": 3, "batch_size": 4}, "eval": {"prompts": 8, "bootstrap":

@@ -1,4 +1,4 @@
-"""The driver plans each GPU cell's pack for the memory of the card it will run on (scaling.cards): the
+"""The driver plans each GPU cell's pack for the memory of the card it will run on (scaling.budget.cards): the
 stated --gpu-memory, else the cluster's cards (the GPU nodes alive in Ray, the autoscaler's node types),
 else the CUDA cost table's card, said in the plan line and by --dry-run. The planner runs on the real
 sweep files; the live nodes are a real local Ray's."""
@@ -12,7 +12,7 @@ import torch
 import yaml
 from ray.autoscaler._private.util import prepare_config
 
-from scaling.cards import (
+from scaling.budget.cards import (
     GIB,
     KNOWN_CARDS,
     Cards,
@@ -22,12 +22,12 @@ from scaling.cards import (
     run_cards,
     type_cards,
 )
-from scaling.cluster import node_types
-from scaling.cost import load_gpu_table
-from scaling.gpu_plan import gpu_packs
-from scaling.packing import device_pack_size
-from scaling.plan import load_plan
+from scaling.budget.cost import load_gpu_table
+from scaling.budget.gpu_plan import gpu_packs
+from scaling.budget.packing import device_pack_size
+from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
+from scaling.sweep.cluster import node_types
 from scaling.sweep.phases import run_sweep
 from scaling.sweep.tune_rounds import trial_specs
 
@@ -44,8 +44,8 @@ def gpu_cells(plan):
 
 def test_the_packs_K_follows_the_stated_memory():
     """24 GiB cards give fewer members per pack than 80 GiB ones for the same cell, each pack as large as
-    a trial of that share of that card stacks (scaling.packing.device_pack_size), in --dry-run's plan and
-    in the driver's trial specs alike."""
+    a trial of that share of that card stacks (scaling.budget.packing.device_pack_size), in --dry-run's plan
+    and in the driver's trial specs alike."""
     plan = load_plan(str(ROOT / "sweeps" / "fig1.yaml"), overrides=MANY)
     planned = gpu_cells(plan)
     cell = planned[0].cell

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaling.cost import StepShape, format_hours, load_gpu_table, step_flops
-from scaling.gpu_plan import describe_gpu, wall_seconds
-from scaling.plan import load_plan
+from scaling.budget.cost import StepShape, format_hours, load_gpu_table, step_flops
+from scaling.budget.gpu_plan import describe_gpu, wall_seconds
+from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
 from scaling.sweep.phases import run_sweep
 from scaling.sweep.run import RunOptions
@@ -39,7 +39,8 @@ def test_without_a_measured_table_the_dry_run_says_none_is_measured(tmp_path, ti
 
 
 def test_the_dry_run_prints_gpu_hours_from_the_shipped_measured_table(tmp_path, tiny_sweep):
-    """scaling/cost_table_cuda.json is the GPU script's measurement on a real card (docs/results.md)."""
+    """scaling/budget/cost_table_cuda.json is the GPU script's measurement on a real card
+    (docs/results.md)."""
     table = load_gpu_table()
     assert table is not None and not table["smoke"] and "H200" in table["device"]
     assert table["train_precision"] == "bfloat16" and table["cuda_graphs"]  # as a GPU trial trains now

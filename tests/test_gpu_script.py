@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import benchmarks.gpu as gpu
-from scaling.cost import load_table
-from scaling.plan import load_plan
+from scaling.budget.cost import load_table
+from scaling.planning.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHOUT_RAY_OR_MLFLOW = """
@@ -88,7 +88,7 @@ def test_the_sweep_phase_runs_a_sweep_through_ray_and_mlflow_against_its_bare_pa
     slice_ = lines["sweep[fig1_slice]"]
     assert slice_["status"] == "INFO" and "2/2 cells complete" in slice_["text"], slice_
     assert slice_["extra"]["bare"]["cells"] == 2 and slice_["extra"]["ratio"] > 1
-    # where the trial's time went, from its cells' runs (scaling.timeline), and the slice at full length
+    # where the trial's time went, from its cells' runs (scaling.trial.timeline), and the slice at full length
     phases = r"in its trials .*: setup [\d.]+ s, train [\d.]+ s, checkpoint [\d.]+ s, evaluate"
     assert re.search(phases, slice_["text"]), slice_["text"]
     driver = r"its driver \(the sweep run's sweep/seconds\): plan [\d.]+ s, ray [\d.]+ s, cards [\d.]+ s"

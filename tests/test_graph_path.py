@@ -1,5 +1,5 @@
 """The CUDA-graph path of a trial's training, on the CPU: the learning rate and its schedule held on the
-device (scaling.papers.context_scaling.adam.DeviceRates) give today's host-side numbers bit for bit, and
+device (papers.context_scaling.adam.DeviceRates) give today's host-side numbers bit for bit, and
 the step a graph captures (StepGraph: static inputs, the rate read at the device's step counter, eager
 steps for other shapes) is the eager step, bit for bit, for cells and packs, resumed or not. On a GPU the
 same path captures and replays CUDA graphs (benchmarks/trial_gpu_checks.py checks replay against eager)."""
@@ -11,16 +11,16 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from papers.context_scaling.adam import DeviceRates, FusedAdam
+from papers.context_scaling.cuda_graphs import StepGraph
+from papers.context_scaling.kind import GRAPH_REPLAYS
+from papers.context_scaling.stacked import PackTrainer
+from papers.context_scaling.train import CellTrainer, TrainConfig, graphs_on, lr_factors
 from scaling.cells import Cell
-from scaling.checkpoints import CheckpointStore
-from scaling.kinds.context_scaling import GRAPH_REPLAYS
-from scaling.papers.context_scaling.adam import DeviceRates, FusedAdam
-from scaling.papers.context_scaling.cuda_graphs import StepGraph
-from scaling.papers.context_scaling.stacked import PackTrainer
-from scaling.papers.context_scaling.train import CellTrainer, TrainConfig, graphs_on, lr_factors
 from scaling.tracking.tracker import Tracker
-from scaling.trial import run_cell, run_pack
-from scaling.trial_spec import TrialMember, TrialSpec
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.trial.run import run_cell, run_pack
+from scaling.trial.spec import TrialMember, TrialSpec
 from tests.conftest import tiny_cell_dict
 
 MODELS = {

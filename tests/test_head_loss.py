@@ -45,8 +45,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.checkpoints import CheckpointStore
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
+from scaling.trial.checkpoints import CheckpointStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -283,7 +283,8 @@ def check_whole(client: MlflowClient, runs: dict) -> None:
 
 
 def lease_records(cluster: Cluster, name: str, key: str) -> int:
-    """How many trials trained the cell (scaling.leases: one line per trial that went on to train it)."""
+    """How many trials trained the cell (scaling.trial.leases: one line per trial that went on to train
+    it)."""
     log = cluster.storage / "icl-scaling" / name / "leases" / f"{key}.log"
     return len(log.read_text().splitlines()) if log.exists() else 0
 

@@ -14,7 +14,7 @@ import yaml
 from drivers import start_driver
 
 from scaling.config import ConfigError
-from scaling.plan import RunConfig, SweepError, plan_document
+from scaling.planning.plan import RunConfig, SweepError, plan_document
 
 BEAT = re.compile(  # a heartbeat while the cell trains (its step), or evaluates
     r"\[beat\] running mlp T=4 N=4 seed=0 (?:step (\d+)/600|evaluating) \| 0/1 cells done \(0%\), 1 running,"

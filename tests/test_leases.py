@@ -1,4 +1,4 @@
-"""Cell leases (scaling.leases) under real concurrency: real processes race for one lease, a lease whose
+"""Cell leases (scaling.trial.leases) under real concurrency: real processes race for one lease, a lease whose
 owner died or stopped beating is taken over, a live one never is."""
 
 import json
@@ -8,11 +8,11 @@ import subprocess
 import sys
 import time
 
-from scaling.leases import Holder, Lease, Leases
+from scaling.trial.leases import Holder, Lease, Leases
 
 RACER = """
 import sys, time
-from scaling.leases import Lease, Leases
+from scaling.trial.leases import Lease, Leases
 storage, key, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start:
     time.sleep(0.001)

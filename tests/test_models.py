@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from scaling.papers.context_scaling.architectures import ATTENTION_NAMES, FEATURE_MAP_NAMES, MODELS
-from scaling.papers.context_scaling.attention import ATTENTIONS
-from scaling.papers.context_scaling.feature_maps import FEATURE_MAPS
-from scaling.papers.context_scaling.models import BUILDERS, ModelConfig, build_model, vectorise
+from papers.context_scaling.architectures import ATTENTION_NAMES, FEATURE_MAP_NAMES, MODELS
+from papers.context_scaling.attention import ATTENTIONS
+from papers.context_scaling.feature_maps import FEATURE_MAPS
+from papers.context_scaling.models import BUILDERS, ModelConfig, build_model, vectorise
 
 
 @pytest.mark.parametrize(
@@ -70,10 +70,10 @@ def test_the_vectorised_mlp_learns_in_context_only_with_biases():
     # fresh tasks (T = inf), d = 1, N = 3, 400 steps: the default MLP predicts y from the context (mean
     # err/zero 0.37 over n = 1..3, measured); eq. 14 as printed, without biases, stays at the zero
     # predictor's error (0.94), as its odd part is linear (above) and E[y | prompt] is odd in the prompt
+    from papers.context_scaling.evaluate import EvalConfig
+    from papers.context_scaling.tasks import TaskConfig
+    from papers.context_scaling.train import CellTrainer, TrainConfig
     from scaling.cells import Cell
-    from scaling.papers.context_scaling.evaluate import EvalConfig
-    from scaling.papers.context_scaling.tasks import TaskConfig
-    from scaling.papers.context_scaling.train import CellTrainer, TrainConfig
 
     errors = {}
     for bias in (True, False):
@@ -93,7 +93,7 @@ def test_the_vectorised_mlp_learns_in_context_only_with_biases():
 
 
 def test_every_architecture_has_a_builder_and_the_names_are_the_functions():
-    """The torch-free registries (scaling.papers.context_scaling.architectures) name exactly what the
+    """The torch-free registries (papers.context_scaling.architectures) name exactly what the
     torch side builds and computes, in order."""
     assert list(BUILDERS) == list(MODELS)
     assert ATTENTION_NAMES == tuple(ATTENTIONS)

@@ -10,18 +10,19 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from scaling.timeline import DRIVER_PREFIX, PREFIX
+from scaling.trial.timeline import DRIVER_PREFIX, PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PLAN_AND_ANALYSE = """
 import sys
-import analysis.__main__, scaling.plan, scaling.sweep, scaling.cpu_plan, scaling.gpu_plan
+import analysis.__main__, scaling.planning.plan, scaling.sweep
+import scaling.budget.cpu_plan, scaling.budget.gpu_plan
 from scaling.cells import settings_not_in_key
-from scaling.cost import training_cost
+from scaling.budget.cost import training_cost
 from scaling.kinds.registry import KINDS, kind
-from scaling.packing import pack_groups
-from scaling.plan import load_plan
+from scaling.budget.packing import pack_groups
+from scaling.planning.plan import load_plan
 
 for name in KINDS:
     kind(name)
@@ -45,9 +46,9 @@ def test_planning_costing_packing_and_the_analysis_command_leave_torch_unimporte
 def test_building_a_model_does_import_torch():
     """The check above can fail: the same interpreter imports torch once a model is built."""
     code = (
-        "import sys\nfrom scaling.papers.context_scaling.architectures import ModelConfig\n"
+        "import sys\nfrom papers.context_scaling.architectures import ModelConfig\n"
         "assert 'torch' not in sys.modules\n"
-        "from scaling.papers.context_scaling.models import build_model\n"
+        "from papers.context_scaling.models import build_model\n"
         "build_model(ModelConfig(arch='mlp', width=4), 2, 3)\nprint('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -106,9 +107,9 @@ print(code, sorted(m for m in sys.modules if m == "torch" or m.startswith("torch
 
 def test_a_sweeps_driver_never_imports_torch(tmp_path):
     """A real sweep (Ray Tune, MLflow, a trial that trains a pack of 2): torch is loaded in the trial's
-    process only (scaling.trainable), not in the driver's (about 2 s of every sweep's start here). The same
-    sweep's runs carry where its time went (scaling.timeline): the sweep run its driver's seconds by phase,
-    adding up to no more than the run, each cell's run its trial's."""
+    process only (scaling.trial.trainable), not in the driver's (about 2 s of every sweep's start here). The
+    same sweep's runs carry where its time went (scaling.trial.timeline): the sweep run its driver's seconds
+    by phase, adding up to no more than the run, each cell's run its trial's."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     began = time.monotonic()
     argv = [sys.executable, "-c", SWEEP, uri, str(tmp_path / "storage")]

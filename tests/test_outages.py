@@ -16,8 +16,8 @@ import yaml
 from drivers import start_driver
 from mlflow.tracking import MlflowClient
 
-from scaling.checkpoints import CheckpointStore
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
+from scaling.trial.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.e2e
 

@@ -1,10 +1,12 @@
-"""Packing (scaling.packing): packed members train to the numbers they reach alone; the planner's decision."""
+"""Packing (scaling.budget.packing): packed members train to the numbers they reach alone; the planner's
+decision."""
 
 import pytest
 import torch
 
-from scaling.cells import Cell
-from scaling.packing import (
+from papers.context_scaling.stacked import PackTrainer
+from papers.context_scaling.train import CellTrainer
+from scaling.budget.packing import (
     AUTO_PACK_SIZE,
     GPU_MEMORY_USABLE,
     MAX_GPU_PACK,
@@ -16,9 +18,8 @@ from scaling.packing import (
     pack_seconds,
     pack_signature,
 )
-from scaling.papers.context_scaling.stacked import PackTrainer
-from scaling.papers.context_scaling.train import CellTrainer
-from scaling.plan import SweepError, plan_document
+from scaling.cells import Cell
+from scaling.planning.plan import SweepError, plan_document
 from tests.conftest import tiny_cell_dict
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -101,7 +102,7 @@ def test_members_resumed_at_different_steps_catch_up_and_match():
 def test_features_computed_for_runs_of_steps_equal_the_steps_own(monkeypatch, feature_numbers, curriculum):
     """Over several batch blocks (80 steps, 32 per block), with and without a curriculum, and whatever
     the run of steps whose features are computed at once: the numbers of the cells alone."""
-    monkeypatch.setattr("scaling.papers.context_scaling.stacked.FEATURE_BLOCK_NUMBERS", feature_numbers)
+    monkeypatch.setattr("papers.context_scaling.stacked.FEATURE_BLOCK_NUMBERS", feature_numbers)
     train = {**tiny_cell_dict()["train"], "steps": 80, "checkpoint_every": 25, "curriculum": curriculum}
     cells = [cell(T=4, seed=0, train=train), cell(T=float("inf"), seed=1, train=train)]
     for a, p in zip(train_alone(cells), train_packed(cells, resume_at={1: 50})):
@@ -259,7 +260,7 @@ def test_bfloat16_packs_match_bfloat16_cells_to_bfloat16_precision():
             torch.testing.assert_close(y, x, rtol=2e-2, atol=2e-2)
 
 
-GPU_TABLE = {  # a CUDA cost table's parts the packer reads (scaling.cost.load_gpu_table)
+GPU_TABLE = {  # a CUDA cost table's parts the packer reads (scaling.budget.cost.load_gpu_table)
     "device": "a GPU",
     "memory_bytes": 80 * 2**30,
     "fit": {"gpt2": {"t0": 1e-3, "rate": 1e14, "m0": 2**30, "bytes_per_activation": 40.0}},

@@ -13,12 +13,12 @@ import torch
 from torch._dynamo.utils import counters
 
 from benchmarks import gpu
+from papers.context_scaling import cuda_graphs
+from papers.context_scaling.cuda_graphs import CompiledStep, compiles
+from papers.context_scaling.stacked import PackTrainer
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.papers.context_scaling import cuda_graphs
-from scaling.papers.context_scaling.cuda_graphs import CompiledStep, compiles
-from scaling.papers.context_scaling.stacked import PackTrainer
-from scaling.papers.context_scaling.train import CellTrainer
 from tests.conftest import tiny_cell_dict
 from tests.test_pack_transformers import GPT2_STACKED, SGPT, assert_same_numbers, train_alone, train_packed
 

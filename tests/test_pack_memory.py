@@ -1,7 +1,7 @@
 """Packs sized from the device the trial holds (issue 41, part 3), on a CPU device of stated memory
-(scaling.devices: SCALING_STATED_MEMORY): the packer's K follows the device's memory, a pack larger than
+(scaling.trial.devices: SCALING_STATED_MEMORY): the packer's K follows the device's memory, a pack larger than
 the device fits trains in smaller packs one after another, and a pack that still runs out of memory
-splits and carries on (scaling.papers.context_scaling.stacked.PackTrainer: the path a card's
+splits and carries on (papers.context_scaling.stacked.PackTrainer: the path a card's
 torch.OutOfMemoryError takes): every member ends with its numbers alone, no step lost or trained twice, the
 split said in the members' runs."""
 
@@ -9,11 +9,10 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from scaling.cells import Cell
-from scaling.checkpoints import CheckpointStore
-from scaling.cost import load_gpu_table
-from scaling.devices import STATED_MEMORY, TrialMemory, stated_memory, trial_memory
-from scaling.packing import (
+from papers.context_scaling.stacked import PackTrainer
+from papers.context_scaling.train import CellTrainer
+from scaling.budget.cost import load_gpu_table
+from scaling.budget.packing import (
     GPU_MEMORY_USABLE,
     MAX_GPU_PACK,
     coefficients,
@@ -22,11 +21,12 @@ from scaling.packing import (
     memory_guard,
     pack_bytes,
 )
-from scaling.papers.context_scaling.stacked import PackTrainer
-from scaling.papers.context_scaling.train import CellTrainer
+from scaling.cells import Cell
 from scaling.tracking.tracker import Tracker
-from scaling.trial import pack_memory, run_pack
-from scaling.trial_spec import TrialMember, TrialSpec
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.trial.devices import STATED_MEMORY, TrialMemory, stated_memory, trial_memory
+from scaling.trial.run import pack_memory, run_pack
+from scaling.trial.spec import TrialMember, TrialSpec
 from tests.conftest import tiny_cell_dict
 
 TOL = dict(rtol=1e-4, atol=1e-5)  # a member packed against alone: the rounding of batched products

@@ -1,4 +1,4 @@
-"""Packed GPT-2 and SGPT cells (scaling.papers.context_scaling.stacked_transformers): each member ends with
+"""Packed GPT-2 and SGPT cells (papers.context_scaling.stacked_transformers): each member ends with
 the numbers it reaches trained alone; a resumed pack equals an uninterrupted one; a damaged member's
 checkpoint affects that member only."""
 
@@ -6,14 +6,14 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from papers.context_scaling.stacked import PackTrainer, stack
+from papers.context_scaling.stacked_transformers import StackedTransformer
+from papers.context_scaling.train import CellTrainer, prefix_loss
 from scaling.cells import Cell
-from scaling.checkpoints import CheckpointStore
-from scaling.papers.context_scaling.stacked import PackTrainer, stack
-from scaling.papers.context_scaling.stacked_transformers import StackedTransformer
-from scaling.papers.context_scaling.train import CellTrainer, prefix_loss
 from scaling.tracking.tracker import Tracker
-from scaling.trial import PackMemberError, run_pack
-from scaling.trial_spec import TrialMember, TrialSpec
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.trial.run import PackMemberError, run_pack
+from scaling.trial.spec import TrialMember, TrialSpec
 from tests.conftest import tiny_cell_dict
 from tests.test_checkpoint_integrity import zero_block
 

@@ -14,14 +14,14 @@ import yaml
 
 from analysis import figures
 from analysis.claims import evaluate
-from analysis.papers.context_scaling.claims import CLAIMS, PADDED, PER_N
 from analysis.pipeline import analyse
 from analysis.plugin import Request
+from papers.context_scaling.analysis.claims import CLAIMS, PADDED, PER_N
+from papers.context_scaling.stacked import PackTrainer
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.papers.context_scaling.stacked import PackTrainer
-from scaling.papers.context_scaling.train import CellTrainer
-from scaling.plan import SweepError, load_plan
+from scaling.planning.plan import SweepError, load_plan
 from scaling.sweep.phases import run_sweep
 from tests.conftest import tiny_cell_dict
 

@@ -18,9 +18,9 @@ from temperature_checks import analysis_written, check_fig1_theory
 
 from analysis.__main__ import main as analysis_main
 from analysis.paper import PAPERS, PARTS, Figure, profiles_read
-from analysis.papers.context_scaling import claims as claims_context_scaling
-from analysis.papers.statisticians import claims as claims_statisticians
-from analysis.papers.temperature import claims as claims_temperature
+from papers.context_scaling.analysis import claims as claims_context_scaling
+from papers.statisticians.analysis import claims as claims_statisticians
+from papers.temperature.analysis import claims as claims_temperature
 from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]

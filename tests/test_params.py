@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from papers.context_scaling.architectures import MODELS, ModelConfig
+from papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
 from scaling.cells import ALWAYS, Cell, under
 from scaling.judge import provenance
 from scaling.kinds.registry import KINDS, kind
-from scaling.papers.context_scaling.architectures import MODELS, ModelConfig
-from scaling.papers.context_scaling.configs import FAMILY_SETTINGS, EvalConfig, TaskConfig, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -199,8 +199,8 @@ def test_params_are_a_subset_of_the_full_cell():
 
 
 def settings_table(cells: list[Cell]) -> pd.DataFrame:
-    """The analysis table's cell columns for ``cells`` (scaling.table.tidy: a param a cell does not log is
-    NaN), one row per cell and context length 1..2."""
+    """The analysis table's cell columns for ``cells`` (scaling.tracking.table.tidy: a param a cell does not
+    log is NaN), one row per cell and context length 1..2."""
     rows = [
         {
             "cell_key": c.key,
@@ -215,7 +215,7 @@ def settings_table(cells: list[Cell]) -> pd.DataFrame:
 
 
 def smoke_cells(*overrides: str) -> list[Cell]:
-    from scaling.plan import load_plan
+    from scaling.planning.plan import load_plan
 
     return [p.cell for p in load_plan(str(REPO / "sweeps" / "smoke.yaml"), "", overrides).cells]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaling.plan import SweepError, apply_override, load_plan, plan_document
+from scaling.planning.plan import SweepError, apply_override, load_plan, plan_document
 
 
 def write(tmp_path, text: str):

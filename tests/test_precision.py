@@ -6,7 +6,7 @@ import pytest
 
 from scaling.cells import Cell, resolve_precision
 from scaling.config import ConfigError
-from scaling.plan import plan_document
+from scaling.planning.plan import plan_document
 from tests.conftest import tiny_cell_dict
 
 # Cell().key before train.precision could be auto (tests/test_cells.py's golden value): float32 then

@@ -1,4 +1,4 @@
-"""scaling.progress: the live view and the plain lines, fed the events Tune's callbacks give it.
+"""scaling.sweep.progress: the live view and the plain lines, fed the events Tune's callbacks give it.
 
 These drive the Progress object directly (no Ray); tests/test_sweep_e2e.py checks what a real sweep prints.
 """
@@ -11,7 +11,7 @@ import time
 import pytest
 from rich.console import Console
 
-from scaling.progress import Progress, Summary, error_line, next_commands, summary_lines
+from scaling.sweep.progress import Progress, Summary, error_line, next_commands, summary_lines
 
 
 def cell_config(name, steps=1000):

@@ -26,8 +26,8 @@ from mlflow.tracking import MlflowClient
 from synthetic_tables import lattice_table, write_store
 
 from analysis.__main__ import main as analysis_main
-from analysis.papers.temperature.claims import llm_claims
-from scaling.plan import load_plan
+from papers.temperature.analysis.claims import llm_claims
+from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main as sweep_main
 
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -213,7 +213,7 @@ def test_every_claim_in_the_quick_starts_folder_lists_what_it_cannot_run_and_why
     llama = claims[claims["figure"].isin(["temp-llama-a", "temp-llama-b"])]
     assert len(llama) == len(llm_claims("", "LLaMA"))  # Fig. 3's claims on LLaMA, each with the reason
     needs = (
-        [f"python -m scaling.papers.temperature.tiny_llm {missing}"]
+        [f"python -m papers.temperature.tiny_llm {missing}"]
         if profile
         else [f"--set temperature.{key}=PATH" for key in ("llm", "sciq_train", "sciq_test")]
     )

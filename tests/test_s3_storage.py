@@ -12,9 +12,9 @@ import time
 import pytest
 from s3_server import SECRET_KEY, s3_server
 
-from scaling import storage
-from scaling.checkpoints import CheckpointStore
-from scaling.leases import Lease, Leases
+from scaling.trial import storage
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.trial.leases import Lease, Leases
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_a_save_rides_through_a_short_outage_and_says_so_once(s3, caplog):
     heard = []
     storage.OUTAGES.listeners.append(heard.append)
     try:
-        with caplog.at_level(logging.WARNING, logger="scaling.storage"):
+        with caplog.at_level(logging.WARNING, logger="scaling.trial.storage"):
             back = stopped_for(s3.relay, 10.0)  # longer than pyarrow's own retries (~6 s)
             started = time.monotonic()
             store.save("c1", {"step": 2})  # waits for the endpoint, then goes through

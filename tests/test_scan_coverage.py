@@ -1,15 +1,15 @@
 """The temperature scans' verdict intervals hold their stated level in each scan's real structure
-(analysis/resample.py, simulated by tests/scan_coverage_study.py): a GPT-2 scanned on several prompt seeds of
-one model (Student t over the pooled prompts), GPT-2s trained one per cell (Student t over the models), the
-LLM's questions and Monte Carlo runs of one model (the crossed bootstrap): 88% or more at a nominal 90%.
-The same harness finds the bootstrap over cells then prompts, used before for GPT-2, well short of it when
-each cell trained its own model."""
+(papers/temperature/analysis/resample.py, simulated by tests/scan_coverage_study.py): a GPT-2 scanned on
+several prompt seeds of one model (Student t over the pooled prompts), GPT-2s trained one per cell (Student t
+over the models), the LLM's questions and Monte Carlo runs of one model (the crossed bootstrap): 88% or more
+at a nominal 90%. The same harness finds the bootstrap over cells then prompts, used before for GPT-2, well
+short of it when each cell trained its own model."""
 
 import numpy as np
 import pytest
 from scan_coverage_study import gpt2_cells, gpt2_coverage, llm_coverage, llm_truth
 
-from analysis import resample
+from papers.temperature.analysis import resample
 
 
 @pytest.mark.parametrize("cells", [3, 5, 10])

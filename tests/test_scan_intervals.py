@@ -1,8 +1,8 @@
 """The temperature scans' verdict intervals come from the units the cells log (units.parquet): a bootstrap
 over questions and Monte Carlo runs for the LLM scan; for the GPT-2 scan Student t over the prompts of one
-model or over trained models (analysis/resample.py, analysis/papers/temperature/scans.py). Two Monte Carlo
-runs that agree no longer give a zero-width interval, and a store whose cells logged no units is still
-analysed, its gains not judged."""
+model or over trained models (papers/temperature/analysis/resample.py, papers/temperature/analysis/scans.py).
+Two Monte Carlo runs that agree no longer give a zero-width interval, and a store whose cells logged no units
+is still analysed, its gains not judged."""
 
 import json
 from pathlib import Path
@@ -11,18 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import resample
 from analysis.__main__ import main as analysis_main
-from scaling.papers.temperature.llm_icl import (
+from papers.temperature.analysis import resample
+from papers.temperature.llm_icl import (
     load_causal_lm,
     load_sciq,
     make_retriever,
     normalize_answer,
     query_text,
 )
-from scaling.papers.temperature.patch import attention_temperature
-from scaling.papers.temperature.scan import PromptSet, generate_token_answers
-from scaling.papers.temperature.tiny_llm import save_tiny_llama
+from papers.temperature.patch import attention_temperature
+from papers.temperature.scan import PromptSet, generate_token_answers
+from papers.temperature.tiny_llm import save_tiny_llama
 from scaling.sweep.phases import run_sweep
 
 ROOT = Path(__file__).parent.parent

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from papers.context_scaling.train import CellTrainer, TrainConfig
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.papers.context_scaling.train import CellTrainer, TrainConfig
 from tests.conftest import tiny_cell_dict
 
 

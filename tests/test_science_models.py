@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
+from papers.context_scaling.attention import ATTENTIONS, causal_mask
+from papers.context_scaling.models import ModelConfig, build_model
+from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
 from scaling.config import ConfigError
-from scaling.papers.context_scaling.attention import ATTENTIONS, causal_mask
-from scaling.papers.context_scaling.models import ModelConfig, build_model
-from scaling.papers.context_scaling.train import CellTrainer
 
 CONFIGS = {
     "gpt2_stacked": dict(arch="gpt2", layout="stacked", n_layer=2, n_head=2, n_embd=16),
@@ -71,7 +71,7 @@ def test_stacked_gpt2_equals_one_causal_pass_per_prefix(attn):
         batched = model(xs, ys)
         for n in range(6):
             embeds = model.read_in(stacked_prefix(xs, ys, n))
-            if model.own_backbone:  # sdpa: scaling.papers.context_scaling.gpt2, causal by default
+            if model.own_backbone:  # sdpa: papers.context_scaling.gpt2, causal by default
                 hidden = model.backbone(embeds)
             else:
                 hidden = model.backbone(inputs_embeds=embeds).last_hidden_state

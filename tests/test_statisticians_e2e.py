@@ -11,10 +11,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis import claims
-from analysis.papers.statisticians import claims as claims_statisticians
 from analysis.pipeline import analyse
 from analysis.plugin import Request
-from scaling.plan import SweepError, load_plan
+from papers.statisticians.analysis import claims as claims_statisticians
+from scaling.planning.plan import SweepError, load_plan
 from scaling.sweep.phases import run_sweep
 
 SWEEPS = Path(__file__).parent.parent / "sweeps"

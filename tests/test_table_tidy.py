@@ -1,7 +1,7 @@
-"""scaling.table.tidy: the runs' curves joined to their cells' columns and sorted, each column taken once, is
-the table that merging then sorting gives, row for row and bit for bit (the analysis' outputs depend on its
-order): with ties on every sort key, runs of several models and T = inf, a run without curves, a curve column
-only some runs have, and the runs in no particular order."""
+"""scaling.tracking.table.tidy: the runs' curves joined to their cells' columns and sorted, each column taken
+once, is the table that merging then sorting gives, row for row and bit for bit (the analysis' outputs depend
+on its order): with ties on every sort key, runs of several models and T = inf, a run without curves, a curve
+column only some runs have, and the runs in no particular order."""
 
 import io
 import math
@@ -11,8 +11,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from scaling.table import SORT_KEYS, TABLE_COLUMNS, stacked, tidy
 from scaling.tracking import RunRecord
+from scaling.tracking.table import SORT_KEYS, TABLE_COLUMNS, stacked, tidy
 
 
 def record(i: int, model: str, T: float, N: int, seed: int) -> RunRecord:

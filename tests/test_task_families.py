@@ -6,8 +6,7 @@ import resource
 import pytest
 import torch
 
-from scaling.config import ConfigError
-from scaling.papers.context_scaling.tasks import (
+from papers.context_scaling.tasks import (
     FAMILIES,
     ShiftConfig,
     TaskConfig,
@@ -16,6 +15,7 @@ from scaling.papers.context_scaling.tasks import (
     generator,
     make_family,
 )
+from scaling.config import ConfigError
 
 D20 = {"d": 20}
 CASES = {  # family settings -> the E[y^2] each docstring states
@@ -129,8 +129,8 @@ def test_shifted_normaliser_is_the_test_distribution_second_moment(name):
 
 
 def test_training_batches_ignore_the_evaluation_shift():
+    from papers.context_scaling.train import CellTrainer
     from scaling.cells import Cell
-    from scaling.papers.context_scaling.train import CellTrainer
     from tests.conftest import tiny_cell_dict
 
     plain = Cell.from_dict(tiny_cell_dict())

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from scaling.papers.context_scaling.configs import FAMILY_SETTINGS
-from scaling.papers.context_scaling.tasks import (
+from papers.context_scaling.configs import FAMILY_SETTINGS
+from papers.context_scaling.tasks import (
     FAMILIES,
     LinearRegression,
     TaskConfig,
@@ -80,8 +80,8 @@ def test_second_moment_normalises_the_zero_predictor_to_one():
 
 
 def test_stacked_batches_are_each_pools_own_batch():
-    """scaling.packing's members: one labelling for all, the numbers each pool draws alone."""
-    from scaling.papers.context_scaling.tasks import stacked_batches
+    """scaling.budget.packing's members: one labelling for all, the numbers each pool draws alone."""
+    from papers.context_scaling.tasks import stacked_batches
 
     relu = make_family(TaskConfig(family="relu_net", d=4, hidden=8, noise_std=0.2))
     cases = [

@@ -9,9 +9,9 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from analysis.papers.temperature import scans
-from scaling.papers.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
-from scaling.papers.temperature.patch import (
+from papers.temperature.analysis import scans
+from papers.temperature.garg import garg_model, load_garg_gpt2, to_garg_names
+from papers.temperature.patch import (
     attention_modules,
     attention_temperature,
     heuristic_tau,
@@ -343,9 +343,9 @@ def test_garg_strict_load_rejects_missing_weights(garg_checkpoint, tmp_path):
 
 
 def test_the_shifts_are_the_ones_the_planner_knows_without_torch():
-    """scaling.papers.temperature.settings.SHIFT_NAMES (what temperature.shift accepts, without torch) is the
+    """papers.temperature.settings.SHIFT_NAMES (what temperature.shift accepts, without torch) is the
     theory's registry, in order (the order of an unknown name's error)."""
-    from scaling.papers.temperature.settings import SHIFT_NAMES
-    from scaling.papers.temperature.theory import SHIFTS
+    from papers.temperature.settings import SHIFT_NAMES
+    from papers.temperature.theory import SHIFTS
 
     assert tuple(SHIFTS) == SHIFT_NAMES

@@ -13,7 +13,7 @@ import pytest
 from temperature_checks import analysis_written, check_fig1_theory, check_fig2_theory, check_fig3_llama
 
 from analysis.__main__ import main as analysis_main
-from scaling.papers.temperature.tiny_llm import save_tiny_llama
+from papers.temperature.tiny_llm import save_tiny_llama
 from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]

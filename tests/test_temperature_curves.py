@@ -1,16 +1,16 @@
-"""Checks of the seed-004 figure curves (scaling/papers/temperature/curves.py) at tiny sizes."""
+"""Checks of the seed-004 figure curves (papers/temperature/curves.py) at tiny sizes."""
 
 import numpy as np
 import pytest
 import torch
 
-from scaling.papers.temperature.curves import (
+from papers.temperature.curves import (
     figure1_curves,
     figure2_curves,
     figure4_curves,
     figure5_histograms,
 )
-from scaling.papers.temperature.theory import (
+from papers.temperature.theory import (
     isotropic_distribution,
     optimal_temperature,
     pretrained_parameters,

@@ -10,14 +10,14 @@ import torch
 import yaml
 from mlflow.utils.validation import _validate_metric_name
 
+from papers.temperature.garg import garg_model, to_garg_names
+from papers.temperature.jobs import best_tau
+from papers.temperature.kind import metric_key, run_job
+from papers.temperature.tiny_llm import save_tiny_llama
 from scaling.cells import Cell
 from scaling.config import ConfigError, canonical
 from scaling.kinds.registry import KINDS
-from scaling.kinds.temperature import metric_key, run_job
-from scaling.papers.temperature.garg import garg_model, to_garg_names
-from scaling.papers.temperature.jobs import best_tau
-from scaling.papers.temperature.tiny_llm import save_tiny_llama
-from scaling.plan import load_plan
+from scaling.planning.plan import load_plan
 from scaling.sweep.__main__ import main
 from scaling.tracking.names import curve_metric_key
 from tests.conftest import tiny_cell_dict
@@ -236,7 +236,7 @@ def garg_checkpoint(tmp_path):
 
 
 def test_gpt2_scan_of_a_checkpoint_scores_tau_one_as_the_model_itself(garg_checkpoint):
-    from scaling.papers.context_scaling.tasks import ShiftConfig, fresh_prompts, make_family
+    from papers.context_scaling.tasks import ShiftConfig, fresh_prompts, make_family
 
     original, run_dir = garg_checkpoint
     shift = {"x_scale": math.sqrt(3), "task_scale": math.sqrt(3)}  # Sigma_x = 3 I; beta ~ N(0, I_3) as Garg's

@@ -25,11 +25,11 @@ from temperature_checks import analysis_written, check_fig2_theory, check_fig3_l
 
 from analysis.__main__ import main as analysis_main
 from analysis.claims import evaluate
-from analysis.papers.temperature import claims as claims_temperature
-from analysis.papers.temperature.fig6 import DEGRADED, NON_MONOTONE
 from analysis.pipeline import analyse
 from analysis.plugin import Request
-from scaling.papers.temperature.tiny_llm import save_tiny_llama
+from papers.temperature.analysis import claims as claims_temperature
+from papers.temperature.analysis.fig6 import DEGRADED, NON_MONOTONE
+from papers.temperature.tiny_llm import save_tiny_llama
 from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]

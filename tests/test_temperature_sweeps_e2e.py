@@ -9,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scaling.papers.temperature.tiny_llm import save_tiny_llama
+from papers.temperature.tiny_llm import save_tiny_llama
 from scaling.sweep.phases import run_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("local_ray")]

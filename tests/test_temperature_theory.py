@@ -1,4 +1,4 @@
-"""Checks of scaling/papers/temperature/theory.py (seed 004) against closed forms, independent formulas and
+"""Checks of papers/temperature/theory.py (seed 004) against closed forms, independent formulas and
 Monte Carlo. Tolerances for the asymptotic theorems are stated next to each test."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from scaling.papers.temperature.theory import (
+from papers.temperature.theory import (
     AttentionParams,
     PromptDistribution,
     attention_prediction,

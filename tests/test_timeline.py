@@ -1,4 +1,4 @@
-"""A trial's seconds by phase (scaling.timeline): how they add up, and that each cell's run carries them
+"""A trial's seconds by phase (scaling.trial.timeline): how they add up, and that each cell's run carries them
 (``trial/seconds/<phase>``) after a real trial, a cell alone and a pack, into a real MLflow store."""
 
 import time
@@ -6,8 +6,8 @@ import time
 import pytest
 from mlflow import MlflowClient
 
-from scaling.timeline import PREFIX, Timeline
-from scaling.trial import run_cell, run_pack
+from scaling.trial.run import run_cell, run_pack
+from scaling.trial.timeline import PREFIX, Timeline
 from tests.test_graph_path import cell, trial_spec
 
 PHASES = ("setup", "train", "checkpoint", "evaluate")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_cell_dict
 
-from scaling import trial
 from scaling.cells import Cell
 from scaling.tracking.tracker import Tracker
-from scaling.trial import Throttled, run_cell, run_pack
-from scaling.trial_spec import TrialMember, TrialSpec
+from scaling.trial import run as trial
+from scaling.trial.run import Throttled, run_cell, run_pack
+from scaling.trial.spec import TrialMember, TrialSpec
 
 
 def spec_of(cells, tmp_path, name):

@@ -2,7 +2,8 @@
 it with the project's own verdicts and fits, then run the cells that most narrow the answers still open per
 unit of estimated cost, wave after wave, until every answer is settled or the budget is spent.
 
-- scaling/adaptive_settings.py (beside the planner, below this package): the sweep file's ``adaptive:``
+- scaling/planning/adaptive_settings.py (beside the planner, below this package): the sweep file's
+  ``adaptive:``
   section (pure; checked by the planner);
 - policy.py: answers from the complete cells and the next wave (no Ray, no MLflow);
 - small_samples.py: the policy's arithmetic of few seeds (Student t widening, pooled spread, seeds needed);

@@ -1,6 +1,6 @@
 """The waves of ``python -m scaling.sweep FILE --adaptive`` (scaling.sweep runs each wave's cells as trials).
 
-Each wave: read the complete cells of the lattice from MLflow (scaling.table, cached), judge them
+Each wave: read the complete cells of the lattice from MLflow (scaling.tracking.table, cached), judge them
 (scaling.adaptive.policy), print the answers with their intervals and the next wave with its reasons, log both
 on the sweep's parent run (scaling.tracking.adaptive_waves: ``adaptive/wave_NN.json``, the MLflow table
 ``adaptive/answers_NN.json``, metrics ``adaptive.settled/open/spent``), then run the wave. The wave record is
@@ -17,11 +17,12 @@ from typing import Callable, TextIO
 
 import pandas as pd
 
+from scaling.planning.plan import Plan
+from scaling.tracking.table import load_table
+
 from ..judge.verdicts import value_text
-from ..plan import Plan
 from ..redact import redact
 from ..sweep.run import SweepRun
-from ..table import load_table
 from .policy import Answer, Policy
 
 

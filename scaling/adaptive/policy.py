@@ -31,9 +31,9 @@ wider). A candidate action adds cells: one more seed at the points an answer rea
 along the axis; an exponent: every point of its fit so far), or, for an exponent, a missing value of T or N
 (the points it adds count as seeds in the proportion of points). The value of an action is the fraction of the
 remaining way to S_need it covers, summed over every unsettled answer it serves, divided by its estimated cost
-(scaling.cost, the cost model of ``--dry-run``); a verdict's S_need counts at most the lattice's seeds there
-(no wave can give it more), and so does any answer's on fewer than ``min_seeds`` seeds (too few to tell a
-hopeless one), so that a verdict that looks hopeless on its first seeds is not starved. Waves are built
+(scaling.budget.cost, the cost model of ``--dry-run``); a verdict's S_need counts at most the lattice's seeds
+there (no wave can give it more), and so does any answer's on fewer than ``min_seeds`` seeds (too few to tell
+a hopeless one), so that a verdict that looks hopeless on its first seeds is not starved. Waves are built
 greedily from the best-valued action, with the answers' seeds advanced as if the chosen cells had run, until
 the wave holds ``wave`` cells; never beyond the budget. S_need is estimated from large-sample half-widths (a t
 one shrinks faster than 1/sqrt(S)), and is at least one seed more than the answer has. An open answer whose
@@ -50,12 +50,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..adaptive_settings import AdaptiveQuestion, AdaptiveSettings
+from scaling.planning.adaptive_settings import AdaptiveQuestion, AdaptiveSettings
+from scaling.planning.plan import Plan
+
 from ..judge.fit import fit_scaling, is_trained
 from ..judge.power_law import EXPONENT_BOUNDS
 from ..judge.provenance import setting_columns
 from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
-from ..plan import Plan
 from .small_samples import Spread, large_sample, pooled_spread, seeds_needed, widen
 
 SETTLED_LABELS = {AT_CHANCE, *(label for q in QUESTIONS.values() for label in (q.yes, q.weak, q.no))}

@@ -2,9 +2,9 @@
 
 ``python -m scaling.adaptive.replay sweeps/adaptive_mlp.yaml --tracking-uri sqlite:///full.db --out DIR``
 
-The lattice is read once (scaling.table). A replay runs the policy of the sweep file's ``adaptive:`` section
-with a given policy seed (the order its seeds are drawn in, its tie-breaks), where "running" a wave means
-reading its cells from the table; the answers after each wave are scored against the whole lattice's own
+The lattice is read once (scaling.tracking.table). A replay runs the policy of the sweep file's ``adaptive:``
+section with a given policy seed (the order its seeds are drawn in, its tie-breaks), where "running" a wave
+means reading its cells from the table; the answers after each wave are scored against the whole lattice's own
 answers (the same policy's assessment of every cell):
 
 - verdicts: the share of verdict answers whose label equals the lattice's ("context-scales",
@@ -42,12 +42,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..plan import SweepError, load_plan
+from scaling.planning.plan import SweepError, load_plan
+from scaling.planning.variants import add_set_argument
+from scaling.tracking.table import load_table
+
 from ..redact import redact
-from ..table import load_table
 from ..tracking import TrackingError
 from ..tracking.uri import resolve_tracking_uri
-from ..variants import add_set_argument
 from .policy import Answer, Policy
 
 NO_INTERVAL_WIDTH = 1.0  # a drop interval not yet measured counts as this wide (drops live in [-inf, 1])

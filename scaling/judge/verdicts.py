@@ -1,6 +1,6 @@
 """The verdict rule of seed 001's central question: which models context-scale and which task-scale.
 
-The rule and its numbers, used by the analysis (analysis/papers/context_scaling/plugin.py; its wording of the
+The rule and its numbers, used by the analysis (papers/context_scaling/analysis/plugin.py; its wording of the
 verdicts is analysis/verdicts.py) and by the adaptive driver (scaling.adaptive.policy) alike.
 
 Seed 001 (Abedsoltan et al., Sec. 1) calls a model context-scaling when its error falls as the

@@ -16,26 +16,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..cost import CellCost
+from scaling.budget.cost import CellCost
 
 
 @dataclass(frozen=True)
 class Kind:
     """One experiment kind. ``run(cell, trial) -> dict`` runs a cell inside a trial; ``trial`` gives the
     device, the cell's checkpoint store and MLflow log, the progress report and the tracking URI
-    (scaling.trial.TrialContext). ``settings`` / ``group``: the dataclass of the kind's own settings and the
-    cell key under which a sweep file gives them (None: the kind has none). ``check(cell)`` raises
+    (scaling.trial.run.TrialContext). ``settings`` / ``group``: the dataclass of the kind's own settings and
+    the cell key under which a sweep file gives them (None: the kind has none). ``check(cell)`` raises
     ConfigErrors naming the setting; ``label(cell)`` is the run name; ``cost(cell)`` a CellCost or None
-    (not estimated); ``packable(cell)`` whether cells of this kind may share a trial (scaling.packing), and
-    ``run_pack(members, pack) -> finishes`` how such a trial runs them: it trains the (cell, log) members
-    together (``pack``: device, their checkpoint store, progress; scaling.trial.PackContext) and returns one
-    function per member that finishes it, which the trial calls in turn so that one failure fails that
+    (not estimated); ``packable(cell)`` whether cells of this kind may share a trial (scaling.budget.packing),
+    and ``run_pack(members, pack) -> finishes`` how such a trial runs them: it trains the (cell, log) members
+    together (``pack``: device, their checkpoint store, progress; scaling.trial.run.PackContext) and returns
+    one function per member that finishes it, which the trial calls in turn so that one failure fails that
     member alone; ``path_fields``: settings of the group that are local paths, made absolute at planning.
 
     ``reads``: the cell's settings the kind reads, which its cells log as MLflow params
     (scaling.cells.Cell.params; cell.yaml keeps every setting): ``task`` (the family's settings,
-    scaling.papers.context_scaling.tasks), ``model`` (the architecture's,
-    scaling.papers.context_scaling.architectures.ModelFacts), ``train``, ``eval``, a whole group
+    papers.context_scaling.tasks), ``model`` (the architecture's,
+    papers.context_scaling.architectures.ModelFacts), ``train``, ``eval``, a whole group
     (``construction``) or one setting (``task.d``, ``temperature.taus``); ``unused(cell)`` names the
     entries of ``reads`` that this cell leaves unread (e.g. ``train`` for a scan of a given model). T, N,
     seed, job, model.name and model.arch are every cell's."""

@@ -15,15 +15,15 @@ from ..plugins import load
 from . import Kind
 
 KINDS: dict[str, str] = {
-    "train": "scaling.kinds.context_scaling:TRAIN",
-    "theory_context": "scaling.kinds.temperature:THEORY_CONTEXT",
-    "theory_noise": "scaling.kinds.temperature:THEORY_NOISE",
-    "theory_mean_shift": "scaling.kinds.temperature:THEORY_MEAN_SHIFT",
-    "attention_histograms": "scaling.kinds.temperature:ATTENTION_HISTOGRAMS",
-    "gpt2_scan": "scaling.kinds.temperature:GPT2_SCAN",
-    "llm_scan": "scaling.kinds.temperature:LLM_SCAN",
-    "gd_transformer": "scaling.kinds.statisticians:GD_TRANSFORMER",
-    "selection_transformer": "scaling.kinds.statisticians:SELECTION_TRANSFORMER",
+    "train": "papers.context_scaling.kind:TRAIN",
+    "theory_context": "papers.temperature.kind:THEORY_CONTEXT",
+    "theory_noise": "papers.temperature.kind:THEORY_NOISE",
+    "theory_mean_shift": "papers.temperature.kind:THEORY_MEAN_SHIFT",
+    "attention_histograms": "papers.temperature.kind:ATTENTION_HISTOGRAMS",
+    "gpt2_scan": "papers.temperature.kind:GPT2_SCAN",
+    "llm_scan": "papers.temperature.kind:LLM_SCAN",
+    "gd_transformer": "papers.statisticians.kind:GD_TRANSFORMER",
+    "selection_transformer": "papers.statisticians.kind:SELECTION_TRANSFORMER",
 }
 DEFAULT_KIND = "train"
 

@@ -12,11 +12,12 @@ import os
 import shlex
 import sys
 
-from ..guards import GuardError
-from ..plan import SweepError
+from scaling.planning.guards import GuardError
+from scaling.planning.plan import SweepError
+from scaling.planning.variants import add_set_argument
+
 from ..redact import install_log_redaction, redact
 from ..tracking import TrackingError
-from ..variants import add_set_argument
 from .phases import run_sweep
 from .run import RunOptions
 
@@ -97,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-cells",
         type=int,
         default=None,
-        help="allow a grid of up to this many cells (default: the cap of scaling.guards.MAX_CELLS)",
+        help="allow a grid of up to this many cells (default: the cap of scaling.planning.guards.MAX_CELLS)",
     )
     parser.add_argument(
         "--autoscaling",

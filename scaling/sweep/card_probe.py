@@ -1,13 +1,13 @@
-"""The cards of the GPU nodes alive in Ray (scaling.cards): each node's card memory read there, by a task
-that holds no CPU and no GPU (so busy nodes answer too) and creates no CUDA context (NVML, which Ray ships),
-else its ``accelerator_type:X`` resource through scaling.cards.KNOWN_CARDS."""
+"""The cards of the GPU nodes alive in Ray (scaling.budget.cards): each node's card memory read there, by a
+task that holds no CPU and no GPU (so busy nodes answer too) and creates no CUDA context (NVML, which Ray
+ships), else its ``accelerator_type:X`` resource through scaling.budget.cards.KNOWN_CARDS."""
 
 from __future__ import annotations
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..cards import Card, accelerator_of, known_card
+from scaling.budget.cards import Card, accelerator_of, known_card
 
 PROBE_TIMEOUT_S = 30.0
 

@@ -6,14 +6,14 @@ import os
 import sys
 from typing import TextIO
 
-from ..cards import Card, Cards, run_cards, type_cards
-from ..checkpoints import CheckpointStore
-from ..cluster import read_node_types
-from ..cost import load_gpu_table
-from ..cpu_plan import describe_compute
-from ..gpu_plan import describe_gpu
-from ..leases import Leases
-from ..plan import Plan
+from scaling.budget.cards import Card, Cards, run_cards, type_cards
+from scaling.budget.cost import load_gpu_table
+from scaling.budget.cpu_plan import describe_compute
+from scaling.budget.gpu_plan import describe_gpu
+from scaling.planning.plan import Plan
+from scaling.sweep.cluster import read_node_types
+from scaling.trial.checkpoints import CheckpointStore
+from scaling.trial.leases import Leases
 
 
 def describe_plan(
@@ -59,7 +59,7 @@ def local_cuda():
 
 
 def cards_to_plan(run) -> Cards | None:
-    """The cards --dry-run plans the GPU packs for (scaling.cards; no Ray started): --gpu-memory, the
+    """The cards --dry-run plans the GPU packs for (scaling.budget.cards; no Ray started): --gpu-memory, the
     `ray up` cluster's node types, this machine's GPUs, else (None or the fallback) the cost table's card."""
     table = load_gpu_table()
     if table is None or run.options.gpu_memory:

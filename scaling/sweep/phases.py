@@ -20,15 +20,16 @@ import pyarrow
 import yaml
 from pyarrow import fs as pafs
 
-from .. import storage as stores
-from ..cards import Cards, parse_memory, run_cards, type_cards
-from ..checkpoints import CheckpointStore, behind
-from ..cluster import describe, ray_up_head, read_node_types
-from ..cost import load_gpu_table
-from ..guards import check_address, check_flags, check_whole, probe_storage
-from ..leases import Leases, driver_id
-from ..plan import Plan, SweepError, load_plan
-from ..progress import next_commands, quiet_ray, summary_lines
+from scaling.budget.cards import Cards, parse_memory, run_cards, type_cards
+from scaling.budget.cost import load_gpu_table
+from scaling.planning.guards import check_address, check_flags, check_whole, probe_storage
+from scaling.planning.plan import Plan, SweepError, load_plan
+from scaling.sweep.cluster import describe, ray_up_head, read_node_types
+from scaling.sweep.progress import next_commands, quiet_ray, summary_lines
+from scaling.trial import storage as stores
+from scaling.trial.checkpoints import CheckpointStore, behind
+from scaling.trial.leases import Leases, driver_id
+
 from ..redact import TRACKING_URI_ENV, has_secret, redact
 from ..tracking import TrackingError, TrackingStore
 from ..tracking.backends import existing_store, open_store
@@ -137,7 +138,7 @@ def plan_run(
 
 
 def check_gpu_memory(text: str | None) -> None:
-    """--gpu-memory must be a size with a unit (scaling.cards.parse_memory)."""
+    """--gpu-memory must be a size with a unit (scaling.budget.cards.parse_memory)."""
     if text is not None:
         try:
             parse_memory(text)
@@ -187,7 +188,7 @@ def read_store(run: SweepRun) -> None:
 
 
 def behind_the_storage(run: SweepRun) -> dict[str, str]:
-    """The pending cells whose checkpoint is ahead of their MLflow run (scaling.checkpoints.behind: a
+    """The pending cells whose checkpoint is ahead of their MLflow run (scaling.trial.checkpoints.behind: a
     tracking store restored from a backup older than the storage) -> why. One listing of the storage; a
     checkpoint's header and its run's history are read only for cells that have both a checkpoint and
     losses logged before it."""
@@ -318,7 +319,7 @@ def start(run: SweepRun) -> None:
 
 
 def gpu_cards(run: SweepRun, node_types) -> Cards | None:
-    """The cards the pending GPU cells plan their packs for (scaling.cards): --gpu-memory, else the GPU
+    """The cards the pending GPU cells plan their packs for (scaling.budget.cards): --gpu-memory, else the GPU
     nodes alive in Ray and the autoscaler's node types, else the cost table's card; None when no pending
     cell asks for a GPU or no CUDA cost table is measured."""
     table = load_gpu_table()
@@ -400,7 +401,7 @@ def show_lattice(run: SweepRun) -> None:
 
 
 def commands_next(run: SweepRun) -> list[str]:
-    """What to run after this sweep (scaling.progress.next_commands): its analysis, the MLflow UI."""
+    """What to run after this sweep (scaling.sweep.progress.next_commands): its analysis, the MLflow UI."""
     return next_commands(
         run.path,
         run.profile,
@@ -413,7 +414,7 @@ def commands_next(run: SweepRun) -> list[str]:
 
 
 def report(run: SweepRun, unfinished: list) -> None:
-    """Phase 6: the closing summary (scaling.progress.summary_lines), how to resume what is unfinished;
+    """Phase 6: the closing summary (scaling.sweep.progress.summary_lines), how to resume what is unfinished;
     leftover temp files removed and the sweep's parent run ended."""
     lines = summary_lines(run.summary(len(unfinished), commands_next(run)))
     if unfinished:

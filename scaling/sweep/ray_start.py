@@ -8,8 +8,9 @@ import threading
 
 import ray
 
-from ..cluster import describe, waiting_for_autoscaler
-from ..plan import SweepError
+from scaling.planning.plan import SweepError
+from scaling.sweep.cluster import describe, waiting_for_autoscaler
+
 from ..tracking.store_template import preload
 
 log = logging.getLogger(__name__)

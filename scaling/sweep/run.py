@@ -15,12 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..cards import Cards
-from ..cluster import Head
-from ..plan import Plan, PlannedCell
-from ..progress import Summary
+from scaling.budget.cards import Cards
+from scaling.planning.plan import Plan, PlannedCell
+from scaling.sweep.cluster import Head
+from scaling.sweep.progress import Summary
+from scaling.trial.timeline import DRIVER_PREFIX, Timeline
+
 from ..redact import redact
-from ..timeline import DRIVER_PREFIX, Timeline
 from ..tracking import TrackingStore
 
 
@@ -43,7 +44,8 @@ class RunOptions:
 
     dry_run: bool = False  # print the cells, their resources and state; run nothing
     adaptive: bool = False  # run the lattice in waves (scaling.adaptive; the file's `adaptive:` section)
-    max_cells: int | None = None  # allow a grid of up to this many cells (default scaling.guards.MAX_CELLS)
+    # allow a grid of up to this many cells (default scaling.planning.guards.MAX_CELLS)
+    max_cells: int | None = None
     address: str | None = None  # join this Ray cluster ('auto' or host:port); None: a new local Ray
     num_cpus: int | None = None  # CPUs of the embedded local Ray
     num_gpus: int | None = None  # GPUs of the embedded local Ray
@@ -67,7 +69,8 @@ class SweepRun:
     plan: Plan
     policy: Any = None  # with --adaptive: the checked policy (scaling.adaptive.policy.Policy)
     head: Head | None = None  # the `ray up` cluster this machine is the head of
-    cards: Cards | None = None  # the cards the GPU cells plan their packs for (scaling.cards), once started
+    # the cards the GPU cells plan their packs for (scaling.budget.cards), once started
+    cards: Cards | None = None
     address: str | None = None  # the Ray to join (the flag, or the head's); None: a new local Ray
     uri: str = ""  # the tracking URI, resolved
     store_uri: str = ""  # this sweep's checkpoints and Tune state
@@ -81,7 +84,7 @@ class SweepRun:
     shared: dict[str, str] = field(default_factory=dict)  # what every trial's spec carries (TrialSpec)
     trials: list[int] = field(default_factory=list)  # trials of each Tune experiment run
     # the driver's seconds by phase since ``started``, logged on the sweep's parent run when it ends
-    # (scaling.timeline)
+    # (scaling.trial.timeline)
     timeline: Timeline = field(init=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +105,7 @@ class SweepRun:
         return self.tracker.complete_keys(self.experiment_id)
 
     def summary(self, unfinished: int, commands: list[str]) -> Summary:
-        """The closing summary of this run (scaling.progress.summary_lines renders it)."""
+        """The closing summary of this run (scaling.sweep.progress.summary_lines renders it)."""
         names = {p.cell.key: p.name for p in self.pending}
         return Summary(
             name=self.name,

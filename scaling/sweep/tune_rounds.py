@@ -3,7 +3,7 @@ round after round until each cell is complete, failed or unfinished.
 
 Several drivers may run the same sweep at once (a relaunch while the first still runs, two people on one
 cluster): each cell is trained by at most one trial at a time, whichever driver started it (a lease per
-cell, scaling.leases). A driver skips the cells another driver's trials hold, trains the others, then
+cell, scaling.trial.leases). A driver skips the cells another driver's trials hold, trains the others, then
 waits for the held ones and trains any that their holder left unfinished; both drivers end when every
 cell is complete, sooner than one alone.
 """
@@ -17,16 +17,17 @@ import ray
 from ray import tune
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from .. import storage as stores
-from ..cards import Cards, planned_for
-from ..cost import load_gpu_table
-from ..cpu_plan import cell_weights
-from ..leases import Leases
-from ..packing import gpu_budget, pack_groups, pack_key
-from ..progress import Progress
+from scaling.budget.cards import Cards, planned_for
+from scaling.budget.cost import load_gpu_table
+from scaling.budget.cpu_plan import cell_weights
+from scaling.budget.packing import gpu_budget, pack_groups, pack_key
+from scaling.sweep.progress import Progress
+from scaling.trial import storage as stores
+from scaling.trial.leases import Leases
+from scaling.trial.spec import TrialMember, TrialSpec, spec_in
+from scaling.trial.trainable import tune_trainable
+
 from ..redact import redact
-from ..trainable import tune_trainable
-from ..trial_spec import TrialMember, TrialSpec, spec_in
 from .run import SweepRun
 
 TUNE_LOGGERS_OFF = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"  # Ray Tune's switch for its default result loggers
@@ -61,7 +62,7 @@ def run_cells(run: SweepRun, cells, total: int, skipped: int) -> list:
 
 
 def spec_weights(specs: list[TrialSpec], cells) -> dict[str, float]:
-    """Each cell's estimated seconds in the trial it runs in (scaling.cpu_plan.cell_weights), what the
+    """Each cell's estimated seconds in the trial it runs in (scaling.budget.cpu_plan.cell_weights), what the
     progress weighs the time left by, so a packed cell is not counted as a whole unpacked cell's work."""
     planned = {p.cell.key: p for p in cells}
     return cell_weights([[planned[m.key] for m in spec.members] for spec in specs])
@@ -74,7 +75,7 @@ def describe_trials(specs: list[TrialSpec]) -> str:
     if not packs:
         return trials
     packed = sum(len(spec.members) for spec in packs)
-    return f"{trials} ({packed} small cells packed into {len(packs)}, scaling.packing)"
+    return f"{trials} ({packed} small cells packed into {len(packs)}, scaling.budget.packing)"
 
 
 def trial_slots(pending, cluster: dict[str, float]) -> int:
@@ -87,10 +88,10 @@ def trial_slots(pending, cluster: dict[str, float]) -> int:
 def trial_specs(
     pending, pack: int | str, shared: dict, slots: int = 1, cards: Cards | None = None
 ) -> list[TrialSpec]:
-    """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.packing (cells of one pack
+    """One TrialSpec per trial: a cell, or a pack of cells chosen by scaling.budget.packing (cells of one pack
     must ask for the same resources; those that do not run alone). Cells that ask for a GPU pack as many
-    as fit their share of the card they will run on (``cards``, scaling.cards; None: the CUDA cost table's
-    card) under the table's memory fit, when there is a table."""
+    as fit their share of the card they will run on (``cards``, scaling.budget.cards; None: the CUDA cost
+    table's card) under the table's memory fit, when there is a table."""
     specs, table = [], load_gpu_table()
     gpu = {p.cell.key: gpu_budget(p.resources.gpu, table, card_bytes(cards, p)) for p in pending}
     for group in pack_groups([p.cell for p in pending], pack, lambda c: None, slots, lambda c: gpu[c.key]):

@@ -20,13 +20,13 @@ cell reuses its run instead of creating another. A cell run carries:
   ``task.d``, ``model.n_layer`` for a GPT-2 but not for an MLP, ``T``, ``N``, ``seed``, ``job``, ...);
 - metrics: ``train/loss`` (step = training step) and one metric per curve of ``curves.parquet``, named
   by the kind (``Kind.metric_key``): training logs ``eval/err`` (the model; step = context length n)
-  and ``baseline/<name>``; the temperature kinds (scaling.kinds.temperature) log ``temperature/<name>``
+  and ``baseline/<name>``; the temperature kinds (papers.temperature.kind) log ``temperature/<name>``
   (e.g. ``temperature/tau_1.5``: MLflow names allow no ``=``; step = the curves' ``step`` column, else
   n) and their summary (``tau_best``, ``tau_heuristic``, ``tau_opt``) as metrics and tags;
 - artifacts: ``cell.yaml``, ``curves.parquet`` (one row per predictor and n: err, err_lo, err_hi,
   prompts), ``model.pt`` (final weights; temperature jobs log it only for a model they trained) and, for
   the temperature scans, ``units.parquet`` (a score per question or prompt, which the analysis
-  resamples: scaling.kinds.temperature.JobResult.units; cells logged before it have none).
+  resamples: papers.temperature.kind.JobResult.units; cells logged before it have none).
 
 Every call retries with exponential backoff, so a tracking server that blinks neither kills a trial nor
 loses metrics. Training losses are buffered and flushed at checkpoints (at most every LOSS_FLUSH_SECONDS),
@@ -90,7 +90,7 @@ class RunRecord:
     cell_key: str | None  # the tag that finds a cell's run again (None: not a cell's run)
     status: str  # the product's status tag: running, complete or failed ('' when none)
     state: str  # the store's lifecycle of the run: RUNNING, FINISHED, FAILED or KILLED
-    artifact_uri: str | None  # where its artifacts lie (scaling.table reads a local one in place)
+    artifact_uri: str | None  # where its artifacts lie (scaling.tracking.table reads a local one in place)
     start_time: int | None  # ms since the epoch
     end_time: int | None
     tags: Mapping[str, str]
@@ -119,8 +119,8 @@ class TrackingStore(abc.ABC):
 
     @abc.abstractmethod
     def sweep_run(self, experiment_id: str, sweep: str, document: dict, variant: str = "") -> str:
-        """The sweep's parent run (a ``--set`` variant's own, tagged ``variant``: scaling.variants), created
-        once and reopened by a rerun, holding the resolved sweep file (``sweep.yaml``); its id."""
+        """The sweep's parent run (a ``--set`` variant's own, tagged ``variant``: scaling.planning.variants),
+        created once and reopened by a rerun, holding the resolved sweep file (``sweep.yaml``); its id."""
 
     def show_lattice(
         self, experiment_id: str, params: list[str], metrics: list[str], names: list[str]
@@ -131,7 +131,7 @@ class TrackingStore(abc.ABC):
     @abc.abstractmethod
     def end_sweep_run(self, run_id: str, status: str, seconds: dict[str, float] | None = None) -> None:
         """End the sweep's parent run as FINISHED, FAILED or KILLED, with ``seconds`` (the driver's seconds
-        by phase, scaling.timeline) as its metrics."""
+        by phase, scaling.trial.timeline) as its metrics."""
 
     @abc.abstractmethod
     def find_runs(

@@ -81,8 +81,8 @@ class CellLog(CellRunLog):
         name: str | None = None,
     ) -> "CellLog":
         """Reuse the run tagged with the cell's key, or create it, named ``name`` (default: the cell's
-        label; a variant's cells carry the variant: scaling.plan.PlannedCell.name); mark it running (a
-        complete run: untouched)."""
+        label; a variant's cells carry the variant: scaling.planning.plan.PlannedCell.name); mark it running
+        (a complete run: untouched)."""
         tracker = Tracker(uri)
         found = tracker.cell_runs(experiment_id, cell.key)
         if any(r.status == STATUS_COMPLETE for r in found):
@@ -211,8 +211,8 @@ class CellLog(CellRunLog):
         timings: dict[str, float] | None = None,
     ) -> None:
         """Log the artifacts, then the buffered training losses, curves, summary (metrics and tags),
-        ``timings`` (metrics: scaling.timeline) and status=complete, then end the run: three round trips for
-        a cell of up to ~1000 points (log_batches).
+        ``timings`` (metrics: scaling.trial.timeline) and status=complete, then end the run: three round trips
+        for a cell of up to ~1000 points (log_batches).
 
         status=complete is the last tag of the last batch, and a batch stores its metrics before its tags,
         so a run is never complete with a loss, a curve point or an artifact missing; a failure anywhere

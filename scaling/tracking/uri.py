@@ -11,14 +11,15 @@ import urllib.parse
 from pathlib import Path
 from urllib.request import url2pathname
 
-from ..cluster import ray_up_head
+from scaling.sweep.cluster import ray_up_head
+
 from ..redact import redact
 from . import TrackingError
 
 
 def resolve_tracking_uri(uri: str | None = None, cwd: str | Path | None = None) -> str:
     """The tracking URI to use: the argument, else MLFLOW_TRACKING_URI, else the MLflow server of the `ray up`
-    cluster this machine is the head of (scaling.cluster), else ./mlflow.db (SQLite).
+    cluster this machine is the head of (scaling.sweep.cluster), else ./mlflow.db (SQLite).
 
     Relative SQLite paths are made absolute: Tune runs each trial in its own working directory.
     """
