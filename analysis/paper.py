@@ -160,7 +160,9 @@ def refuse_other(path: str, name: str | None, profile: str = "") -> Part | None:
         return None
     found = part_of(name, profile)
     if found is None:
-        known = ", ".join(part.sweep for paper in papers() for part in paper.parts)
+        known = ", ".join(
+            dict.fromkeys(part.sweep for paper in papers() for part in paper.parts)
+        )  # each once
         raise AnalysisError(
             f"{path}: the sweep {name!r} is not one of the papers' sweeps ({known});"
             " the reproduction report reads only those"

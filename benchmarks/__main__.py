@@ -1,5 +1,7 @@
-"""The benchmark suite: ``python -m benchmarks [--quick] [--only NAME] [--json PATH] [--reference PATH]``;
-``python -m benchmarks --gpu [--smoke] [--out DIR]`` is the GPU script (benchmarks/gpu.py, docs/gpu.md).
+"""The benchmark suite: ``python -m benchmarks [--quick | --tiny] [--only NAME] [--json PATH]
+[--reference PATH]``; ``python -m benchmarks --gpu [--smoke] [--out DIR]`` is the GPU script
+(benchmarks/gpu.py, docs/gpu.md). ``--tiny`` runs every benchmark's code path at tiny sizes, once: whether
+the suite runs here.
 
 Prints one line per benchmark: its name, PASS/FAIL/SKIP/INFO, the ratio ours / reference with its target,
 and both sides with their throughput; writes the same as JSON (default benchmarks/results.json). Each
@@ -25,28 +27,29 @@ SUITES = ("training", "baselines", "cost", "sweep_overhead", "packing", "llm")
 SUITE_BUDGET_S = 600  # issue 6: the whole suite runs in under 10 minutes on 2 CPU cores
 
 
-def run_suite(name: str, quick: bool, update_cost_table: bool):
+def run_suite(name: str, size: str, update_cost_table: bool):
+    """The results of benchmark ``name`` at ``size``: full, quick, or tiny (its code path only)."""
     if name == "training":
         from . import training
 
-        return training.run(quick)
+        return training.run(size)
     if name == "baselines":
         from . import baselines
 
-        return baselines.run(quick)
+        return baselines.run(size)
     if name == "llm":
         from . import llm_scan
 
-        return llm_scan.run(quick)
+        return llm_scan.run(size)
     if name in ("sweep_overhead", "packing"):
         from importlib import import_module
 
         from .common import Row
 
-        return [Row(row) for row in import_module(f".{name}", __package__).run(quick)]
+        return [Row(row) for row in import_module(f".{name}", __package__).run(size)]
     from . import step_cost
 
-    return step_cost.run(quick, update_cost_table)
+    return step_cost.run(size, update_cost_table)
 
 
 DESCRIPTION = """\
@@ -61,6 +64,8 @@ benchmarks: {", ".join(SUITES)}
 examples:
   python -m benchmarks                       the whole suite (under 10 minutes)
   python -m benchmarks --quick               small sizes, few repeats (~1 min)
+  python -m benchmarks --tiny --json /tmp/tiny.json   every benchmark's code path,
+                                             at tiny sizes: does the suite run here?
   python -m benchmarks --only packing --only sweep_overhead
   python -m benchmarks --gpu --smoke --out /tmp/gpu-smoke   the GPU script on tiny shapes (~2 min)
 
@@ -77,8 +82,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
         "--quick", action="store_true", help="small sizes and few repeats (a smoke test, ~1 min)"
+    )
+    size.add_argument(
+        "--tiny",
+        action="store_true",
+        help="every benchmark's code path at tiny sizes, once: whether the suite runs here (its figures"
+        " mean nothing, no target is judged)",
     )
     parser.add_argument(
         "--only",
@@ -116,6 +128,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     gpu.add_argument("--tokenizer", default=None, help="a saved tokenizer for the LLM phase (default: chars)")
     args = parser.parse_args(argv)
+    if args.tiny and args.update_cost_table:
+        parser.error(
+            "--update-cost-table: a --tiny run measures nothing to write; run the cost benchmark at"
+            " its own size: python -m benchmarks --only cost --update-cost-table"
+        )
     if args.phases:
         from .gpu import PHASES
 
@@ -133,23 +150,24 @@ def main(argv=None) -> int:
         return gpu.main(args.out, args.smoke, args.budget, args.phases, args.tokenizer)
     if args.reference:
         os.environ["ICL_REFERENCE"] = str(Path(args.reference).resolve())
+    size = "tiny" if args.tiny else "quick" if args.quick else "full"
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, cuda: {torch.cuda.is_available()}"
-        f"{' (quick)' if args.quick else ''}",
+        f"{f' ({size})' if size != 'full' else ''}",
         flush=True,
     )
     results, start, suite_seconds = [], time.perf_counter(), {}
     for name in args.only or SUITES:
         began = time.perf_counter()
-        for result in run_suite(name, args.quick, args.update_cost_table):
+        for result in run_suite(name, size, args.update_cost_table):
             print(result.line(), flush=True)
             results.append(result)
         suite_seconds[name] = round(time.perf_counter() - began, 1)
         print(f"# {name}: {suite_seconds[name]:.0f} s", flush=True)
     elapsed = time.perf_counter() - start
     failed = [r.name for r in results if r.status == "FAIL"]
-    budget = "" if args.quick or args.only else f" (the whole suite's budget: {SUITE_BUDGET_S} s)"
+    budget = "" if size != "full" or args.only else f" (the whole suite's budget: {SUITE_BUDGET_S} s)"
     print(
         f"# {len(results)} benchmarks in {elapsed:.0f} s{budget}; "
         f"{'FAILED: ' + ', '.join(failed) if failed else 'every target met'}"
@@ -158,6 +176,7 @@ def main(argv=None) -> int:
         json.dumps(
             {
                 "quick": args.quick,
+                "size": size,
                 "seconds": elapsed,
                 "suite_seconds": suite_seconds,
                 "torch": torch.__version__,

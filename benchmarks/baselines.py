@@ -118,11 +118,13 @@ def lasso_cache(prompts_count: int, N: int, d: int) -> Result:
     return result.judged()
 
 
-def run(quick: bool = False) -> list[Result]:
-    prompts, N, d, repeats = (16, 40, 8, 1) if quick else (64, 40, 8, 3)
-    target = None if quick else TARGET  # the target is for the full size
+def run(size: str = "full") -> list[Result]:
+    """The rows at ``size`` (full: judged against the target; quick; tiny: the code path only)."""
+    prompts, N, d, repeats = {"full": (64, 40, 8, 3), "quick": (16, 40, 8, 1), "tiny": (2, 5, 2, 1)}[size]
+    target = TARGET if size == "full" else None  # the target is for the full size
+    lasso = {"full": (32, 20), "quick": (8, 10), "tiny": (2, 4)}[size]
     return [
         closed_form("least_squares", prompts, N, d, repeats, target),
         closed_form("ridge", prompts, N, d, repeats, target),
-        lasso_cache(8 if quick else 32, 10 if quick else 20, d),
+        lasso_cache(*lasso, d),
     ]

@@ -17,7 +17,8 @@ the trials' own span (first cell run's start to last one's end, from MLflow), wh
 subtracted and so moves less between runs (INFO).
 The three sides alternate and the medians over repeats are compared. Target: at least 3x on this CPU.
 On a GPU (``gpu_rows``, SKIP without one): K = 8 packed cells' training throughput against one cell's,
-target at least 0.8 K times.
+target at least 0.8 K times. ``run("tiny")``: 2 cells of a few steps each, once (the code path only:
+nothing judged).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ import yaml
 TARGET_SPEEDUP = 3.0
 CELLS = 8
 STEPS = 2000
+TINY_RUN = {"cells": 2, "steps": 5}  # run("tiny"): the code path, in seconds
 
 
-def tiny_cells(steps: int) -> dict:
+def tiny_cells(steps: int, cells: int = CELLS) -> dict:
+    """``cells`` tiny MLP cells (T x 2 seeds) of ``steps`` steps."""
     return {
         "name": "packing",
         "defaults": {
@@ -54,7 +57,7 @@ def tiny_cells(steps: int) -> dict:
             "N": 4,
         },
         "models": {"mlp": {"arch": "mlp", "width": 16, "resources": {"cpu": 1}}},
-        "grid": {"model": ["mlp"], "T": [1, 2, 4, 8], "seed": [0, 1]},
+        "grid": {"model": ["mlp"], "T": [1, 2, 4, 8][: max(1, cells // 2)], "seed": [0, 1]},
     }
 
 
@@ -101,7 +104,7 @@ def step_seconds(cells, device, steps: int) -> float:
     return statistics.median(times[steps // 5 :])
 
 
-def gpu_rows(quick: bool) -> list[dict]:
+def gpu_rows(size: str) -> list[dict]:
     """On a GPU: K packed cells' throughput (cell-steps/s) vs one cell's; target >= 0.8 K times."""
     import torch
 
@@ -135,7 +138,7 @@ def gpu_rows(quick: bool) -> list[dict]:
         )
         for i in range(CELLS)
     ]
-    device, steps = torch.device("cuda"), 50 if quick else 200
+    device, steps = torch.device("cuda"), {"full": 200, "quick": 50, "tiny": 5}[size]
     one = step_seconds(cells[:1], device, steps)
     packed = step_seconds(cells, device, steps)
     ratio = CELLS * one / packed
@@ -187,23 +190,24 @@ def trial_work_seconds(document: dict, packed: bool, tmp: str, name: str) -> flo
     return time.perf_counter() - start
 
 
-def work_rows(quick: bool) -> list[dict]:
+def work_rows(size: str) -> list[dict]:
     """Row: the 8 cells' trial work packed vs one after another, in one process on one core."""
-    document = tiny_cells(STEPS)
+    cells, steps = (TINY_RUN["cells"], TINY_RUN["steps"]) if size == "tiny" else (CELLS, STEPS)
+    document = tiny_cells(steps, cells)
     separate, packed = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        trial_work_seconds(tiny_cells(20), False, tmp, "warm")  # imports, MLflow schema, first calls
-        for i in range(1 if quick else 2):  # an INFO row: two repeats keep the suite inside its budget
+        trial_work_seconds(tiny_cells(min(20, steps), cells), False, tmp, "warm")  # imports, MLflow, ...
+        for i in range(2 if size == "full" else 1):  # an INFO row: two repeats keep the suite in its budget
             separate.append(trial_work_seconds(document, False, tmp, f"separate-{i}"))
             packed.append(trial_work_seconds(document, True, tmp, f"packed-{i}"))
     reference, ours = statistics.median(separate), statistics.median(packed)
     return [
         {
-            "name": f"packing_trial_work[{CELLS} tiny MLP cells, one process, one core, no Ray]",
+            "name": f"packing_trial_work[{cells} tiny MLP cells, one process, one core, no Ray]",
             "reference": round(reference, 2),
             "ours": round(ours, 2),
-            "reference_rate": round(CELLS / reference, 3),
-            "ours_rate": round(CELLS / ours, 3),
+            "reference_rate": round(cells / reference, 3),
+            "ours_rate": round(cells / ours, 3),
             "unit": "s",
             "ratio": round(reference / ours, 2),
             "target": "INFO (what packing saves inside trials)",
@@ -212,7 +216,7 @@ def work_rows(quick: bool) -> list[dict]:
     ]
 
 
-def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
+def transformer_rows(size: str, members: int = CELLS) -> list[dict]:
     """Rows: ``members`` GPT-2 and SGPT cells of sweeps/fig1.yaml's quick size trained as one pack
     against the same cells one after another, a training step each, on one core (a trial's ``cpu: 1``):
     the measurement behind ModelFacts.cpu_packing_pays (INFO)."""
@@ -222,14 +226,17 @@ def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
     from papers.context_scaling.train import CellTrainer
 
     from .common import interleaved_medians
-    from .gpu import QUICK, cell_of
+    from .gpu_common import QUICK, TINY
+    from .trial_path import cell_of
 
+    shape, members = (TINY, min(members, TINY_RUN["cells"])) if size == "tiny" else (QUICK, members)
+    label = "tiny-size" if size == "tiny" else "quick-size"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     rows = []
     try:
         for arch in ("gpt2", "sgpt"):
-            cells = [cell_of(QUICK, "float32", torch.device("cpu"), arch, seed=k) for k in range(members)]
+            cells = [cell_of(shape, "float32", torch.device("cpu"), arch, seed=k) for k in range(members)]
             alone = [CellTrainer(c) for c in cells]
             packed = stack([CellTrainer(c) for c in cells])
 
@@ -238,12 +245,14 @@ def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
                     trainer.next_loss()
 
             medians = interleaved_medians(
-                {"alone": one_after_another, "packed": packed.train_step}, 3 if quick else 10, warmup=1
+                {"alone": one_after_another, "packed": packed.train_step},
+                {"full": 10, "quick": 3, "tiny": 1}[size],
+                warmup=1,
             )
             ratio = medians["alone"] / medians["packed"]
             rows.append(
                 {
-                    "name": f"packing_{arch}_cpu[{members} quick-size {arch} cells, one step each, one core]",
+                    "name": f"packing_{arch}_cpu[{members} {label} {arch} cells, one step each, one core]",
                     "reference": round(medians["alone"], 4),
                     "ours": round(medians["packed"], 4),
                     "reference_rate": round(members / medians["alone"], 2),
@@ -259,29 +268,33 @@ def transformer_rows(quick: bool, members: int = CELLS) -> list[dict]:
     return rows
 
 
-def run(quick: bool) -> list[dict]:
+def run(size: str = "full") -> list[dict]:
     """Rows: packed vs separate trials on this CPU (ratio = speedup), the trials' own work packed vs
-    separate, transformer cells packed on this CPU, and the GPU throughput (SKIP without one)."""
-    return cpu_rows(quick) + work_rows(quick) + transformer_rows(quick) + gpu_rows(quick)
+    separate, transformer cells packed on this CPU, and the GPU throughput (SKIP without one), at ``size``
+    (full, quick, tiny)."""
+    return cpu_rows(size) + work_rows(size) + transformer_rows(size) + gpu_rows(size)
 
 
-def cpu_rows(quick: bool) -> list[dict]:
+def cpu_rows(size: str) -> list[dict]:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    document = tiny_cells(STEPS)
+    quick = size != "full"
+    cells, steps = (TINY_RUN["cells"], TINY_RUN["steps"]) if size == "tiny" else (CELLS, STEPS)
+    document = tiny_cells(steps, cells)
     startup_document = {**tiny_cells(1), "grid": {"model": ["mlp"], "T": [1], "seed": [0]}}
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:  # one MLflow store; each sweep its own experiment
-            sweep_seconds(tiny_cells(100), "off", "warm", tmp)  # imports, MLflow schema, Tune
+            if size != "tiny":  # imports, MLflow schema, Tune: warmed before the timed sides
+                sweep_seconds(tiny_cells(100), "off", "warm", tmp)
             separate, packed, startup, spans = [], [], [], {"separate": [], "packed": []}
-            for i in range(2 if quick else 3):
+            for i in range({"full": 3, "quick": 2, "tiny": 1}[size]):
                 startup.append(sweep_seconds(startup_document, "off", f"startup-{i}", tmp, cells=1))
-                separate.append(sweep_seconds(document, "off", f"separate-{i}", tmp))
-                packed.append(sweep_seconds(document, "auto", f"packed-{i}", tmp))
+                separate.append(sweep_seconds(document, "off", f"separate-{i}", tmp, cells))
+                packed.append(sweep_seconds(document, "auto", f"packed-{i}", tmp, cells))
                 for side in spans:
                     spans[side].append(trials_span(f"{side}-{i}", tmp))
     finally:
@@ -289,15 +302,18 @@ def cpu_rows(quick: bool) -> list[dict]:
             ray.shutdown()
     reference, ours, fixed = (statistics.median(x) for x in (separate, packed, startup))
     span_separate, span_packed = (statistics.median(spans[side]) for side in ("separate", "packed"))
-    speedup = (reference - fixed) / (ours - fixed)
-    cells = f"{CELLS} tiny MLP cells, {STEPS} steps"
+    added = {"reference": reference - fixed, "ours": ours - fixed}  # at tiny size: about 0, either sign
+    rates = {side: cells / s if s else float("nan") for side, s in added.items()}
+    speedup = added["reference"] / added["ours"] if added["ours"] else float("nan")
+    count = cells
+    cells = f"{count} tiny MLP cells, {steps} steps"
     return [
         {
             "name": f"packing[{cells}: time added to a sweep, packed vs separate trials]",
-            "reference": round(reference - fixed, 2),
-            "ours": round(ours - fixed, 2),
-            "reference_rate": round(CELLS / (reference - fixed), 3),
-            "ours_rate": round(CELLS / (ours - fixed), 3),
+            "reference": round(added["reference"], 2),
+            "ours": round(added["ours"], 2),
+            "reference_rate": round(rates["reference"], 3),
+            "ours_rate": round(rates["ours"], 3),
             "unit": "s",
             "ratio": round(speedup, 2),
             "target": f"speedup >= {TARGET_SPEEDUP:g}x" + (" (judged in the full run)" if quick else ""),
@@ -311,8 +327,8 @@ def cpu_rows(quick: bool) -> list[dict]:
             "name": f"packing_whole_sweep[{cells}, packed vs separate, start-up {fixed:.1f} s included]",
             "reference": round(reference, 2),
             "ours": round(ours, 2),
-            "reference_rate": round(CELLS / reference, 3),
-            "ours_rate": round(CELLS / ours, 3),
+            "reference_rate": round(count / reference, 3),
+            "ours_rate": round(count / ours, 3),
             "unit": "s",
             "ratio": round(reference / ours, 2),
             "target": "INFO (the start-up is paid once per sweep)",
@@ -323,8 +339,8 @@ def cpu_rows(quick: bool) -> list[dict]:
             " packed vs separate]",
             "reference": round(span_separate, 2),
             "ours": round(span_packed, 2),
-            "reference_rate": round(CELLS / span_separate, 3),
-            "ours_rate": round(CELLS / span_packed, 3),
+            "reference_rate": round(count / span_separate, 3),
+            "ours_rate": round(count / span_packed, 3),
             "unit": "s",
             "ratio": round(span_separate / span_packed, 2),
             "target": "INFO (the trials alone, from MLflow's run times; no start-up to subtract)",
@@ -336,5 +352,5 @@ def cpu_rows(quick: bool) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for result in run("--quick" in sys.argv):
+    for result in run("quick" if "--quick" in sys.argv else "full"):
         print(result)

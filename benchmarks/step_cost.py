@@ -40,6 +40,9 @@ BASE = {"gpt2": StepShape("gpt2", 40, 8, 256, 8, 8), "sgpt": StepShape("sgpt", 4
 QUICK_BASE = {"gpt2": StepShape("gpt2", 10, 4, 32, 2, 8), "sgpt": StepShape("sgpt", 10, 4, 32, 2, 8)}
 VARY = {"N": (10, 80), "d": (20,), "width": (128,), "layers": (4,), "batch": (32,)}
 QUICK_VARY = {"N": (20,), "width": (64,), "batch": (16,)}
+TINY_BASE = {"gpt2": StepShape("gpt2", 4, 2, 8, 1, 2), "sgpt": StepShape("sgpt", 4, 2, 8, 1, 2)}
+TINY_VARY = {"N": (6,), "width": (16,)}
+GRIDS = {"full": (BASE, VARY), "quick": (QUICK_BASE, QUICK_VARY), "tiny": (TINY_BASE, TINY_VARY)}
 
 
 def grid(base: StepShape, vary: dict) -> list[StepShape]:
@@ -116,8 +119,10 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores ({platform.system()} {platform.machine()})"
 
 
-def run(quick: bool = False, update_table: bool = False) -> list[Result]:
-    bases, vary, repeats = (QUICK_BASE, QUICK_VARY, 1) if quick else (BASE, VARY, 1)
+def run(size: str = "full", update_table: bool = False) -> list[Result]:
+    """The cost model's row at ``size`` (full, quick, tiny: the code path only); ``update_table``: write
+    the table measured (not at tiny size)."""
+    (bases, vary), repeats = GRIDS[size], 1
     shapes = [
         s
         for arch in ("gpt2", "sgpt")

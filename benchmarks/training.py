@@ -38,6 +38,8 @@ from .common import Result, interleaved_medians, skipped
 
 FIG1 = {"d": 8, "N": 40, "n_layer": 8, "n_head": 8, "n_embd": 256, "batch": 64}
 QUICK = {"d": 8, "N": 10, "n_layer": 2, "n_head": 2, "n_embd": 64, "batch": 16}
+TINY = {"d": 2, "N": 4, "n_layer": 1, "n_head": 1, "n_embd": 8, "batch": 4}  # the code path, in a second
+SHAPES = {"full": FIG1, "quick": QUICK, "tiny": TINY}
 TARGET_CPU, TARGET_GPU = 1.5, 2.0
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
 
@@ -197,8 +199,8 @@ def bf16_matmul_slowdown(device: torch.device, size: int = 256, repeats: int = 5
     return times[torch.bfloat16] / times[torch.float32]
 
 
-def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budget_s: float) -> list[Result]:
-    size = QUICK if quick else FIG1
+def throughput(arch: str, device: torch.device, scale: str, repeats: int, budget_s: float) -> list[Result]:
+    size = SHAPES[scale]
     batch = size["batch"]
     checkout = reference_checkout() if arch == "gpt2" else None
     gen = torch.Generator().manual_seed(0)
@@ -231,7 +233,7 @@ def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budge
     flops = step_flops(StepShape(arch, size["N"], size["d"], size["n_embd"], size["n_layer"], batch))
     where = "cpu" if device.type == "cpu" else "gpu"
     target = (
-        None if quick else TARGET_CPU if device.type == "cpu" else TARGET_GPU
+        None if scale != "full" else TARGET_CPU if device.type == "cpu" else TARGET_GPU
     )  # targets are for Fig. 1 size
     best = max(("float32", "bfloat16"), key=lambda k: rates.get(k, 0.0))
     shape = f"{size['n_layer']}L/{size['n_head']}H/w{size['n_embd']} d={size['d']} N={size['N']} B={batch}"
@@ -267,15 +269,17 @@ def throughput(arch: str, device: torch.device, quick: bool, repeats: int, budge
     ]
 
 
-def run(quick: bool = False) -> list[Result]:
-    repeats = 2 if quick else 5
-    budgets = {"gpt2": 30.0, "sgpt": 30.0} if quick else {"gpt2": 150.0, "sgpt": 60.0}  # SGPT has no target
+def run(size: str = "full") -> list[Result]:
+    """The rows at ``size`` (full: Fig. 1's and its targets; quick; tiny: the code path only)."""
+    repeats = {"full": 5, "quick": 2, "tiny": 1}[size]
+    budget = {"full": 150.0, "quick": 30.0, "tiny": 1.0}[size]
+    budgets = {"gpt2": budget, "sgpt": min(budget, 60.0)}  # SGPT has no target
     results = []
     for arch in ("gpt2", "sgpt"):
-        results += throughput(arch, torch.device("cpu"), quick, repeats, budgets[arch])
+        results += throughput(arch, torch.device("cpu"), size, repeats, budgets[arch])
     if torch.cuda.is_available():
         for arch in ("gpt2", "sgpt"):
-            results += throughput(arch, torch.device("cuda"), quick, repeats, budgets[arch])
+            results += throughput(arch, torch.device("cuda"), size, repeats, budgets[arch])
     else:
         results += [skipped(f"{arch}_train_gpu_best", "no CUDA device: skipped") for arch in ("gpt2", "sgpt")]
     return results

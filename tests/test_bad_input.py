@@ -58,6 +58,7 @@ CASES = {
     "custom_resource_builtin": ("resources", {"custom": {"GPU": 1}}, "custom.GPU: is a built-in resource"),
     "negative_max_failures": ("run", {"max_failures": -1}, "run.max_failures: must be >= 0"),
     "bad_sweep_name": ("name", "my sweep", "name: the sweep needs a `name`"),
+    "axis_not_a_list": ("grid.T", 16, "grid.T: an axis takes a list of values, got 16: write [16] for that"),
 }
 
 
@@ -67,6 +68,34 @@ def test_invalid_setting_exits_2_naming_file_line_and_key(case, tmp_path, tiny_s
     assert run_cli(tmp_path, set_key(tiny_sweep, dotted, value)) == 2
     err = capsys.readouterr().err
     assert message in err and "bad.yaml:" in err, err
+    assert_nothing_written(tmp_path)
+
+
+FLAG_CASES = {
+    # name: (the command's flags, its one line of error)
+    "set_axis_not_a_list": (  # one seed 3, or three seeds? said, not guessed
+        ["--set", "grid.seed=3"],
+        "--set grid.seed=3: grid.seed: an axis takes a list of values, got 3: write [3] for that one value,"
+        " or [0, 1, 2] for 3 seeds",
+    ),
+    "storage_scheme_typo": (
+        ["--storage", "s4://bucket/runs"],
+        "cannot use the storage s4://bucket/runs/tiny: unknown scheme s4://; give a path or a URI of file://,"
+        " s3://, gs://, gcs://, abfs://, abfss://, hdfs://, viewfs://",
+    ),
+    "dry_run_address_nobody_answers": (  # a dry run asked about a cluster: it must answer too
+        ["--dry-run", "--address", "127.0.0.1:1"],
+        "cannot reach a Ray cluster at 127.0.0.1:1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FLAG_CASES, ids=list(FLAG_CASES))
+def test_a_bad_flag_exits_2_with_one_line_naming_what_is_allowed(case, tmp_path, tiny_sweep, capsys):
+    flags, message = FLAG_CASES[case]
+    assert run_cli(tmp_path, tiny_sweep, *flags) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
     assert_nothing_written(tmp_path)
 
 

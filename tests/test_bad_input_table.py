@@ -288,6 +288,27 @@ def test_a_directory_given_as_the_sweep(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweeps"]
 
 
+@pytest.mark.parametrize(
+    "given, meant",
+    [
+        ("sweeps/smok.yaml", "sweeps/smoke.yaml"),  # a letter left out
+        ("sweep/smoke.yaml", "sweeps/smoke.yaml"),  # the folder misspelt
+        ("smoke.yaml", "sweeps/smoke.yaml"),  # the folder left out
+        ("sweeps/smoke.yml", "sweeps/smoke.yaml"),
+        ("sweeps/nothing_alike.yaml", None),
+    ],
+)
+def test_a_misspelt_sweep_path_gets_the_nearest_file(given, meant, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "smoke.yaml").write_text(TINY)
+    (tmp_path / "sweeps" / "fig1.yaml").write_text(TINY)
+    assert main([given, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 2
+    hint = f"; did you mean {meant}?" if meant else ""
+    assert capsys.readouterr().err == f"error: {given}: no such sweep file{hint}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweeps"]
+
+
 # 25 s of planning a large lattice (slow); the refusal without the flag stays in the default run
 @pytest.mark.slow
 def test_a_large_lattice_is_allowed_by_the_flag_and_sized_quickly(tmp_path, monkeypatch, capsys):

@@ -48,9 +48,11 @@ def test_the_dry_run_line_says_the_wall_time_how_it_was_counted_and_that_the_mlp
     plan, table = load_plan(SMOKE, overrides=["train.steps=300"]), load_table()
     estimate = cpu_estimate(plan, table, cpus=2)
     text = describe_compute(plan, 2, "--num-cpus")
-    assert f"estimated CPU training time: about {format_hours(estimate.wall)} on 2 CPUs (--num-cpus;" in text
+    assert (
+        f"estimated CPU training time: about {format_hours(estimate.wall)} on 2 CPUs (--num-cpus)\n" in text
+    )
     assert "22 trials for 36 cells that ask for no GPU, 17 cells packed into 3, 2 at a time" in text
-    assert "at 1 thread" in text and "the cells one at a time unpacked: 9 min)" in text
+    assert "at 1 thread" in text and "the cells one at a time unpacked: 9 min" in text
     assert "start-up and evaluation not counted" in text
     assert "mlp: no measured row in the cost table; costed with GPT-2's fit (46 ms a step fixed)" in text
     # more CPUs, more slots: the wall time falls, the trials' sum does not

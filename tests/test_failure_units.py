@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from papers.context_scaling.train import CellTrainer
 from scaling.cells import Cell
 from scaling.planning.plan import PlannedCell, Resources
-from scaling.sweep.ray_start import unmet_requests
+from scaling.sweep.node_fit import unmet_requests
 from scaling.tracking import STATUS_COMPLETE
 from scaling.tracking.cell_log import CellLog, log_batches
 from scaling.tracking.store_template import seed_sqlite_store

@@ -176,6 +176,8 @@ def test_dry_run_lists_every_cell_and_creates_nothing(figure, profile, tmp_path,
         f"sqlite:///{tmp_path}/mlflow.db",
         "--storage",
         str(tmp_path / "storage"),
+        "--num-gpus",
+        "1",  # a local Ray of one GPU holds the full profiles' cells (tests/test_dry_run.py: none here)
     ] + (["--profile", profile] if profile else [])
     assert main(args) == 0
     out = capsys.readouterr().out

@@ -48,9 +48,13 @@ def test_the_dry_run_prints_gpu_hours_from_the_shipped_measured_table(tmp_path, 
     out = io.StringIO()
     path = gpu_sweep(tmp_path, tiny_sweep)
     uri = f"sqlite:///{tmp_path}/m.db"
-    run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path), out=out, options=RunOptions(dry_run=True))
+    options = RunOptions(dry_run=True, num_gpus=1)  # a local Ray of one GPU: the cells run there
+    run_sweep(str(path), tracking_uri=uri, storage=str(tmp_path), out=out, options=options)
     text = out.getvalue()
-    assert "GPU-hours" in text and f"on one {table['device']} (measured on {table['measured']}," in text
+    assert (
+        "GPU-hours" in text
+        and f"costed on the table's {table['device']}, measured on {table['measured']} (" in text
+    )
     assert "CPU: every training cell asks for a GPU (their time: the GPU lines)" in text
 
 
@@ -62,16 +66,16 @@ def test_gpu_hours_are_the_packs_steps_under_the_measured_fit(tmp_path, tiny_swe
     seconds = cell.train.steps * (2e-3 + 4 * step_flops(StepShape.of_cell(cell)) / 1e14)
     text = describe_gpu(plan, TABLE)
     assert f"GPU: about {seconds / 3600:.2f} GPU-hours" in text
+    assert "for the 4 training cells that ask for a GPU" in text
     assert (
-        "on one NVIDIA H100 80GB HBM3 (measured on 2026-12-01, float32 steps, eager) for the 4 training"
-        in text
+        "costed on the table's NVIDIA H100 80GB HBM3, measured on 2026-12-01 (float32 steps, eager)" in text
     )
     assert "GPU packs (run.pack auto): 1 trials for 4 cells; packs x cells: gpt2: 1 x 4" in text
 
 
 def test_cells_that_ask_for_no_gpu_are_not_counted(tmp_path, tiny_sweep):
     text = describe_gpu(load_plan(str(gpu_sweep(tmp_path, tiny_sweep, gpu=0))), TABLE)
-    assert text == "GPU (NVIDIA H100 80GB HBM3): no training cell of this sweep asks for a GPU"
+    assert text == "GPU: no training cell of this sweep asks for a GPU"  # the table's card is not this one
 
 
 def test_the_wall_time_places_the_packs_longest_first_on_G_cards():
@@ -96,7 +100,16 @@ def test_the_wall_time_is_said_on_the_gpus_asked_for(tmp_path, tiny_sweep):
 @pytest.mark.parametrize("gpus, status", [("4", 0), ("0", 2)])
 def test_the_gpus_flag(tmp_path, tiny_sweep, capsys, gpus, status):
     path = gpu_sweep(tmp_path, tiny_sweep)
-    argv = [str(path), "--dry-run", "--gpus", gpus, "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+    argv = [
+        str(path),
+        "--dry-run",
+        "--gpus",
+        gpus,
+        "--num-gpus",
+        "1",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path}/m.db",
+    ]
     assert main([*argv, "--storage", str(tmp_path)]) == status
     out, err = capsys.readouterr()
     if status == 0:
@@ -113,11 +126,11 @@ def test_cells_in_another_precision_than_the_table_timed_are_said(tmp_path, tiny
     assert mismatch.startswith("GPU note: the table timed float32 steps") == (precisions != {"float32"})
     same = {**TABLE, "train_precision": precisions.pop(), "cuda_graphs": True}
     assert "GPU note" not in describe_gpu(plan, same) and ", CUDA graphs)" in describe_gpu(plan, same)
-    assert "(evaluation not counted)" in describe_gpu(plan, same)
+    assert "not counted: evaluation\n" in describe_gpu(plan, same)
     # a table timed with the transformers compiled (train.compile auto) says so, and what its hours leave out
     compiled = describe_gpu(plan, {**same, "compile": True})
     assert ", CUDA graphs, transformers compiled)" in compiled
-    assert "(evaluation and each trial's compiles not counted)" in compiled
+    assert "not counted: evaluation and each trial's compiles" in compiled
 
 
 @pytest.mark.parametrize("figure", range(1, 9))

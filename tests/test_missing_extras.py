@@ -76,7 +76,22 @@ def test_the_smollm_profile_without_its_model_exits_2_with_one_line_naming_the_i
     )
     assert_one_line_naming(done, INSTALL_LINE)
     assert "python -m papers.temperature.smollm" in done.stderr
+    assert "tiny_llm" not in done.stderr  # a random model where the pretrained one is expected: never said
     assert not (tmp_path / "m.db").exists()
+
+
+def test_smollm2s_folder_elsewhere_is_converted_there_with_the_cache_named(tmp_path, monkeypatch):
+    """The command that makes SmolLM2's folder where a --set names it; a folder of another name is not its."""
+    from papers.temperature.smollm import MODEL_DIR_NAME, conversion_command
+
+    monkeypatch.setenv("SCALING_MODEL_CACHE", str(tmp_path / "cache"))
+    assert conversion_command(tmp_path / "cache" / MODEL_DIR_NAME) == (
+        f"python -m papers.temperature.smollm, after {INSTALL_LINE}"
+    )
+    assert conversion_command(tmp_path / "models" / MODEL_DIR_NAME).startswith(
+        f"SCALING_MODEL_CACHE={tmp_path / 'models'} python -m papers.temperature.smollm"
+    )
+    assert conversion_command(tmp_path / "Llama-2-7b-hf") is None
 
 
 def test_the_install_line_in_the_messages_is_the_documented_one():

@@ -78,7 +78,9 @@ def test_a_dry_run_on_a_machine_without_a_gpu_leaves_torch_unimported(tmp_path):
         [sys.executable, "-c", DRY_RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout[-2000:]
+    # exit status 2: fig1's GPU cells fit no node of this machine, said after the whole plan
+    assert done.stdout.strip().splitlines()[-1] == "2 []", done.stdout[-2000:]
+    assert "runs here: no" in done.stdout and "no node of this machine can run some cells" in done.stderr
 
 
 def test_where_a_gpu_driver_s_device_file_exists_the_dry_run_asks_torch():

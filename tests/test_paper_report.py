@@ -203,3 +203,13 @@ def test_bad_input_exits_2_and_writes_nothing(bad, message, store, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_sweep_no_paper_runs_is_refused_with_each_papers_file_named_once(tmp_path, capsys):
+    """temp_llama_a.yaml and temp_llama_b.yaml are each two parts (LLaMA, and SmolLM2 at smollm): one file."""
+    code = analysis_main(["--paper", str(SWEEPS / "smoke.yaml"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not one of the papers' sweeps (" in err
+    named = err.split("(", 1)[1].split(")", 1)[0].split(", ")
+    assert len(named) == len(set(named)) and "sweeps/temp_llama_a.yaml" in named
+    assert set(named) == {part.sweep for paper in papers() for part in paper.parts}

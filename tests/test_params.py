@@ -59,7 +59,7 @@ def every_setting(task=TaskConfig, model=ModelConfig, train=TrainConfig, evaluat
 
 def undeclared(**classes) -> list[str]:
     """The settings that no declaration makes applicable: not every cell's (ALWAYS), no family's
-    (FAMILY_SETTINGS), no architecture's (ModelFacts.settings) and read by no kind (Kind.reads)."""
+    (FamilySpec.settings), no architecture's (ModelFacts.settings) and read by no kind (Kind.reads)."""
     family = {"family"} | {s for settings in family_settings().values() for s in settings}
     arch = {"arch", "name"} | {s for m in model_settings().values() for s in m}
     reads = [r for k in kind_names() for r in kind(k).reads if r not in ("task", "model")]

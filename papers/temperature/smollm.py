@@ -26,6 +26,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -116,6 +117,20 @@ def convert(gguf: Path, out: Path) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def conversion_command(path: str | Path) -> str | None:
+    """How to make SmolLM2-135M-Instruct's directory at ``path``, a folder of its name (the sweeps' smollm
+    profiles name the default cache's): this module's command, with SCALING_MODEL_CACHE where ``path`` is
+    elsewhere, after INSTALL_LINE; None for a folder of another name (not SmolLM2's: never converted
+    there)."""
+    path = Path(path).expanduser()
+    if path.name != MODEL_DIR_NAME:
+        return None
+    command = "python -m papers.temperature.smollm"
+    if path.resolve() != (cache_root() / MODEL_DIR_NAME).expanduser().resolve():
+        command = f"SCALING_MODEL_CACHE={shlex.quote(str(path.parent))} {command}"
+    return f"{command}, after {INSTALL_LINE}"
 
 
 def smollm_dir() -> Path:

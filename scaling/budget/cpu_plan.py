@@ -63,9 +63,10 @@ def cpu_estimate(plan, table: dict, cpus: int) -> CpuEstimate:
     return CpuEstimate(trials, [pack_seconds(t, scaled) for t in trials], slots, per_trial)
 
 
-def describe_compute(plan, cpus: int, cpus_from: str) -> str:
+def describe_compute(plan, cpus: int, cpus_from: str, estimate: CpuEstimate | None = None) -> str:
     """The --dry-run lines of the CPU: FLOPs and peak memory of the training cells, then the wall time
-    of their trials as the driver packs them on ``cpus`` CPUs (said to come from ``cpus_from``)."""
+    of their trials as the driver packs them on ``cpus`` CPUs (said to come from ``cpus_from``; ``estimate``:
+    those trials, when already formed)."""
     try:
         table = load_table()
     except (OSError, ValueError) as err:
@@ -73,7 +74,7 @@ def describe_compute(plan, cpus: int, cpus_from: str) -> str:
     total = sweep_estimate([p.cell for p in plan.cells], table)
     lines = []
     if total.cells:
-        estimate = cpu_estimate(plan, table, cpus)
+        estimate = estimate or cpu_estimate(plan, table, cpus)
         lines.append(
             f"estimated training compute: {total.flops:.3g} FLOP over {total.cells}"
             f" cell{'' if total.cells == 1 else 's'}; largest step peak memory about"
@@ -83,12 +84,13 @@ def describe_compute(plan, cpus: int, cpus_from: str) -> str:
             alone = sweep_estimate([cell for trial in estimate.trials for cell in trial], table).seconds
             lines.append(time_line(estimate, table, cpus, cpus_from, alone))
         else:
+            device = table.get("device", "machine")
             lines.append(
-                "CPU: every training cell asks for a GPU (their time: the GPU lines); one at a time unpacked"
-                f" on the table's {table.get('device', 'machine')} they would take"
-                f" {format_hours(total.seconds)}"
+                "CPU: every training cell asks for a GPU (their time: the GPU lines)\n  one at a time"
+                f" unpacked on the table's {device} they would take {format_hours(total.seconds)}"
             )
-    lines += [f"  {arch}: {borrowed_line(arch, table)}" for arch in total.borrowed]
+    if total.borrowed:
+        lines.append(f"  {', '.join(total.borrowed)}: {borrowed_line(table)}")
     lines += [f"{n} cell{'' if n == 1 else 's'}: {what}" for what, n in sorted(total.other.items())]
     return "\n".join(lines) or "no cells"
 
@@ -100,21 +102,24 @@ def time_line(estimate: CpuEstimate, table: dict, cpus: int, cpus_from: str, unp
     cells = sum(len(t) for t in estimate.trials)
     how = f"{len(estimate.trials)} trials for {cells} cells that ask for no GPU"
     how += f", {packed} cells packed into {len(packs)}" if packs else ""
+    threads = f"{estimate.threads} thread{'' if estimate.threads == 1 else 's'}"
+    measured = table.get("measured", "undated")
     return (
         f"estimated CPU training time: about {format_hours(estimate.wall)} on {cpus} CPU"
-        f"{'' if cpus == 1 else 's'} ({cpus_from}; {how}, {estimate.slots} at a time, longest first;"
-        f" a trial's step t0 + K x FLOP/rate of the {table.get('measured', 'undated')} table at"
-        f" {estimate.threads} thread{'' if estimate.threads == 1 else 's'}; trial start-up and evaluation"
-        f" not counted; the cells one at a time unpacked: {format_hours(unpacked)})"
+        f"{'' if cpus == 1 else 's'} ({cpus_from})"
+        f"\n  {how}, {estimate.slots} at a time, longest first"
+        f"\n  a trial's step: t0 + K x FLOP/rate of the {measured} table at {threads};"
+        " start-up and evaluation not counted"
+        f"\n  the cells one at a time unpacked: {format_hours(unpacked)}"
     )
 
 
-def borrowed_line(arch: str, table: dict) -> str:
+def borrowed_line(table: dict) -> str:
     """What an architecture with no measured row is costed with."""
     t0 = table["fit"].get("gpt2", {}).get("t0")
     fixed = f" ({t0 * 1e3:.0f} ms a step fixed)" if t0 is not None else ""
     return (
-        f"no measured row in the cost table; costed with GPT-2's fit{fixed}, likely high for small models"
+        f"no measured row in the cost table; costed with GPT-2's fit{fixed}\n    likely high for small models"
         " (measure it: python -m benchmarks --only cost --update-cost-table)"
     )
 

@@ -37,23 +37,25 @@ def describe_gpu(
     gpus: int | None = None,
     gpus_from: str = "",
     cards: Cards | None = None,
+    groups: list[list[int]] | None = None,
 ) -> str:
     """The --dry-run lines for the GPU: hours, packs (planned for the memory of ``cards``, the cards the
-    cells may run on; None: the table's) and the wall time on ``gpus`` cards (said to come from
-    ``gpus_from``; None: one card, and how to ask for more) from the measured table, or why there are none."""
+    cells may run on; None: the table's; ``groups``: those packs, when already formed) and the wall time on
+    ``gpus`` cards (said to come from ``gpus_from``; None: one card, and how to ask for more) from the
+    measured table, or why there are none."""
     table = table if table is not None else load_gpu_table(path)
     if table is None:
         return (
             "GPU: no CUDA cost table measured yet (scaling/budget/cost_table_cuda.json, written by"
             " `python -m benchmarks --gpu`, docs/gpu.md): no GPU-hours estimate and no GPU packs"
         )
-    planned = [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
+    planned = gpu_cells(plan)
     card = table["device"]
     if not planned:
-        return f"GPU ({card}): no training cell of this sweep asks for a GPU"
+        return "GPU: no training cell of this sweep asks for a GPU"
     cells = [p.cell for p in planned]
     cards = cards or Cards((), table_card(table))
-    groups = gpu_packs(plan, planned, table, cards)
+    groups = groups if groups is not None else gpu_packs(plan, planned, table, cards)
     seconds = [pack_seconds([cells[i] for i in group], table) for group in groups]
     sizes: dict[str, Counter] = {}
     for group in groups:
@@ -66,9 +68,10 @@ def describe_gpu(
     skipped = len([p for p in plan.cells if is_training(p.cell)]) - len(planned)
     total = sum(seconds)
     lines = [
-        f"GPU: about {total / 3600:.2f} GPU-hours ({format_hours(total)}) on one {card} (measured"
-        f" on {table['measured']}, {table_steps(table)}) for the {len(cells)} training cells that ask for a"
-        f" GPU, packs one after another ({not_counted(table)} not counted)",
+        f"GPU: about {total / 3600:.2f} GPU-hours ({format_hours(total)}) for the {len(cells)} training cells"
+        " that ask for a GPU, packs one after another",
+        f"  costed on the table's {card}, measured on {table['measured']} ({table_steps(table)})",
+        f"  not counted: {not_counted(table)}",
         f"GPU packs (run.pack {plan.run.pack}): {len(groups)} trials for {len(cells)} cells; packs x cells:"
         f" {packs}",
         planned_for([cards.card_for(p.resources.as_ray()) for p in planned]),
@@ -82,9 +85,14 @@ def describe_gpu(
     return "\n".join(lines)
 
 
+def gpu_cells(plan) -> list:
+    """The plan's training cells that ask for a GPU (the planned cells)."""
+    return [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
+
+
 def gpu_seconds(plan, table: dict) -> list[float]:
     """The training seconds of each pack (trial) of the plan's GPU cells, on the table's card."""
-    planned = [p for p in plan.cells if p.resources.gpu > 0 and is_training(p.cell)]
+    planned = gpu_cells(plan)
     if not planned:
         return []
     cells = [p.cell for p in planned]

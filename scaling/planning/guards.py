@@ -15,6 +15,7 @@ Each failure is a ``GuardError`` whose message says what, where and what is allo
 
 from __future__ import annotations
 
+import difflib
 import math
 import socket
 import uuid
@@ -40,7 +41,7 @@ def read_sweep_text(path: str | Path) -> str:
     if path.is_dir():
         raise GuardError(f"{path}: is a directory; give a sweep file (e.g. sweeps/smoke.yaml)")
     if not path.is_file():
-        raise GuardError(f"{path}: no such sweep file")
+        raise GuardError(f"{path}: no such sweep file{did_you_mean(path)}")
     size = path.stat().st_size
     if size > MAX_SWEEP_BYTES:
         raise GuardError(
@@ -61,6 +62,17 @@ def read_sweep_text(path: str | Path) -> str:
             f" a sweep file is YAML text"
         )
     return text
+
+
+def did_you_mean(path: Path) -> str:
+    """'; did you mean sweeps/smoke.yaml?' for the sweep file nearest in spelling to a missing ``path``
+    among the YAML files of its nearest existing folder and of the folders in it (sweeps/smok.yaml,
+    sweep/smoke.yaml), else one of its name in those folders (smoke.yaml); '' when none is near."""
+    folder = nearest_existing(path.parent)
+    found = [p for pattern in ("*.y*ml", "*/*.y*ml") for p in sorted(folder.glob(pattern))]
+    near = difflib.get_close_matches(str(path), [str(p) for p in found], n=1, cutoff=0.75)
+    near = near or [str(p) for p in found if p.name == path.name]
+    return f"; did you mean {near[0]}?" if near else ""
 
 
 def check_yaml_shape(text: str, source: str) -> None:

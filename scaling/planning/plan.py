@@ -291,6 +291,8 @@ def _axes(grid: Any, presets: dict, at: Locator) -> dict[str, list]:
         raise SweepError(f"{at('grid')}: expected a mapping of axis -> list of values")
     axes = {}
     for axis, values in grid.items():
+        if not isinstance(values, (list, dict)):  # a mapping is one value (an inline model), said as such
+            raise SweepError(f"{at('grid', axis)}: {scalar_axis(str(axis), values)}")
         values = values if isinstance(values, list) else [values]
         if not values:
             raise SweepError(f"{at('grid', axis)}: an axis needs at least one value")
@@ -301,6 +303,14 @@ def _axes(grid: Any, presets: dict, at: Locator) -> dict[str, list]:
                     raise SweepError(f"{at('grid', axis, i)}: unknown model preset {value!r}; known: {known}")
         axes[str(axis)] = values
     return axes
+
+
+def scalar_axis(axis: str, value: Any) -> str:
+    """Why a grid axis given one value, not a list, is refused (``seed: 3``: one seed, or three?)."""
+    text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    count = type(value) is int and axis == "seed" and 2 <= value <= 10  # a count of seeds, perhaps
+    many = f", or [{', '.join(map(str, range(value)))}] for {value} seeds" if count else ""
+    return f"an axis takes a list of values, got {text}: write [{text}] for that one value{many}"
 
 
 def _cell_tree(defaults: dict, combo: dict[str, Any], presets: dict) -> tuple[dict, Resources | None]:

@@ -45,10 +45,12 @@ examples:
       --tracking-uri http://mlflow:5000 --storage s3://bucket/runs
 
 exit status:
-  0    every cell is complete
+  0    every cell is complete (--dry-run: the sweep would start here)
   1    some cell failed (each is listed with its error; rerun to retry)
   2    invalid input (sweep file, tracking store, storage, a cell that no
-       node can hold); nothing was written
+       node can hold, a local file it names missing, an --address that
+       does not answer); nothing was written. --dry-run prints its plan
+       first, then why the run would be refused here
   130  interrupted (Ctrl-C); checkpoints are kept, the same command resumes"""
 
 
@@ -61,7 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("sweep", help="the sweep file, e.g. sweeps/smoke.yaml")
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the cells, their resources and state; run nothing"
+        "--dry-run",
+        action="store_true",
+        help="print the plan and run nothing: where the cells' states are read from, whether the sweep runs"
+        " here, each model's cells, trials and cost, every cell's resources and state (exit status 2 where"
+        " the run would be refused here)",
     )
     add_set_argument(
         parser, "override a setting, e.g. --set train.steps=200 or --set grid.T=[16,64] (repeatable)"
@@ -155,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     except (SweepError, TrackingError, GuardError) as err:
         print(f"error: {redact(str(err))}", file=sys.stderr)
         return EXIT_INVALID
+    except BrokenPipeError:
+        if not args.dry_run:
+            raise
+        # a dry run read by `head`, which stopped reading: what it read is all it wanted (no second error)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the trials started
         print(f"interrupted; {resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -175,7 +187,7 @@ def exit_now(code: int) -> None:
     """End the CLI process without the interpreter's teardown (~1.5 s of freeing torch, Ray and MLflow
     modules, per sweep): output flushed, logging closed and Ray shut down first; every MLflow write and
     checkpoint is already committed by then (the sweep run is ended before main returns)."""
-    ray = sys.modules.get("ray")  # None unless the run imported Ray to start it (--dry-run never does)
+    ray = sys.modules.get("ray")  # None unless the run imported Ray (a dry run: to read a cluster's nodes)
     if ray is not None and ray.is_initialized():
         ray.shutdown()
     logging.shutdown()

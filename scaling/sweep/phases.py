@@ -8,6 +8,7 @@ message and exit status 2, with nothing written (no MLflow database, no storage 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -23,8 +24,10 @@ from pyarrow import fs as pafs
 from scaling.budget.cards import Cards, parse_memory, run_cards, type_cards
 from scaling.budget.cost import load_gpu_table
 from scaling.cluster import describe, ray_up_head, read_node_types
+from scaling.config import missing_paths_noted
 from scaling.planning.guards import check_address, check_flags, check_whole, probe_storage
 from scaling.planning.plan import Plan, SweepError, load_plan
+from scaling.sweep.node_fit import refusal
 from scaling.sweep.plugin_sources import check_plugin_sources
 from scaling.sweep.progress import next_commands, quiet_ray, summary_lines
 from scaling.trial import storage as stores
@@ -42,6 +45,9 @@ from .dry_run import (
     describe_adaptive,
     describe_plan,
     gpus_to_plan,
+    nodes_here,
+    runs_here,
+    states_from,
 )
 from .run import RunOptions, SweepOutcome, SweepRun
 
@@ -63,7 +69,7 @@ def smaller_profiles(run: SweepRun) -> str:
     command = shlex.join(
         ["python", "-m", "scaling.sweep", run.path, "--profile", first, *sets(run.overrides)]
     )
-    return f"the sweep file has profiles for smaller machines ({', '.join(profiles)}): {command}"
+    return f"the sweep file has profiles for smaller machines ({', '.join(profiles)}):\n  {command}"
 
 
 def sets(overrides) -> list[str]:
@@ -119,8 +125,11 @@ def plan_run(
     check_flags(options.num_cpus, options.num_gpus, options.max_cells)
     check_whole("--gpus", options.gpus, 1)
     check_gpu_memory(options.gpu_memory)
-    plan = load_plan(path, profile, overrides, options.max_cells)
+    # a dry run plans a sweep whose local files (weights, data) are missing here, and says which
+    with missing_paths_noted() if options.dry_run else contextlib.nullcontext([]) as missing:
+        plan = load_plan(path, profile, overrides, options.max_cells)
     run = SweepRun(path, profile, overrides, options, out, started, plan, address=options.address)
+    run.missing = tuple(missing)
     run.policy = adaptive_policy(plan, path) if options.adaptive else None
     run.head = ray_up_head()  # on the head of a `ray up` cluster: its Ray, MLflow server, storage
     if run.head is not None and not run.address:
@@ -132,8 +141,8 @@ def plan_run(
     run.uri = resolve_tracking_uri(tracking_uri)
     run.store_uri = storage_uri(plan, storage, run.head.storage if run.head else None)
     check_storage(run.store_uri)
+    check_address(run.address)  # a dry run too: it reads the cluster's nodes
     if not options.dry_run:
-        check_address(run.address)
         probe_storage(run.store_uri)
     return run
 
@@ -158,6 +167,9 @@ def check_storage(uri: str) -> None:
     try:
         pafs.FileSystem.from_uri(uri)
     except (pyarrow.ArrowException, ValueError, OSError) as err:
+        if "Unrecognized filesystem type" in str(err):
+            scheme = uri.split("://", 1)[0]
+            err = f"unknown scheme {scheme}://; give a path or a URI of {', '.join(stores.SCHEMES)}"
         raise SweepError(f"cannot use the storage {uri}: {err}") from None
 
 
@@ -248,13 +260,37 @@ def check_sweep_name(run: SweepRun) -> None:
 
 
 def describe_run(run: SweepRun) -> SweepOutcome:
-    """Phase 3 of --dry-run: every cell with its resources and state, the compute, the adaptive plan."""
+    """Phase 3 of --dry-run: where the cells' states come from, whether the sweep runs here, every cell with
+    its resources and state, the compute, the adaptive plan; then, where the real run would refuse the
+    sweep here (a cell no node holds, a local file missing), that refusal (SweepError: exit status 2)."""
     behind = frozenset(behind_the_storage(run))
     states = cell_states(run.plan, run.complete, run.store_uri, behind)
-    describe_plan(run.plan, states, run.out, gpus_to_plan(run), cards_to_plan(run), cpus_to_plan(run))
+    nodes, where = nodes_here(run)
+    _, refused = refusal(run.pending, nodes, autoscales(run), node_types(run), smaller_profiles(run), where)
+    said = (states_from(run), runs_here(run, nodes, where, refused, autoscales(run)))
+    cards = cards_to_plan(run)
+    describe_plan(run.plan, states, run.out, gpus_to_plan(run), cards, cpus_to_plan(run), said)
     if run.policy is not None:
         describe_adaptive(run.policy, run.out)
+    run.out.flush()
+    problems = [refused] if refused else []
+    if run.missing:  # one on the same line: a line that names an extra's install line stays whole
+        files, sep = ("a local file", " ") if len(run.missing) == 1 else ("local files", "\n  ")
+        problems.append(f"{run.path}: this machine lacks {files} the run needs:{sep}" + sep.join(run.missing))
+    if problems:
+        raise SweepError("\n".join(problems))
     return SweepOutcome(len(run.plan.cells), len(run.complete))
+
+
+def autoscales(run: SweepRun) -> bool:
+    """Whether the run's cluster adds nodes on demand (--autoscaling, or a cluster that says so): no cell is
+    then refused for fitting no node."""
+    return run.options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
+
+
+def node_types(run: SweepRun) -> list:
+    """The node types the autoscaler of the `ray up` cluster this machine heads can start (none elsewhere)."""
+    return read_node_types() if run.head is not None else []
 
 
 def done_already(run: SweepRun) -> bool:
@@ -289,17 +325,17 @@ def start(run: SweepRun) -> None:
         start_cluster(
             run.address, options.num_cpus, options.num_gpus, new_store, env=env, verbose=options.verbose
         )
-        node_types = read_node_types() if run.head is not None else []
-        autoscaling = options.autoscaling or bool(run.address and os.environ.get("SCALING_AUTOSCALING"))
-        waiting = check_feasible(run.pending, autoscaling, node_types, smaller_profiles(run))
+        types = node_types(run)
+        where = f"the Ray cluster at {run.address}" if run.address else "this machine"  # as --dry-run says
+        waiting = check_feasible(run.pending, autoscales(run), types, smaller_profiles(run), where)
     with run.timeline.phase("cards"):
-        run.cards = gpu_cards(run, node_types)
+        run.cards = gpu_cards(run, types)
     if run.head is not None:
         run.say(f"[{run.name}] on the `ray up` cluster of {run.head.source} (Ray at {run.address})")
     if waiting:
         run.say(
             f"[{run.name}] {len(waiting)} cells wait for a node the autoscaler starts"
-            f" (node types: {describe(node_types)})"
+            f" (node types: {describe(types)})"
         )
     with run.timeline.phase("store"):
         run.tracker = run.tracker or open_store(run.uri)

@@ -8,9 +8,10 @@ import threading
 
 import ray
 
-from scaling.cluster import describe, waiting_for_autoscaler
 from scaling.planning.plan import SweepError
 from scaling.plugins import modules_to_ship
+from scaling.sweep.node_fit import refusal
+from scaling.sweep.progress import quiet_ray
 
 from ..tracking.store_template import preload
 
@@ -72,81 +73,39 @@ def start_ray(
         runtime_env = {**runtime_env, "env_vars": env} if env else runtime_env
         ray.init(address=address, runtime_env=runtime_env or None, **quiet)
     else:  # "local": a new Ray of our own, never another process's instance on this machine
-        ray.init(
-            address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env or None, **quiet
-        )
+        local = dict(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env or None)
+        ray.init(address="local", **local, **quiet)
 
 
-def fits(request: dict[str, float], node: dict[str, float]) -> bool:
-    """Whether one node has every resource of the request (Ray names: CPU, GPU, custom), all on itself."""
-    return all(node.get(name, 0.0) >= amount for name, amount in request.items() if amount > 0)
+def cluster_nodes(address: str, verbose: bool = False) -> list[dict[str, float]]:
+    """The resources of the nodes alive in the Ray cluster at ``address``, for --dry-run: joined, read and
+    left (a Ray this process has joined already is read and kept); a SweepError when it cannot be joined."""
+    joined = not ray.is_initialized()
+    quiet_ray(verbose)
+    try:
+        start_ray(address, verbose=verbose)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SweepError(
+            f"cannot join a Ray cluster at --address {address}: {reason}; start one there (ray start --head),"
+            " or leave out --address for a local Ray"
+        ) from None
+    try:
+        return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    finally:
+        if joined:
+            ray.shutdown()
 
 
-def unmet_requests(plan_cells, nodes: list[dict[str, float]]) -> list[str]:
-    """One line per cell whose resources no single node has (a trial never spans nodes)."""
-    shapes = sorted(
-        {
-            ", ".join(
-                f"{k}={v:g}"
-                for k, v in sorted(n.items())
-                if k in ("CPU", "GPU") or not (k.startswith("node:") or k.endswith("memory"))
-            )
-            for n in nodes
-        }
-    )
-    unmet: dict[str, list] = {}  # what is asked -> the cells that ask it
-    for planned in plan_cells:
-        request = planned.resources.as_ray()
-        if not any(fits(request, node) for node in nodes):
-            asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
-            unmet.setdefault(asked, []).append(planned)
-    problems = [asking(cells, asked) for asked, cells in unmet.items()]
-    if problems:
-        problems.append("nodes: " + ("; ".join(f"[{shape}]" for shape in shapes) or "(none alive)"))
-    return problems
-
-
-def asking(cells: list, asked: str, named: int = 2) -> str:
-    """One line for the cells that ask a node for the same resources: the cell itself when alone, else how
-    many, with the first ``named`` of them."""
-    if len(cells) == 1:
-        return f"cell {cells[0].name} ({cells[0].cell.key}) asks one node for {asked}"
-    more = f", ... and {len(cells) - named} more" if len(cells) > named else ""
-    first = ", ".join(p.name for p in cells[:named])
-    return f"{len(cells)} cells ask one node for {asked} ({first}{more})"
-
-
-def check_feasible(plan_cells, autoscaling: bool, node_types=(), hint: str = "") -> list[str]:
-    """Fail before any trial starts when some cell fits no node (Tune would only wait), the refusal ending
-    with ``hint`` (a smaller profile of the sweep file). On a cluster whose autoscaler can start
-    ``node_types``, a cell no live node holds passes when one of those types could hold it (it waits for
-    that node) and fails when none could; returns the cells that wait."""
+def check_feasible(
+    plan_cells, autoscaling: bool, node_types=(), hint: str = "", where: str = "this cluster"
+) -> list[str]:
+    """Fail before any trial starts when some cell fits no node alive in Ray (scaling.sweep.node_fit.refusal:
+    a cell that only a node type of the autoscaler could hold waits for it); returns the cells that wait."""
     if autoscaling:
         return []
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    problems = unmet_requests(plan_cells, nodes)
-    if problems and node_types:
-        unmet = []
-        for planned in plan_cells:
-            request = planned.resources.as_ray()
-            if not any(fits(request, node) for node in nodes):
-                asked = ", ".join(f"{k}={v:g}" for k, v in request.items() if v > 0)
-                unmet.append((f"cell {planned.name} ({planned.cell.key}) asks one node for {asked}", request))
-        waiting, never = waiting_for_autoscaler(unmet, list(node_types))
-        if not never:
-            return waiting
-        raise SweepError(
-            "no node of this cluster, and no node type its autoscaler can start, can run some cells:\n  "
-            + "\n  ".join(never)
-            + f"\nnode types: {describe(list(node_types))}\nlower the cells' `resources` (the sweep file's"
-            " `resources:` or a model preset's) or add such a node type to the cluster file"
-        )
-    if problems:
-        raise SweepError(
-            "no node of this cluster can run some cells:\n  "
-            + "\n  ".join(problems)
-            + (f"\n{hint}" if hint else "")
-            + "\nor lower the cells' `resources` (the sweep file's `resources:` or a model preset's),"
-            " add such a node, or pass --autoscaling on a cluster that starts such nodes"
-        )
-    return []
+    waiting, refused = refusal(plan_cells, nodes, autoscaling, node_types, hint, where)
+    if refused:
+        raise SweepError(refused)
+    return waiting

@@ -81,6 +81,7 @@ class SweepRun:
     experiment_id: str | None = None
     complete: set[str] = field(default_factory=set)  # cell keys complete when the run began
     pending: list[PlannedCell] = field(default_factory=list)  # the plan's cells not complete then
+    missing: tuple[str, ...] = ()  # --dry-run: the local files the plan names that this machine lacks
     outcome: SweepOutcome | None = None
     waves: list[dict] = field(default_factory=list)  # an adaptive sweep's wave records, read once
     parent: str | None = None  # the sweep's parent run

@@ -38,6 +38,8 @@ T = TypeVar("T")
 STORAGE_URI_ENV = "SCALING_STORAGE_URI"  # the real storage URI of a sweep whose URI holds a secret
 OUTAGE_NOTICE = "storage_outage"  # a trial's report that names an outage it rode through (the driver says it)
 DEFAULT_RETRY_S = 300.0
+# The URI schemes pyarrow.fs opens (beside a plain path); any other is refused with these named
+SCHEMES = ("file://", "s3://", "gs://", "gcs://", "abfs://", "abfss://", "hdfs://", "viewfs://")
 # What pyarrow's S3 and GCS filesystems say when the store did not answer, or answered "later"
 TRANSIENT = re.compile(
     r"NETWORK_CONNECTION|curlCode|Could not connect|Connection (refused|reset)|timed? ?out|"
