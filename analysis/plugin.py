@@ -1,7 +1,7 @@
 """The analysis side of an experiment kind: the request, the result, and the record a kind's plug-in fills.
 
 As a kind is a record of functions (scaling.kinds.Kind), its analysis is one too (docs/design.md,
-"Experiment kinds are plug-ins"). ``python -m analysis`` builds one ``Request``; analysis/pipeline.py
+"Plug-ins"). ``python -m analysis`` builds one ``Request``; analysis/pipeline.py
 resolves and reads the sweep's cells once into an ``AnalysisResult``, asks the kind's plug-in (an
 ``Analysis`` that scaling.kinds.Kind.analysis names: "module:OBJECT") for its verdicts, figures and
 answer, then writes the table, verdicts, figures and report, logs them to MLflow and prints the summary,

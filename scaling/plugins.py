@@ -214,7 +214,11 @@ def _import(point: Point, name: str, reference: str, where: str) -> tuple[Any, P
             where, f"{point.what} {name!r}: importing {module_name} raised {type(err).__name__}: {err}"
         ) from None
     if not hasattr(module, attribute):
-        public = [n for n in vars(module) if not n.startswith("_") and n[:1].isupper()]
+        public = [
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        ]
         hint = f"; it has {', '.join(public[:8])}" if public else ""
         raise ConfigError(where, f"{point.what} {name!r}: module {module_name} has no {attribute!r}{hint}")
     return getattr(module, attribute), Path(getattr(module, "__file__", "") or "")

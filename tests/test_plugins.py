@@ -221,3 +221,65 @@ def test_the_planner_says_where_a_bad_plugin_is_named(tmp_path):
     path = sweep_file(tmp_path, "nosuchmodule_y", "Sum")
     with pytest.raises(SweepError, match=r"sweep.yaml:\d+: defaults.task.family: task family"):
         load_plan(path)
+
+
+def test_a_sweeps_own_modules_are_shipped_to_the_workers_and_installed_ones_are_not(tmp_path):
+    module_file(tmp_path, "ship_x", FAMILY.replace("VERSION", "1"))
+    load_plan(sweep_file(tmp_path, "ship_x", "Sum"))
+    shipped = plugins.modules_to_ship()
+    assert str(tmp_path / "ship_x.py") in shipped
+    assert not [s for s in shipped if Path(s).is_relative_to(ROOT) or "site-packages" in s]
+
+
+UNCOUNTED = """
+from dataclasses import dataclass
+
+from torch import nn
+
+from papers.context_scaling.extend import ModelSettings
+
+
+@dataclass(frozen=True)
+class HeadSettings(ModelSettings):
+    width: int = 4
+
+
+class Head(nn.Module):
+    def __init__(self, width, d):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d + 1, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def features(self, xs, ys):
+        return xs.new_zeros(*xs.shape[:2], xs.shape[-1] + 1)
+
+    def head_layers(self):
+        return list(self.net)
+
+    def forward(self, xs, ys):
+        return self.net(self.features(xs, ys)).squeeze(-1)
+
+
+class Uncounted:
+    Settings = HeadSettings
+    version = "1"
+    packs = True
+
+    def build(self, settings, d, points):
+        return Head(settings.width, d)
+"""
+
+
+def test_a_model_that_counts_nothing_is_not_estimated_and_packs_only_when_asked(tmp_path):
+    """Without parameter and FLOP counts the cost is "not estimated" and auto packing has nothing to size a
+    pack by: each cell trains alone, unless the sweep's run.pack asks for K."""
+    from scaling.budget.cost import sweep_estimate
+    from scaling.budget.packing import pack_groups
+
+    module_file(tmp_path, "uncounted_x", UNCOUNTED)
+    path = sweep_file(tmp_path, "sumfamily_c", "Sum")
+    module_file(tmp_path, "sumfamily_c", FAMILY.replace("VERSION", "1"))
+    plan = load_plan(path, overrides=["model={arch: 'uncounted_x:Uncounted', width: 4}"])
+    cells = [p.cell for p in plan.cells]
+    assert cells[0].kind.cost(cells[0]) is None and cells[0].kind.packable(cells[0])
+    assert sweep_estimate(cells).other == {"train, cost not estimated": 2}
+    assert pack_groups(cells, "auto") == [[0], [1]] and pack_groups(cells, 2) == [[0, 1]]

@@ -149,9 +149,9 @@ class TrainConfig:
     checkpoint_every: int = field(default=200, metadata={"key": False})
     log_every: int = field(default=10, metadata={"key": False})  # steps between train/loss points
     # auto | float32 | bfloat16 (autocast). auto resolves at planning from the cell's resources
-    # (papers.context_scaling.cell_groups.resolve_precision): bfloat16 for a trial given a GPU, float32 on the CPU; a resolved
-    # float32 is keyed as the default, so CPU cells keep the keys they had before auto existed, and a cell
-    # never planned (no resources) trains in float32
+    # (papers.context_scaling.cell_groups.resolve_precision): bfloat16 for a trial given a GPU, float32 on the
+    # CPU; a resolved float32 is keyed as the default, so CPU cells keep the keys they had before auto
+    # existed, and a cell never planned (no resources) trains in float32
     precision: str = field(default="auto", metadata={"keyed_as_default": ("float32",)})
     device: str = field(default="auto", metadata={"key": False})  # auto | cpu | cuda | cuda:K
     # a training step captured once as a CUDA graph and replayed (papers.context_scaling.cuda_graphs),

@@ -169,9 +169,11 @@ def packable_limit(pack: str | int, cell: Cell, gpu: GpuBudget | None = None) ->
         return 1
     if pack != "auto":
         return int(pack)
+    step = cell.kind.step(cell)
+    if step is None:  # a model that counts nothing: no size to judge a pack by (alone, unless run.pack is K)
+        return 1
     if gpu is not None:
         return gpu_pack_size(cell, gpu)
-    step = step_of(cell)
     return AUTO_PACK_SIZE if step.packs_on_cpu and step.forward <= AUTO_PACK_MAX_FLOPS else 1
 
 

@@ -1,5 +1,5 @@
-"""What an experiment kind is: the ``Kind`` record of a kind's functions (docs/extending.md, "A kind of
-your own"; docs/design.md, "Experiment kinds are plug-ins").
+"""What an experiment kind is: the ``Kind`` record of a kind's functions (docs/design.md, "Plug-ins";
+docs/extending.md, "A kind of your own").
 
 Training a cell is one kind; each seed-004 scan is another. A kind says which groups of settings its cells
 have (``groups``, and its own ``group``) and how they are validated (``check``), how its cell runs inside a

@@ -277,7 +277,7 @@ def pack_memory(cells: list[Cell], device: torch.device, gpu: float):
     the line the members' runs carry when the pack is larger than the device fits (None otherwise). (None,
     None, None) where nothing sizes it: a CPU, or no CUDA cost table."""
     memory, table = trial_memory(device, gpu), load_gpu_table()
-    if memory is None or table is None:
+    if memory is None or table is None or cells[0].kind.step(cells[0]) is None:  # nothing counted to size by
         return None, None, None
     limit = device_pack_size(cells[0], memory.plan, table)
     guard = None if memory.limit is None else memory_guard(cells[0], memory.limit, table)
