@@ -23,8 +23,11 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message says where, what and what is allowed."""
 
     def __init__(self, where: str, message: str):
-        self.where = where
+        self.where, self.message = where, message
         super().__init__(f"{where}: {message}" if where else message)
+
+    def __reduce__(self):  # rebuilt from both parts: a trial's error crosses processes (Ray) as it was
+        return type(self), (self.where, self.message)
 
 
 def _join(where: str, key: str | int) -> str:

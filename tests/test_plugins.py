@@ -283,3 +283,12 @@ def test_a_model_that_counts_nothing_is_not_estimated_and_packs_only_when_asked(
     assert cells[0].kind.cost(cells[0]) is None and cells[0].kind.packable(cells[0])
     assert sweep_estimate(cells).other == {"train, cost not estimated": 2}
     assert pack_groups(cells, "auto") == [[0], [1]] and pack_groups(cells, 2) == [[0, 1]]
+
+
+def test_a_config_error_crosses_processes_whole():
+    """A trial's ConfigError (a plug-in a worker cannot import) reaches the driver through pickling, as Ray
+    sends it, with its setting and message."""
+    import pickle
+
+    again = pickle.loads(pickle.dumps(ConfigError("task.family", "no module 'quadratic'")))
+    assert (again.where, str(again)) == ("task.family", "task.family: no module 'quadratic'")
