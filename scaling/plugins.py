@@ -87,10 +87,12 @@ def refresh() -> None:
 
 
 def search_folder(folder: str | Path) -> None:
-    """Look for ``module:Name`` modules in ``folder`` (a sweep file's) before the Python path."""
+    """Look for ``module:Name`` modules in ``folder`` (a sweep file's) before the Python path and before the
+    folders of the sweeps planned earlier in this process."""
     folder = Path(folder).resolve()
-    if folder not in _folders:
-        _folders.append(folder)
+    if folder in _folders:
+        _folders.remove(folder)
+    _folders.insert(0, folder)
 
 
 def registered(point: Point) -> dict[str, str]:
@@ -131,6 +133,8 @@ def resolve(point: Point, name: str, where: str = "") -> Plugin:
     key = (point.name, name)
     if key not in _loaded:
         _loaded[key] = _load(point, name, where)
+    elif not _loaded[key].registered:  # the sweep planned now may have a module of that name of its own
+        _prefer_folders(_loaded[key].reference.split(".")[0].split(":")[0], where)
     return _loaded[key]
 
 
@@ -199,7 +203,7 @@ def _load(point: Point, name: str, where: str) -> Plugin:
 def _import(point: Point, name: str, reference: str, where: str) -> tuple[Any, Path]:
     """The object ``reference`` names and its module's file, the sweep files' folders searched first."""
     module_name, _, attribute = reference.partition(":")
-    _prefer_folders(module_name.split(".")[0])
+    _prefer_folders(module_name.split(".")[0], where)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -224,7 +228,7 @@ def _import(point: Point, name: str, reference: str, where: str) -> tuple[Any, P
     return getattr(module, attribute), Path(getattr(module, "__file__", "") or "")
 
 
-def _prefer_folders(top: str) -> None:
+def _prefer_folders(top: str, where: str = "") -> None:
     """Put the first sweep folder holding module ``top`` (``top.py`` or ``top/``) at the front of the Python
     path, so the sweep's own module is the one imported."""
     for folder in _folders:
@@ -235,7 +239,7 @@ def _prefer_folders(top: str) -> None:
             cached = sys.modules.get(top)
             if cached is not None and not str(getattr(cached, "__file__", "")).startswith(str(folder)):
                 raise ConfigError(
-                    "",
+                    where,
                     f"module {top!r} is already imported from {cached.__file__}, not from {folder}: rename"
                     " the sweep folder's module",
                 )

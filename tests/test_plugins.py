@@ -292,3 +292,15 @@ def test_a_config_error_crosses_processes_whole():
 
     again = pickle.loads(pickle.dumps(ConfigError("task.family", "no module 'quadratic'")))
     assert (again.where, str(again)) == ("task.family", "task.family: no module 'quadratic'")
+
+
+def test_two_sweeps_own_modules_of_one_name_in_one_process_are_an_error_not_a_mix(tmp_path):
+    """A process that plans a second sweep whose folder has a module of the name the first's had (two
+    experiments' quadratic.py) says so, rather than run the first one's code for the second."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        module_file(folder, "twice_x", FAMILY.replace("VERSION", "1"))
+    load_plan(sweep_file(first, "twice_x", "Sum"))
+    with pytest.raises(SweepError, match=f"module 'twice_x' is already imported from {first}"):
+        load_plan(sweep_file(second, "twice_x", "Sum"))
