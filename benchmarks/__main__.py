@@ -63,11 +63,11 @@ benchmarks: {", ".join(SUITES)}
 
 examples:
   python -m benchmarks                       the whole suite (under 10 minutes)
-  python -m benchmarks --quick               small sizes, few repeats (~1 min)
+  python -m benchmarks --quick               small sizes, few repeats
   python -m benchmarks --tiny --json /tmp/tiny.json   every benchmark's code path,
                                              at tiny sizes: does the suite run here?
   python -m benchmarks --only packing --only sweep_overhead
-  python -m benchmarks --gpu --smoke --out /tmp/gpu-smoke   the GPU script on tiny shapes (~2 min)
+  python -m benchmarks --gpu --smoke --out /tmp/gpu-smoke   the GPU script on tiny shapes
 
 exit status:
   0  every benchmark with a target met it
@@ -84,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
-        "--quick", action="store_true", help="small sizes and few repeats (a smoke test, ~1 min)"
+        "--quick", action="store_true", help="small sizes and few repeats (a smoke test)"
     )
     size.add_argument(
         "--tiny",
@@ -113,7 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     gpu = parser.add_argument_group("the GPU script (benchmarks/gpu.py, docs/gpu.md)")
     gpu.add_argument("--gpu", action="store_true", help="run the GPU script instead of the suite")
-    gpu.add_argument("--smoke", action="store_true", help="tiny shapes on any device (a CPU: ~1 min)")
+    gpu.add_argument("--smoke", action="store_true", help="tiny shapes on any device (a CPU too)")
     gpu.add_argument(
         "--out", default=os.environ.get("OUT") or "gpu-results", help="where its files go ($OUT)"
     )
