@@ -83,9 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument(
-        "--quick", action="store_true", help="small sizes and few repeats (a smoke test)"
-    )
+    size.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke test)")
     size.add_argument(
         "--tiny",
         action="store_true",
