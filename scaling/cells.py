@@ -3,12 +3,12 @@
 A cell is everything that defines one result: T (pretraining tasks; inf = a fresh task per prompt), N (the
 largest context length, as its kind reads it: scaling.kinds.Kind.context), the seed, its experiment kind
 (``job``: a plug-in, scaling.kinds.registry; ``train``, the default, trains and evaluates), the versions of
-the researcher's plug-ins it runs (``versions``) and the groups of settings its kind declares (the training
-kind's task, model, train and eval; a scan's ``temperature``), held in ``settings`` and written at the top
-level of the cell's dict, as if each were a field. Its key is a hash of its canonical form (settings at
-their default are left out, so adding a setting with a default keeps old keys); the key is the MLflow tag
-that makes sweeps resumable and idempotent. Resources and the sweep's name are not part of a cell. Nothing
-here knows a paper's settings: a cell is read through its kind.
+the plug-ins it runs that declare one (``versions``) and the groups of settings its kind declares (the
+training kind's task, model, train and eval; a scan's ``temperature``), held in ``settings`` and written at
+the top level of the cell's dict, as if each were a field. Its key is a hash of its canonical form
+(settings at their default are left out, so adding a setting with a default keeps old keys); the key is the
+MLflow tag that makes sweeps resumable and idempotent. Resources and the sweep's name are not part of a
+cell. Nothing here knows a paper's settings: a cell is read through its kind.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class Cell:
     N: int = 40
     seed: int = 0
     job: str = DEFAULT_KIND
-    # the version of each plug-in named by module:Name that the cell runs (scaling.plugins): in its key, so
-    # that results of a plug-in's versions never share a run
+    # the version of each plug-in the cell runs that declares one (plugin_versions): in its key, so that
+    # results of a plug-in's versions never share a run
     versions: dict[str, str] = field(default_factory=dict)
     # the kind's groups of settings, {group: settings}; written at the cell's top level (config.to_dict)
     settings: dict[str, Any] = field(default_factory=dict, metadata={"inline": True})
@@ -207,14 +207,22 @@ def to_dict(cell: Cell) -> dict[str, Any]:
 def researchers_plugins(cell: Cell) -> list[Plugin]:
     """The plug-ins the cell names (its kind, and its kind's ``plugins``) that are not this project's
     built-ins: a researcher's ``module:Name``, or another distribution's registered name. The built-ins are
-    versioned by the project itself (a change to what one computes changes its keys)."""
+    versioned by the project itself: a change to what one computes changes its keys, through a setting or
+    through the version its point declares for it (plugin_versions)."""
     named = [(POINT, cell.job), *cell.kind.plugins(cell)]
     return [resolve(point, name) for point, name in named if not is_builtin(point, name)]
 
 
 def plugin_versions(cell: Cell) -> dict[str, str]:
-    """name -> version of each of the researcher's plug-ins the cell names that declares one (its key's)."""
-    return {p.name: p.version for p in researchers_plugins(cell) if p.version}
+    """The versions in the cell's key: name -> version of each of the researcher's plug-ins the cell names
+    that declares one, and '<point>.<name>' -> version of each of this project's built-ins that declares one
+    through its point (``Point.builtin_version``: nothing imported)."""
+    out = {p.name: p.version for p in researchers_plugins(cell) if p.version}
+    for point, name in [(POINT, cell.job), *cell.kind.plugins(cell)]:
+        version = point.builtin_version(name) if is_builtin(point, name) else ""
+        if version:
+            out[f"{point.name}.{name}"] = version
+    return out
 
 
 def plugin_sources(cell: Cell) -> list[dict[str, str]]:

@@ -16,7 +16,9 @@ imports no paper's code) and checked against its point's interface; a missing mo
 that raises, or an object of the wrong kind is a ConfigError that names the plug-in and what is wrong, raised
 while planning, before anything is written. A plug-in named by ``module:Name`` declares a ``version``
 (a string): the version is part of its cells' keys (scaling.cells.Cell.versions) and the hash of its module's
-source is recorded on their runs, so results of different code are never mixed (scaling.provenance).
+source is recorded on their runs, so results of different code are never mixed (scaling.provenance). A
+built-in whose numbers change declares a version through its point (``Point.builtin_version``, read without
+importing it), which its cells' keys hold too.
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ REFERENCE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)$")
 @dataclass(frozen=True)
 class Point:
     """A plug-in point: ``name`` (its entry-point group is ``icl_scaling.<name>``), ``what`` it is in words
-    ('task family'), ``interface``: what an object must be to be one, in words for errors, and ``check``:
-    the object's problem as a point's user sees it ('' when it is one)."""
+    ('task family'), ``interface``: what an object must be to be one, in words for errors, ``check``: the
+    object's problem as a point's user sees it ('' when it is one), and ``builtin_version``: the version this
+    project declares for one of its own built-ins, read without importing it ('' for none: the default)."""
 
     name: str
     what: str
     interface: str
     check: Callable[[Any], str] = lambda obj: ""
+    builtin_version: Callable[[str], str] = lambda name: ""
 
 
 @dataclass(frozen=True)
