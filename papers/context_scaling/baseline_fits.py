@@ -2,9 +2,10 @@
 and App. A; seed 001 Fig. 4): Lasso, XGBoost, decision trees and a 2-layer ReLU student.
 
 Column n of a prompt's prediction is a model fitted on pairs 0..n-1 and evaluated at x_n; column 0 is 0
-(no data). The scikit-learn and XGBoost fits are plain functions of one prompt, run over a process pool
-by ``baseline_cache.map_prompts``; the NN student trains one network per (prompt, prefix), all of them at
-once as batched matrices, with Garg et al.'s recipe (hidden 100, Adam lr 5e-3, batch 100, 100 steps).
+(no data), as in Garg et al.'s code. The scikit-learn and XGBoost fits are plain functions of one prompt,
+run over a process pool by ``baseline_cache.map_prompts``; the NN student trains one network per (prompt,
+prefix), all of them at once as batched matrices, with Garg et al.'s recipe (hidden 100, Adam lr 5e-3,
+batch 100, 100 steps).
 """
 
 from __future__ import annotations
@@ -16,9 +17,38 @@ import torch
 
 from papers.context_scaling.tasks import Prompts, generator
 
+# Garg et al.'s XGBoost baseline (github.com/dtsip/in-context-learning, src/models.py, XGBoostModel) is
+# ``xgb.XGBRegressor()``: the defaults of xgboost 1.6.1, which their environment.yml pins. They are written
+# out here because xgboost >= 2 has other defaults (tree_method "hist", base_score fitted to the labels);
+# under 1.6.1, tree_method "auto" chose "exact" for fewer than 2^22 rows on one machine. With these, xgboost
+# 3 predicts what 1.6.1's ``XGBRegressor()`` does (the same floats on prefixes of 1 to 40 points, d = 20).
+GARG_XGBOOST = dict(
+    booster="gbtree",
+    objective="reg:squarederror",
+    tree_method="exact",
+    base_score=0.5,
+    n_estimators=100,
+    learning_rate=0.3,
+    max_depth=6,
+    min_child_weight=1.0,
+    gamma=0.0,
+    max_delta_step=0.0,
+    subsample=1.0,
+    colsample_bytree=1.0,
+    colsample_bylevel=1.0,
+    colsample_bynode=1.0,
+    reg_lambda=1.0,
+    reg_alpha=0.0,
+    grow_policy="depthwise",
+    max_leaves=0,
+    num_parallel_tree=1,
+    random_state=0,
+)
+
 
 def sklearn_model(kind: str, options: dict):
-    """A fresh estimator: 'lasso' (alpha, max_iter), 'xgboost' (library defaults), 'tree' (max_depth)."""
+    """A fresh estimator: 'lasso' (alpha, max_iter), 'xgboost' (Garg et al.'s settings, GARG_XGBOOST, on one
+    thread), 'tree' (max_depth)."""
     if kind == "lasso":
         from sklearn.linear_model import Lasso
 
@@ -28,7 +58,7 @@ def sklearn_model(kind: str, options: dict):
     if kind == "xgboost":
         from xgboost import XGBRegressor
 
-        return XGBRegressor(n_jobs=1)
+        return XGBRegressor(n_jobs=1, **GARG_XGBOOST)
     if kind == "tree":
         from sklearn.tree import DecisionTreeRegressor
 

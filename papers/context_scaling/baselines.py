@@ -23,7 +23,8 @@ b_n = sum_{j<n} x_j y_j in float64:
 - ``bayes_discrete``: the discrete MMSE over a finite pool of linear tasks (``discrete_mmse``).
 - ``knn`` (k = 3, uniform average of the k nearest x_j), ``hilbert`` (seed 001 eq. 4-5, Sec. 5.1).
 - ``lasso``, ``xgboost``, ``decision_tree``, ``nn_student``: per-prompt fits (baseline_fits.py), run over a
-  process pool and cached on disk (baseline_cache.py).
+  process pool and cached on disk (baseline_cache.py). ``xgboost`` is Garg et al.'s, with the settings of
+  the xgboost their code pins (baseline_fits.GARG_XGBOOST).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch
 from papers.context_scaling.baseline_cache import CachedPredictor, default_jobs, map_prompts
 from papers.context_scaling.baseline_fits import nn_student_predictions, prefix_fits
 from papers.context_scaling.configs import DEFAULT_LAMBDAS, LINEAR, TaskConfig, parse_baseline
-from papers.context_scaling.plugins import baseline, family
+from papers.context_scaling.plugins import BUILTIN_BASELINE_VERSIONS, baseline, family
 from papers.context_scaling.tasks import Prompts, fresh_prompts, make_family
 from scaling.config import canonical
 
@@ -381,8 +382,11 @@ def hilbert(task: TaskConfig, options: dict) -> Predictor:
     return predict
 
 
-def library_fit(kind: str) -> Callable[[TaskConfig, dict], Predictor]:
-    """Factory of a per-prompt scikit-learn / XGBoost baseline, run in processes and cached on disk."""
+def library_fit(kind: str, name: str) -> Callable[[TaskConfig, dict], Predictor]:
+    """Factory of a per-prompt scikit-learn / XGBoost baseline (registered as ``name``), run in processes and
+    cached on disk. Its version (BUILTIN_BASELINE_VERSIONS, where it has one) is in the cache's key, so a
+    cache never returns the numbers of another version."""
+    version = BUILTIN_BASELINE_VERSIONS.get(name, "")
 
     def factory(task: TaskConfig, options: dict) -> Predictor:
         settings = {k: v for k, v in options.items() if k not in ("n_jobs", "pool")}
@@ -391,8 +395,10 @@ def library_fit(kind: str) -> Callable[[TaskConfig, dict], Predictor]:
         def compute(prompts: Prompts) -> torch.Tensor:
             return map_prompts(prefix_fits, prompts, jobs, kind=kind, options=settings)
 
-        return CachedPredictor(compute, {"baseline": kind, "options": settings, "task": canonical(task)})
+        spec = {"baseline": kind, "options": settings, "task": canonical(task)}
+        return CachedPredictor(compute, {**spec, "version": version} if version else spec)
 
+    factory.version = version
     return factory
 
 
@@ -404,9 +410,9 @@ def nn_student(task: TaskConfig, options: dict) -> Predictor:
     )
 
 
-LASSO = library_fit("lasso")
-XGBOOST = library_fit("xgboost")
-DECISION_TREE = library_fit("tree")
+LASSO = library_fit("lasso", "lasso")
+XGBOOST = library_fit("xgboost", "xgboost")
+DECISION_TREE = library_fit("tree", "decision_tree")
 
 
 def applicable_baselines(

@@ -20,7 +20,8 @@ resolve names here; what runs is imported by the trial.
   row n the map's last row psi(A_n)_{n,:} from the pairs j < n and x_n alone (seed 001 eq. 9).
 - A **baseline** (an entry of ``eval.baselines``) is a factory (task settings, options) -> predictor, the
   predictor a function of a batch of prompts returning a prediction at every prefix, (B, P), as a model's;
-  it raises papers.context_scaling.baselines.BaselineNotApplicable for a task it is not defined for.
+  it raises papers.context_scaling.baselines.BaselineNotApplicable for a task it is not defined for. A
+  built-in baseline whose numbers changed has a version (``BUILTIN_BASELINE_VERSIONS``), in its cells' keys.
 """
 
 from __future__ import annotations
@@ -84,7 +85,19 @@ MODELS = Point(
 FEATURE_MAPS = Point(
     "feature_maps", "feature map", "a function (xs, ys) -> rows (B, P, d+1)", check=_callable
 )
-BASELINES = Point("baselines", "baseline", "a factory (task settings, options) -> predictor", check=_callable)
+# The versions of the built-in baselines whose numbers changed (the others have none), read without importing
+# them: in their cells' keys (scaling.cells.plugin_versions) and their disk cache's (baselines.library_fit).
+# Change a built-in baseline's numbers, and give it the next version here.
+BUILTIN_BASELINE_VERSIONS = {
+    "xgboost": "2",  # Garg et al.'s settings written out (baseline_fits.GARG_XGBOOST), not xgboost 3's
+}
+BASELINES = Point(
+    "baselines",
+    "baseline",
+    "a factory (task settings, options) -> predictor",
+    check=_callable,
+    builtin_version=lambda name: BUILTIN_BASELINE_VERSIONS.get(name, ""),
+)
 
 
 @dataclass(frozen=True)
