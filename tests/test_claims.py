@@ -15,15 +15,17 @@ from analysis.plugin import AnalysisResult, Request
 from papers.context_scaling.analysis.claims import CLAIMS, PADDED, PER_N
 
 LEVELS = {"0.1": 0.05, "0.5": 0.4}
+LASSO = "SGPT is close to Lasso (sparse linear, at the largest evaluated n < d)"
+OLS = "SGPT beats OLS (sparse linear, at the largest evaluated n < d)"
 LENGTHS_PARAM = "[1, 6, 11]"  # train.lengths as a cell logs it  # gpt2's error at each noise level
 
 
-def rows(family, model, seed, predictor, err, N=20):
+def rows(family, model, seed, predictor, err, N=20, d=20):
     key = f"{family}-{model}-s{seed}"
     return [
         dict(sweep="s", cell_key=key, run_id=f"run-{key}", model=model, T=math.inf, N=N, seed=seed,
              predictor=predictor, n=n, err=err * (2 if n < N else 1), err_lo=0.9 * err, err_hi=1.1 * err,
-             prompts=256, **{"param.task.family": family})
+             prompts=256, **{"param.task.family": family, "param.task.d": str(d)})
         for n in (5, N)
     ]  # fmt: skip
 
@@ -86,11 +88,72 @@ def test_every_task_of_fig4_gets_its_row_and_its_own_verdict():
     assert [p for p in comparable.panel] == ["4A", "4B", "4C"]
     by = claims.set_index("claim")
     assert by.loc["SGPT beats XGBoost (decision tree)", "status"] == "not run"  # no xgboost rows
-    assert by.loc["SGPT beats OLS (sparse linear)", "status"] == "not reproduced"  # 3.6 x 0.2 > 0.4
-    assert by.loc["SGPT is close to Lasso (sparse linear)", "status"] == "not reproduced"
+    assert by.loc[OLS, "status"] == "not reproduced"  # 3.6 x 0.2 > 0.4
+    assert by.loc[LASSO, "status"] == "not reproduced"
     better = judged("fig4", fig4_table({"sparse_linear": 1.0}, ols=0.5)).set_index("claim")
-    assert better.loc["SGPT beats OLS (sparse linear)", "status"] == "reproduced"
-    assert "ratio 0.50 [" in better.loc["SGPT beats OLS (sparse linear)", "evidence"]
+    assert better.loc[OLS, "status"] == "reproduced"
+    assert "ratio 0.50 [" in better.loc[OLS, "evidence"]
+
+
+def noiseless_sparse_table(errors: dict[int, dict[str, float]], d: int, seeds=range(4)) -> pd.DataFrame:
+    """Fig. 4C's sparse linear task at d, N = 20: per scored n, each predictor's error (sgpt and gpt2 are
+    models, the others baselines in every cell), times exp(0.02 z) per seed."""
+    rng = np.random.default_rng(2)
+    params = {"param.task.family": "sparse_linear", "param.task.d": str(d)}
+    out = []
+    for seed in seeds:
+        for model in ("sgpt", "gpt2"):
+            key = f"sparse-{model}-s{seed}"
+            cell = dict(
+                sweep="s", cell_key=key, run_id=f"run-{key}", model=model, T=math.inf, N=20, seed=seed
+            )
+            for n, errs in errors.items():
+                for predictor, err in errs.items():
+                    if predictor in ("sgpt", "gpt2") and predictor != model:
+                        continue
+                    name = "model" if predictor == model else predictor
+                    err *= math.exp(0.02 * rng.normal())
+                    out.append({**cell, **params, "predictor": name, "n": n, "err": err, "prompts": 256})
+    return pd.DataFrame(out)
+
+
+def ratio(evidence: str) -> float:
+    return float(evidence.split("ratio ")[1].split(" ")[0])
+
+
+def test_fig4c_reads_lasso_and_ols_at_the_largest_n_below_d_not_at_n_20():
+    """The noiseless sparse task at d = 10, scored at n = 1, 5, 10, 20: from n = d on OLS and Lasso are exact
+    (errors ~1e-14, every ratio to them ~1e12), below d SGPT is near Lasso and far below OLS. The 4C claims on
+    Lasso and OLS read n = 5 and are reproduced; SGPT against GPT-2 still reads the largest n, 20."""
+    exact = {"sgpt": 0.05, "gpt2": 0.05, "lasso": 1e-14, "least_squares": 1e-14}
+    table = noiseless_sparse_table(
+        {
+            1: {"sgpt": 0.9, "gpt2": 0.9, "lasso": 0.95, "least_squares": 1.2},
+            5: {"sgpt": 0.2, "gpt2": 0.2, "lasso": 0.18, "least_squares": 0.6},
+            10: exact,
+            20: exact,
+        },
+        d=10,
+    )
+    by = judged("fig4", table).set_index("claim")
+    lasso, ols = by.loc[LASSO], by.loc[OLS]
+    for row in (lasso, ols):
+        assert row.panel == "4C" and row.status == "reproduced", row.evidence
+        assert row.evidence.startswith("at n = 5 (the largest n < d = 10 both were scored at): "), (
+            row.evidence
+        )
+    assert ratio(lasso.evidence) == pytest.approx(0.2 / 0.18, rel=0.05)
+    assert ratio(ols.evidence) == pytest.approx(0.2 / 0.6, rel=0.05)
+    gpt2 = by.loc["SGPT is comparable to GPT-2 (sparse_linear)"]
+    assert gpt2.evidence.startswith("at n = 20: "), gpt2.evidence
+    # read where OLS and Lasso are exact (n = 20, below a d of 30 here), both claims fail on a ratio ~5e12
+    late = judged("fig4", noiseless_sparse_table({20: exact}, d=30)).set_index("claim")
+    assert late.loc[lasso.name, "status"] == "not reproduced"
+    assert "at n = 20 (the largest n < d = 30" in late.loc[ols.name, "evidence"]
+    # a sweep that scored no n < d says so, and judges nothing
+    none = judged("fig4", noiseless_sparse_table({10: exact, 20: exact}, d=10)).set_index("claim")
+    assert none.loc[ols.name, "status"] == "not run"
+    assert none.loc[ols.name, "evidence"] == "sgpt and least_squares were scored at no n < d = 10"
 
 
 def test_an_interval_across_the_bound_or_two_seeds_decide_nothing():
