@@ -15,8 +15,8 @@ from analysis.plugin import AnalysisResult, Request
 from papers.context_scaling.analysis.claims import CLAIMS, PADDED, PER_N
 
 LEVELS = {"0.1": 0.05, "0.5": 0.4}
-LASSO = "SGPT is close to Lasso (sparse linear, at the largest evaluated n < d)"
-OLS = "SGPT beats OLS (sparse linear, at the largest evaluated n < d)"
+LASSO = "SGPT is close to Lasso (sparse linear, at the largest evaluated n below d)"
+OLS = "SGPT beats OLS (sparse linear, at the largest evaluated n below d)"
 LENGTHS_PARAM = "[1, 6, 11]"  # train.lengths as a cell logs it  # gpt2's error at each noise level
 
 

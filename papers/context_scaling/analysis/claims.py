@@ -455,7 +455,7 @@ FIG7_INPUTS = (  # model, what it reads, task-scales?, context-scales? (Sec. 5.2
     ("mlp_both_psiH", "MLP on vectorised input + psi_H", True, True),
 )
 SIGMAS = ("0.1", "0.5")  # Fig. 3's noise levels
-BELOW_D = "at the largest evaluated n < d"  # where Fig. 4C's Lasso and OLS claims are read
+BELOW_D = "at the largest evaluated n below d"  # where Fig. 4C's Lasso and OLS claims are read
 
 
 def _fig7(family: str) -> list[Claim]:
