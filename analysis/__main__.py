@@ -114,7 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="figure layout of the sweep's kind (the training kind's: fig1 .. fig8, smoke, generic;"
         " default: by the sweep's name)",
     )
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for fit intervals")
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, help="bootstrap resamples of seed 004's scan intervals"
+    )
     parser.add_argument(
         "--margin",
         type=float,

@@ -52,7 +52,7 @@ FIT_VALUES = [
     "converged",
     "note",
 ]
-FIT_DROP = ["sweep", "E_fixed", "message", "loss", "n_boot", "boot_converged", "level"]
+FIT_DROP = ["sweep", "E_fixed", "message", "loss", "level"]
 MAX_OVERLAY_PANELS = 12
 
 

@@ -44,9 +44,9 @@ class Request:
     """What to analyse and how: a sweep file (planned with ``profile`` and ``overrides``, as it ran) or an
     experiment name (``overrides`` then pick one variant of its cells); the MLflow store (None:
     $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here), the output folder (None:
-    analysis_out/<experiment>), bootstrap resamples of the fits' intervals, the verdicts' practical margin,
-    whether to log the analysis to MLflow, the figure layout (None: by the sweep's name) and the MLflow UI's
-    address for links to runs."""
+    analysis_out/<experiment>), bootstrap resamples of seed 004's scan intervals, the verdicts' practical
+    margin, whether to log the analysis to MLflow, the figure layout (None: by the sweep's name) and the
+    MLflow UI's address for links to runs."""
 
     sweep: str | None = None
     experiment: str | None = None
@@ -61,8 +61,8 @@ class Request:
     margin: float = Rule.threshold  # the verdicts' practical margin (scaling.judge.verdicts.Rule.threshold)
 
     def rule(self) -> Rule:
-        """The verdict rule this request judges by: its margin, its bootstrap resamples for the fits."""
-        return Rule(n_boot=self.bootstrap, threshold=self.margin)
+        """The verdict rule this request judges by, with its margin."""
+        return Rule(threshold=self.margin)
 
 
 @dataclass

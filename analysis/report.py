@@ -153,19 +153,13 @@ def fits_html(fits: pd.DataFrame | None) -> str:
             shown[p] = values
     shown["points"], shown["seeds"], shown["note"] = fitted["n_points"], fitted["n_seeds"], fitted["note"]
     level = f"{fits['level'].iloc[0]:.0%}" if "level" in fits else ""
-    seeds = int(fitted["n_seeds"].min()) if len(fitted) else 0
-    few = (
-        f" With {seeds} seeds the bootstrap has only {math.comb(2 * seeds - 1, seeds)} distinct resamples: "
-        f"the intervals show how far the seeds' curves differ, not a calibrated {level} interval."
-        if 0 < seeds <= 4
-        else ""
-    )
     head = (
         f"<p>err = E + A n<sup>-alpha</sup> (context), E + B T<sup>-beta</sup> (task; T = inf pins E), "
-        f"and their sum (joint), fitted to the trained models' mean error per seed; intervals are {level} "
-        f"percentile intervals over seeds resampled with replacement. fit_on says which points: the lattice "
+        f"and their sum (joint), fitted to the trained models' mean error per seed; with 2 seeds or more "
+        f"each parameter is the mean of the seeds' own fits (E, A, B: the geometric mean) with its {level} "
+        f"Student t interval over them. fit_on says which points: the lattice "
         f"(n = N: trained and tested at the same length) or, where the lattice has too few values of N, each "
-        f"cell's own curve over n.{few} An interval end the data do not pin is written 0 or \u221e: a "
+        f"cell's own curve over n. An interval end the data do not pin is written 0 or \u221e: a "
         f"coefficient's more than {UNPINNED:g} times away from its estimate, an exponent's at the fit's "
         f"bound of {EXPONENT_BOUNDS[1]:g} (an exponent's 0 is a flat curve). Full precision in fits.csv.</p>"
     )

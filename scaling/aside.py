@@ -2,12 +2,11 @@
 busy: an analysis' figures drawn and saved while the fits and verdicts are worked out (analysis.pipeline),
 half of a big sweep's curves read while this process reads the other half (scaling.tracking.table).
 
-The fits' bootstrap refits already run on worker processes (scaling.judge.power_law), but the figures,
-drawn after them, kept one core idle for seconds. A fork starts in milliseconds with what the parent read in
-its memory; what it returns comes back pickled through a pipe. Nothing is forked while another thread runs
-(a fork copies only the forking thread, and a lock another thread held could stay locked in the child):
-then, as where ``fork`` does not exist or the child fails, the caller does the work itself, as before, and
-meets its error there.
+The figures, drawn after the fits and verdicts, kept one core idle for seconds. A fork starts in milliseconds
+with what the parent read in its memory; what it returns comes back pickled through a pipe. Nothing is forked
+while another thread runs (a fork copies only the forking thread, and a lock another thread held could stay
+locked in the child): then, as where ``fork`` does not exist or the child fails, the caller does the work
+itself, as before, and meets its error there.
 """
 
 from __future__ import annotations

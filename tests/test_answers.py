@@ -73,13 +73,13 @@ def row(verdicts, **where):
 
 def test_a_model_going_from_worse_than_zero_to_zero_is_at_chance_not_task_scaling():
     table = chance_table()
-    task = task_verdicts(table, n_boot=300)
+    task = task_verdicts(table)
     mlp = row(task, model="mlp", predictor="model", n=8)
     assert mlp["drop"] > 0.05 and mlp["drop_lo"] > 0.05  # its error does fall by a resolved amount...
     assert mlp["verdict"] == AT_CHANCE  # ...but ends at the zero predictor's
     assert mlp["x_max"] == INF  # T = inf judged as the largest T
     assert row(task, model="gpt2", predictor="model", n=8)["verdict"] == "task-scales"
-    context = context_verdicts(table, n_boot=300)
+    context = context_verdicts(table)
     assert set(context[context.model == "mlp"]["verdict"]) == {AT_CHANCE}
     assert row(context, model="gpt2", predictor="model", T=INF)["verdict"] == "context-scales"
     line = answer_line(context[context.predictor == "model"], task[task.predictor == "model"])
@@ -89,16 +89,16 @@ def test_a_model_going_from_worse_than_zero_to_zero_is_at_chance_not_task_scalin
 
 
 def test_baselines_are_judged_once_per_group_not_once_per_model():
-    context = context_verdicts(chance_table(), n_boot=100)
+    context = context_verdicts(chance_table())
     ridge = context[context.predictor == "ridge"]
     assert len(ridge) == 1 and ridge.iloc[0]["model"] == "" and math.isnan(ridge.iloc[0]["T"])
     assert ridge.iloc[0]["verdict"] == "context-scales"
-    task = task_verdicts(chance_table(), n_boot=100)
+    task = task_verdicts(chance_table())
     assert "ridge" not in set(task.predictor)  # its error does not depend on T: no task verdict
 
 
 def test_the_rule_is_stated_with_its_margins_level_method_seeds_and_inf():
-    text = rule_text(Rule(threshold=0.05, chance_margin=0.05, level=0.9, n_boot=200))
+    text = rule_text(Rule(threshold=0.05, chance_margin=0.05, level=0.9))
     head = "Practical margin 5% (--margin), chance margin 5%, 90% intervals, at least 3 seeds"
     assert text.startswith(head)
     for part in ("0.95", "Student t", "too few seeds", "scales weakly", "at chance", "T = inf", "largest T"):
@@ -127,7 +127,7 @@ def two_N_table() -> pd.DataFrame:
 
 
 def test_fits_fall_back_on_each_cells_curve_over_n_and_every_row_says_what_it_is():
-    fits = fit_models(two_N_table(), n_boot=100)
+    fits = fit_models(two_N_table())
     lattice = fits[(fits.form == "context") & fits.fit_on.str.startswith("lattice")]
     assert len(lattice) == 1 and "not fitted: 2 distinct points" in lattice.iloc[0]["note"]
     assert "within cell" in lattice.iloc[0]["note"]

@@ -61,7 +61,7 @@ def test_seed_drops_are_the_per_seed_drops_each_verdict_averages():
         ]
     )
     for question in ("context", "task"):
-        verdicts = (context_verdicts if question == "context" else task_verdicts)(both, n_boot=50)
+        verdicts = (context_verdicts if question == "context" else task_verdicts)(both)
         drops = seed_drops(both, question)
         held = "T" if question == "context" else "n"
         assert len(drops) == sum({"gpt2": 4, "mlp": 3}[m] for m in verdicts["model"])
@@ -83,7 +83,7 @@ def test_page_trend_p_value_for_perfect_order_is_one_over_factorial_power():
 def test_flat_curve_does_not_context_scale_and_falling_one_does():
     flat = table(saturating_law(E=0.4, B=2.0, beta=0.5), "mlp")
     falling = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "gpt2", seed=1)
-    verdicts = context_verdicts(pd.concat([flat, falling]), n_boot=500)
+    verdicts = context_verdicts(pd.concat([flat, falling]))
     assert len(verdicts) == 2 * len(TS)
     assert set(verdicts[verdicts.model == "mlp"].verdict) == {"does not context-scale"}
     assert set(verdicts[verdicts.model == "gpt2"].verdict) == {"context-scales"}
@@ -95,10 +95,10 @@ def test_flat_curve_does_not_context_scale_and_falling_one_does():
 def test_flat_in_T_does_not_task_scale_and_falling_one_does():
     flat = table(saturating_law(E=0.1, A=1.0, alpha=0.8), "feature-map")
     falling = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "mlp", seed=1)
-    verdicts = task_verdicts(pd.concat([flat, falling]), n_boot=500)
+    verdicts = task_verdicts(pd.concat([flat, falling]))
     assert len(verdicts) == 2 * len(NS), "one verdict per (model, n)"
     assert set(verdicts.x_max) == {INF}, "T = inf counts as the largest T"
-    left_out = task_verdicts(pd.concat([flat, falling]), rule=Rule(n_boot=500, inf_T="left out"))
+    left_out = task_verdicts(pd.concat([flat, falling]), rule=Rule(inf_T="left out"))
     assert set(left_out.x_max) == {1e5} and set(left_out.verdict) == set(verdicts.verdict)
     assert set(verdicts[verdicts.model == "feature-map"].verdict) == {"does not task-scale"}
     assert set(verdicts[verdicts.model == "mlp"].verdict) == {"task-scales"}
@@ -106,12 +106,12 @@ def test_flat_in_T_does_not_task_scale_and_falling_one_does():
 
 def test_rising_error_does_not_context_scale():
     rising = table(lambda n, T: 0.2 * n**0.3, "mlp")
-    assert set(context_verdicts(rising, n_boot=200).verdict) == {"does not context-scale"}
+    assert set(context_verdicts(rising).verdict) == {"does not context-scale"}
 
 
 def test_single_seed_and_noisy_borderline_are_inconclusive():
     falling = saturating_law(E=0.05, A=1.0, alpha=0.8)
-    single = context_verdicts(table(falling, "gpt2", seeds=[0]), n_boot=200)
+    single = context_verdicts(table(falling, "gpt2", seeds=[0]))
     assert set(single.verdict) == {"inconclusive"}
     assert single.note.str.contains("seeds").all()
     drops = [0.0, 0.1, 0.02, 0.08]  # mean drop 5%, the threshold
@@ -122,14 +122,14 @@ def test_single_seed_and_noisy_borderline_are_inconclusive():
             "err": [v for d in drops for v in (0.5, 0.5 - d / 4, 0.5 - d / 2)],
         }
     )
-    borderline = judge_points(points, "context", n_boot=500)
+    borderline = judge_points(points, "context")
     assert borderline["drop_lo"] < 0.05 < borderline["drop_hi"]
     assert borderline["verdict"] == "inconclusive"
 
 
 def test_a_resolved_drop_scales_and_the_trend_test_is_reported_not_required():
     points = pd.DataFrame({"seed": np.repeat(range(3), 3), "n": [5, 10, 40] * 3, "err": [1.0, 0.5, 0.8] * 3})
-    verdict = judge_points(points, "context", n_boot=200)
+    verdict = judge_points(points, "context")
     assert verdict["drop_lo"] > 0.05 and verdict["trend_p"] > 0.01
     assert verdict["verdict"] == "context-scales"
     assert (verdict["start"], verdict["end"], verdict["low"]) == (1.0, 0.8, 0.5)
@@ -138,8 +138,8 @@ def test_a_resolved_drop_scales_and_the_trend_test_is_reported_not_required():
 def test_answer_names_models_and_splits_mixed_ones():
     gpt2 = table(saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5), "gpt2")
     mlp = table(saturating_law(E=0.3, B=2.0, beta=0.5), "mlp", seed=1)
-    context = context_verdicts(pd.concat([gpt2, mlp]), n_boot=200)
-    task = task_verdicts(pd.concat([gpt2, mlp]), n_boot=200)
+    context = context_verdicts(pd.concat([gpt2, mlp]))
+    task = task_verdicts(pd.concat([gpt2, mlp]))
     line = answer_line(context, task)
     assert line.startswith(
         "Context scaling: gpt2 context-scales at T = 100, 1000, 1e4, 1e5, inf (at T = inf: error 0.3"
@@ -166,9 +166,9 @@ def test_units_carry_the_task_settings_that_vary():
     law = saturating_law(E=0.05, A=1.0, alpha=0.8, B=2.0, beta=0.5)
     linear = table(law, "sgpt").assign(**{"task.name": "linear"})
     relu = table(saturating_law(E=0.4), "sgpt", seed=1).assign(**{"task.name": "relu"})
-    context = context_verdicts(pd.concat([linear, relu]), n_boot=200)
+    context = context_verdicts(pd.concat([linear, relu]))
     assert len(context) == 2 * len(TS)
-    line = answer_line(context, task_verdicts(pd.concat([linear, relu]), n_boot=200))
+    line = answer_line(context, task_verdicts(pd.concat([linear, relu])))
     assert line.startswith("Context scaling: sgpt name=linear context-scales at T = 100")
     assert "| sgpt name=relu does not context-scale at T = 100" in line
 
@@ -177,9 +177,9 @@ def test_baselines_are_left_out_of_the_answer_by_default():
     gpt2 = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2")
     ridge = table(saturating_law(E=0.05, A=1.0, alpha=0.8), "gpt2", seed=3).assign(predictor="ridge")
     both = pd.concat([gpt2, ridge])
-    context = context_verdicts(both, n_boot=100)
+    context = context_verdicts(both)
     assert set(context.predictor) == {"model", "ridge"}
-    text = format_verdicts(context, task_verdicts(both, n_boot=100))
+    text = format_verdicts(context, task_verdicts(both))
     answer, tables = text.split("\nRule: ")
     assert "ridge" not in answer and "ridge" in tables
 
@@ -220,9 +220,9 @@ def tracking_zero_table(drop_zero_of: str | None = None) -> pd.DataFrame:
 
 def test_verdicts_judge_error_relative_to_the_zero_predictor_on_the_same_prompts():
     table = tracking_zero_table()
-    raw = context_verdicts(table, n_boot=300, against_zero=False)
+    raw = context_verdicts(table, against_zero=False)
     assert one(raw, predictor="model").verdict == "context-scales" and set(raw.measure) == {"err"}
-    paired = context_verdicts(table, n_boot=300)
+    paired = context_verdicts(table)
     assert set(paired.measure) == {"err/zero"}
     assert len(paired) == 2  # the model, plain and per noise level (the zero predictor is the yardstick)
     assert set(paired.verdict) == {"at chance"}  # within 0.1% of the zero predictor at every n
@@ -230,7 +230,7 @@ def test_verdicts_judge_error_relative_to_the_zero_predictor_on_the_same_prompts
 
 
 def test_a_group_missing_a_zero_partner_keeps_the_plain_error():
-    paired = context_verdicts(tracking_zero_table(drop_zero_of="mlp-N20-s1"), n_boot=300)
+    paired = context_verdicts(tracking_zero_table(drop_zero_of="mlp-N20-s1"))
     assert one(paired, predictor="model").measure == "err"
     assert one(paired, predictor="model").verdict == "context-scales"
     assert one(paired, predictor="model|noise_std=0.5").measure == "err/zero"

@@ -19,15 +19,16 @@ verdict for every model and N, an exponent per model), data or not. An answer is
   verdict's groups barely co-vary over seeds and lend each other degrees of freedom; a context verdict's
   groups move together seed by seed and lend almost none (on adaptive_mlp the plain MLP's drops correlate
   0.85 across T, 0.15 across N);
-- exponent: its (widened) interval's half-width is at most ``within`` on at least ``min_seeds`` seeds and
-  the interval stays inside the fit's bounds; or the model does not scale along that axis (every verdict
-  of the model on the exponent's axis is settled, none of them "scales"): moot.
+- exponent: its interval's half-width (Student t over the seeds' own fits) is at most ``within`` on at
+  least ``min_seeds`` seeds and the interval stays inside the fit's bounds; or the model does not scale
+  along that axis (every verdict of the model on the exponent's axis is settled, none of them "scales"):
+  moot.
 
 Every unsettled answer estimates the seeds it needs, from its interval's half-width h now (S seeds) and the
 half-width g that would settle it (the distance of a verdict's drop from the threshold, of its end from
 chance; an exponent's ``within``), with intervals shrinking as 1/sqrt(seeds): S_need = S (h / g)^2, at least
-``min_seeds`` (h: a verdict's large-sample half-width from the pooled spread, or its bootstrap side where
-wider). A candidate action adds cells: one more seed at the points an answer reads (a verdict: its two ends
+``min_seeds`` (h: a verdict's or an exponent's large-sample half-width, a verdict's from the pooled
+spread). A candidate action adds cells: one more seed at the points an answer reads (a verdict: its two ends
 along the axis; an exponent: every point of its fit so far), or, for an exponent, a missing value of T or N
 (the points it adds count as seeds in the proportion of points). The value of an action is the fraction of the
 remaining way to S_need it covers, summed over every unsettled answer it serves, divided by its estimated cost
@@ -57,7 +58,7 @@ from ..judge.fit import fit_scaling, is_trained
 from ..judge.power_law import EXPONENT_BOUNDS
 from ..judge.provenance import setting_columns
 from ..judge.verdicts import AT_CHANCE, QUESTIONS, Rule, scaling_verdicts, seed_drops, value_text
-from .small_samples import Spread, large_sample, pooled_spread, seeds_needed, widen
+from .small_samples import Spread, large_sample, pooled_spread, seeds_needed
 
 SETTLED_LABELS = {AT_CHANCE, *(label for q in QUESTIONS.values() for label in (q.yes, q.weak, q.no))}
 AXIS_OF = {"context": "N", "task": "T"}  # the lattice axis a verdict varies (n = N on a lattice of N)
@@ -184,7 +185,7 @@ class Policy:
         self.lattice = Lattice(plan)
         self.seed = self.settings.seed if seed is None else seed
         self.seed_order = [int(s) for s in np.random.default_rng(self.seed).permutation(self.lattice.seeds)]
-        self.rule = Rule(n_boot=self.settings.bootstrap)
+        self.rule = Rule()
         self.budget = self.settings.budget * self.lattice.total_cost
 
     # ------------------------------------------------------------------ the first wave
@@ -373,7 +374,7 @@ class Policy:
         fits = {}
         models = view[is_trained(view["predictor"])] if not view.empty else view
         if not models.empty:
-            f = fit_scaling(models, q.form, n_boot=self.settings.bootstrap, rng=self.settings.seed)
+            f = fit_scaling(models, q.form)
             fits = {self._key(row, held): row for row in f.to_dict("records")}
         sampled = set(self.lattice.frame.loc[list(run), "point"]) if run else set()
         axis_question = "context" if q.exponent == "alpha" else "task"
@@ -408,7 +409,7 @@ class Policy:
             a.centre, a.lo, a.hi = row[q.exponent], row[f"{q.exponent}_lo"], row[f"{q.exponent}_hi"]
             a.label = f"{q.exponent} = {a.centre:.3g}" if math.isfinite(a.centre) else "not fitted"
             a.why = row.get("note") or ""
-            h = (a.hi - a.lo) / 2 * widen(a.n_seeds, self.rule.level) if math.isfinite(a.lo) else math.nan
+            h = (a.hi - a.lo) / 2 if math.isfinite(a.lo) else math.nan  # Student t over seeds already
             bound = math.isfinite(a.lo) and (
                 a.lo <= EXPONENT_BOUNDS[0] + 1e-6 or a.hi >= EXPONENT_BOUNDS[1] - 1e-6
             )
@@ -418,8 +419,8 @@ class Policy:
                 if bound:
                     a.why = "; ".join(t for t in (a.why, "the interval reaches a bound of the fit") if t)
                 elif math.isfinite(h) and h > q.within:
-                    a.why = "; ".join(t for t in (a.why, f"+-{h:.2g} (small-sample) > {q.within:g}") if t)
-                raw = h / widen(a.n_seeds, self.rule.level) if math.isfinite(h) else h
+                    a.why = "; ".join(t for t in (a.why, f"+-{h:.2g} > {q.within:g}") if t)
+                raw = h * large_sample(a.n_seeds, self.rule.level) if math.isfinite(h) else h
                 a.seeds_needed = max(
                     seeds_needed(a.n_seeds, raw, q.within, self.settings.min_seeds), a.n_seeds + 1.0
                 )

@@ -1,8 +1,7 @@
 """How far to trust an answer on few seeds, and how many seeds it needs (the adaptive policy's arithmetic).
 
-A percentile bootstrap over S seeds runs narrow: ``widen`` is the factor to a Student t half-width at the same
-level (the fits' exponents); the verdicts' intervals are Student t already, and ``large_sample`` is the factor
-from one to the normal half-width that S_need extrapolates. The seed-to-seed spread of a model's drops is
+The verdicts' and the fits' intervals are Student t over seeds; ``large_sample`` is the factor from one to the
+normal half-width that S_need extrapolates. The seed-to-seed spread of a model's drops is
 pooled over the groups of a question (``pooled_spread``), with the degrees of freedom that groups sharing
 seeds really carry. ``seeds_needed`` extrapolates a half-width (as 1/sqrt(seeds)) to the seeds at which it
 reaches a target.
@@ -20,21 +19,9 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 
-def widen(S: int, level: float) -> float:
-    """The factor from a percentile-bootstrap half-width over S seeds to a Student t half-width of the mean at
-    the same level: the bootstrap's spread is the plug-in sd (sqrt((S-1)/S) of the sample sd) with a normal
-    quantile, narrower than t's with S-1 degrees of freedom (2.2x at 3 seeds, 1.3x at 6). The fits report
-    bootstrap intervals; the policy settles an exponent only on this wider one, so an answer on few seeds that
-    the bootstrap happens to resolve is not taken as final (the verdicts' intervals are Student t already)."""
-    if S < 2:
-        return math.inf
-    q = 0.5 + level / 2
-    return float(student_t.ppf(q, S - 1) / norm.ppf(q) * math.sqrt(S / (S - 1)))
-
-
 def large_sample(S: int, level: float) -> float:
-    """The factor from a Student t half-width of a mean over S seeds (the verdicts' intervals) to the
-    large-sample (normal) one that S_need extrapolates: z / t(S - 1)."""
+    """The factor from a Student t half-width of a mean over S seeds (the verdicts' and fits' intervals) to
+    the large-sample (normal) one that S_need extrapolates: z / t(S - 1)."""
     if S < 2:
         return math.nan
     q = 0.5 + level / 2

@@ -14,7 +14,7 @@ When a lattice has too few values of N for the context form over n = N (the smok
 fits fall back on each cell's own curve over n = 1..N (``fit_models``: the cells of the largest N, every
 evaluated n), and say so in the ``fit_on`` column; a row that cannot be fitted says why in ``note``.
 
-Each group's law is fitted by scaling.judge.power_law (log space, seed-cluster bootstrap intervals).
+Each group's law is fitted by scaling.judge.power_law (log space, intervals from each seed's own fit).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .power_law import FORMS, Form, form_named, started_fit
+from .power_law import FORMS, Form, fit_points, form_named
 
 SELECTIONS = ("auto", "diagonal", "all")
 
@@ -91,33 +91,28 @@ def fit_scaling(
     select: str = "auto",
     n_min: int = 1,
     fixed_E: float | str | None = None,
-    n_boot: int = 1000,
     level: float = 0.9,
-    rng: np.random.Generator | int = 0,
     delta: float = 1e-3,
     maxiter: int = 1000,
 ) -> pd.DataFrame:
     """Fit `form` ("context", "task" or "joint") to every group of the tidy table.
 
     One row per group: the group keys, form, parameters (E, A, alpha, B, beta; NaN where the form
-    lacks one) with _lo/_hi bounds of the `level` percentile interval, and the diagnostics of
+    lacks one) with _lo/_hi bounds of the `level` interval over seeds, and the diagnostics of
     fit_points. fixed_E is None (fit E), a number, or the name of a column holding each group's
-    floor (constant within a group). The bootstrap RNG is `rng` (a Generator or an int seed),
-    shared across groups in order.
+    floor (constant within a group).
     """
     spec = form_named(form)
-    rng = np.random.default_rng(rng)
     keys = group_keys(table, spec, by)
     carry = [fixed_E] if isinstance(fixed_E, str) else []
     pts = scaling_points(table, spec.axes, keys + carry, select, n_min)
-    started = []  # every group's fit begun before any is finished: the refit workers never wait on this one
+    rows = []
     for key, group in pts.groupby(keys, dropna=False, sort=True):
-        floor = _group_floor(group, fixed_E)
-        fit = started_fit(
-            group, form, fixed_E=floor, n_boot=n_boot, level=level, rng=rng, delta=delta, maxiter=maxiter
+        fit = fit_points(
+            group, form, fixed_E=_group_floor(group, fixed_E), level=level, delta=delta, maxiter=maxiter
         )
-        started.append((key, fit))
-    return pd.DataFrame([{**dict(zip(keys, key)), "form": form, **fit()} for key, fit in started])
+        rows.append({**dict(zip(keys, key)), "form": form, **fit})
+    return pd.DataFrame(rows)
 
 
 def _group_floor(group: pd.DataFrame, fixed_E: float | str | None) -> float | None:

@@ -1,9 +1,10 @@
 """L-BFGS-B with box bounds as ``scipy.optimize.minimize(method="L-BFGS-B", jac=True)`` runs it, the same
 iterates bit for bit, without the wrappers scipy builds around every call.
 
-A fit's bootstrap runs some 13,000 small minimisations (scaling.judge.power_law: three to five parameters,
-tens of iterations each); scipy's own driver spends more time in its Python wrappers (ScalarFunction,
-MemoizeJac, bounds standardisation, the inverse-Hessian operator of the result) than in the loss. Here the
+An analysis runs thousands of small minimisations (scaling.judge.power_law: every group's starting grid
+and each seed's own fit, three to five parameters, tens of iterations each); scipy's own driver spends more
+time in its Python wrappers (ScalarFunction, MemoizeJac, bounds standardisation, the inverse-Hessian
+operator of the result) than in the loss. Here the
 same compiled routine (scipy's ``setulb``) is driven by the loop of scipy's ``_minimize_lbfgsb``: the same
 first evaluation at the clipped start, the same reuse of the last value where the routine asks again at the
 same point, the same stopping rules and messages. Only scipy versions whose driver this copies use it

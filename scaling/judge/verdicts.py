@@ -43,17 +43,20 @@ note "too few seeds".
 
 The rule (``Rule``; practical margin t = 5%, chance margin m = 5%, 90% intervals, 3 seeds or more):
 - "inconclusive" with fewer than ``min_seeds`` seeds behind the drop, whatever the numbers;
-- "at chance": the end is within m of the zero predictor or above it (end >= 1 - m), whatever the
-  trend: predicting zero does as well, so nothing was learned to scale;
-- "context-scales" / "task-scales": drop_lo > t and the end is resolved below the zero predictor
-  (end_hi < 1 - m);
+- "at chance": the end's interval lies at or above 1 - m (end_lo >= 1 - m), whatever the trend: predicting
+  zero does as well, so nothing was learned to scale;
+- "inconclusive" when the end's interval straddles 1 - m: whether the model learned anything is not
+  settled, so neither is whether it scales. Simulated at the boundary (a true end of 1 - m), each wrong
+  side is taken about 5% of the time at a 90% level, and less away from it (tests/test_chance_rule.py);
+- otherwise the end is resolved below chance (end_hi < 1 - m), and the drop decides:
+- "context-scales" / "task-scales": drop_lo > t;
 - "context-scales weakly" / "task-scales weakly": the drop is resolved above zero but lies under the
-  margin (0 < drop_lo, drop_hi < t) and the end is resolved below the zero predictor: a real drop too
-  small to count as scaling at the stated margin, said as such rather than as none;
+  margin (0 < drop_lo, drop_hi < t): a real drop too small to count as scaling at the stated margin, said
+  as such rather than as none;
 - "does not context-scale" / "does not task-scale": drop_hi < t and the drop is not resolved above zero
   (drop_lo <= 0; a resolved rise of error counts here);
-- "inconclusive": anything else (a single axis value, a drop whose interval straddles the margin, an
-  unresolved end); the ``note`` says which.
+- "inconclusive": anything else (a single axis value, a drop whose interval straddles the margin); the
+  ``note`` says which.
 
 Baselines do not depend on the model, and most not on T: their rows are judged once per group of
 cells that share their prompts (``collapse_baselines``), not once per model; a baseline whose error
@@ -100,7 +103,6 @@ class Rule:
     threshold: float = 0.05  # the practical margin: a drop scales when its interval lies above it
     chance_margin: float = 0.05  # "at chance": ends at or above 1 - margin of the zero predictor
     level: float = 0.9  # interval level (Student t over seeds, on the log scale)
-    n_boot: int = 1000  # bootstrap resamples of the fits' intervals (scaling.judge.fit), not the verdicts'
     inf_T: str = "largest"  # T = inf in task verdicts: "largest" (the largest T) or "left out"
     min_seeds: int = 3  # fewer seeds give no interval and no verdict
 
@@ -210,23 +212,20 @@ def verdict_label(question: Question, v: dict, rule: Rule) -> tuple[str, str]:
     chance, t = 1.0 - rule.chance_margin, rule.threshold
     if v["n_seeds"] < rule.min_seeds:
         return INCONCLUSIVE, f"too few seeds: {v['n_seeds']} (a verdict needs {rule.min_seeds})"
-    if v["end"] >= chance:
-        return AT_CHANCE, f"ends at {v['end']:.3g} of the zero predictor (>= {chance:g})"
-    end_ok = v["end_hi"] < chance
-    if v["drop_lo"] > t and end_ok:
+    end = f"{v['end']:.3g} [{v['end_lo']:.3g}, {v['end_hi']:.3g}]"
+    if v["end_lo"] >= chance:
+        return AT_CHANCE, f"ends at {end} of the zero predictor, resolved at or above {chance:g}"
+    if not v["end_hi"] < chance:
+        return INCONCLUSIVE, f"end {end} not resolved on either side of chance ({chance:g})"
+    if v["drop_lo"] > t:
         return question.yes, ""
-    if 0 < v["drop_lo"] and v["drop_hi"] < t and end_ok:
+    if 0 < v["drop_lo"] and v["drop_hi"] < t:
         return question.weak, f"drop resolved above 0 but under the {t:.0%} margin"
     if v["drop_hi"] < t and not v["drop_lo"] > 0:
         return question.no, ""
-    why = []
-    if v["drop_lo"] > 0 and v["drop_hi"] >= t and not v["drop_lo"] > t:
-        why.append(f"drop resolved above 0, not on either side of the {t:.0%} margin")
-    elif not v["drop_lo"] > t:
-        why.append(f"drop not resolved above {t:.0%}")
-    if not end_ok:
-        why.append(f"end not resolved below {chance:g} (upper {v['end_hi']:.3g})")
-    return INCONCLUSIVE, "; ".join(why)
+    if v["drop_lo"] > 0:
+        return INCONCLUSIVE, f"drop resolved above 0, not on either side of the {t:.0%} margin"
+    return INCONCLUSIVE, f"drop not resolved above {t:.0%}"
 
 
 def geometric_curve(wide: pd.DataFrame) -> pd.Series:
@@ -236,7 +235,7 @@ def geometric_curve(wide: pd.DataFrame) -> pd.Series:
 
 def judge_points(points: pd.DataFrame, question: str, *, rule: Rule | None = None, **rule_fields) -> dict:
     """Verdict for one group's points (columns seed, err > 0 and the question's axis). Keywords
-    (threshold, chance_margin, level, n_boot, inf_T, min_seeds) build the rule when ``rule`` is not given."""
+    (threshold, chance_margin, level, inf_T, min_seeds) build the rule when ``rule`` is not given."""
     rule = rule or Rule(**rule_fields)
     q = question_named(question)
     if not (points["err"] > 0).all():

@@ -86,7 +86,6 @@ class AdaptiveSettings:
     wave: int = 8
     min_seeds: int = 3
     seed: int = 0
-    bootstrap: int = 200  # resamples of the policy's intervals (the analysis's own default is 1000)
 
     def __post_init__(self):
         check(
@@ -101,7 +100,6 @@ class AdaptiveSettings:
             "min_seeds",
             f"must be >= 2 (an interval needs 2 seeds), got {self.min_seeds}",
         )
-        check(self.bootstrap >= 50, "bootstrap", f"must be >= 50, got {self.bootstrap}")
         check(self.seed >= 0, "seed", f"must be >= 0 (it seeds numpy's generator), got {self.seed}")
         names = [q.name for q in self.questions]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -2,8 +2,8 @@
 
 Seed 001's question, per model and baseline: does the error fall with the context length n at fixed T
 (context-scaling) and with the number of tasks T at fixed n (task-scaling)? The plug-in fits the scaling laws
-(scaling.judge.fit: ``fits.csv``), judges both questions (scaling.judge.verdicts, with ``--bootstrap``
-resamples: ``verdicts.csv``), draws the figures of the sweep's layout (figures.py, or ``--layout``)
+(scaling.judge.fit: ``fits.csv``), judges both questions (scaling.judge.verdicts:
+``verdicts.csv``), draws the figures of the sweep's layout (figures.py, or ``--layout``)
 and says the answer in words (analysis/verdicts.py); an adaptive sweep's report also shows the path its waves
 took. Fits, verdicts and figures read the table split by every setting that varies between cells and is a
 task setting or a grid axis (``fit_view``), so cells of different settings are never pooled.
@@ -41,8 +41,7 @@ def adaptive_waves(uri: str, experiment: str) -> list[dict]:
 
 
 def rule(result: AnalysisResult) -> Rule:
-    """The verdict rule, with the request's margin and bootstrap resamples (stated in the report and the
-    summary)."""
+    """The verdict rule, with the request's margin (stated in the report and the summary)."""
     return result.request.rule()
 
 
@@ -57,7 +56,7 @@ def read_waves_into(result: AnalysisResult) -> None:
 def fit_table(result: AnalysisResult) -> pd.DataFrame:
     """Scaling-law fits of the trained models (every form; scaling.judge.fit.fit_models)."""
     judging = rule(result)
-    return fit_models(view(result), n_boot=judging.n_boot, level=judging.level)
+    return fit_models(view(result), level=judging.level)
 
 
 def verdict_table(result: AnalysisResult) -> pd.DataFrame:
