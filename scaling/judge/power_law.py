@@ -107,11 +107,6 @@ class Problem:
         rows = len(self.logy)
         return np.empty(rows), np.empty(rows), np.empty(rows), np.empty(rows, bool)
 
-    def __getstate__(self) -> dict:
-        """Pickled without the scratch arrays (a worker makes its own; unpickling fills __dict__ with the
-        rest, as for any object)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_scratch"}
-
     def terms(self, theta: np.ndarray) -> np.ndarray:
         """(G, 1+K) log of each additive term at each distinct x: e, then c_k - s_k log x_k (-inf where
         x_k = inf)."""
