@@ -29,12 +29,13 @@ def test_what_the_paper_states_replaces_the_files_own_setting_and_is_said_once()
 
 
 def test_a_model_the_profile_does_not_train_is_said_to_be_missing_with_the_papers_size(tmp_path):
-    document = yaml.safe_load((SWEEPS / "fig7.yaml").read_text())
+    document = yaml.safe_load((SWEEPS / "fig4.yaml").read_text())
     models = document["profiles"]["quick"]["grid"]["model"]
-    assert "mlp_psiL" not in models
-    text = size_text(str(SWEEPS / "fig7.yaml"), "quick", ("mlp_psiL",))
+    assert "gpt2_interleaved" not in models
+    text = size_text(str(SWEEPS / "fig4.yaml"), "quick", ("gpt2_interleaved",))
     assert (
-        text.startswith("mlp_psiL not in this profile; the paper's: d 8;") and "width mlp_psiL 1024" in text
+        text.startswith("gpt2_interleaved not in this profile; the paper's: d 20;")
+        and "width gpt2_interleaved 256" in text
     )
 
 
