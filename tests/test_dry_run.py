@@ -170,7 +170,7 @@ def test_a_name_longer_than_the_cell_column_gets_a_line_of_its_own(tmp_path, cap
 
 
 def test_a_sweep_whose_local_weights_are_missing_is_planned_and_the_real_run_refuses_it(tmp_path, capsys):
-    """sweeps/temp_llama_a.yaml at --profile quick with its tiny LLaMA not built: the dry run plans both
+    """sweeps/temp_llama_a.yaml at --profile quick with its tiny LLaMA not built: the dry run plans its
     cells and names what is missing (and how to build it), exit 2; the real run refuses the sweep with the
     same words before anything is written (no store, no storage)."""
     missing = tmp_path / "no-llama"
@@ -178,8 +178,8 @@ def test_a_sweep_whose_local_weights_are_missing_is_planned_and_the_real_run_ref
     stores = ["--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--storage", str(tmp_path / "runs")]
     assert main([*args, "--dry-run", *stores]) == 2
     out, err = capsys.readouterr()
-    plan_cells = ["llm_scan no-llama demos=1 ratio=0.6 seed=0", "llm_scan no-llama demos=2 ratio=0.6 seed=0"]
-    assert all(name in out for name in plan_cells) and "totals: 2 pending" in out
+    plan_cells = [f"llm_scan no-llama demos={n} ratio=0.6 seed=0" for n in (1, 2, 4)]
+    assert all(name in out for name in plan_cells) and "totals: 3 pending" in out
     assert "runs here: no (the error below): 1 local file it needs missing here" in out
     (line,) = err.strip().splitlines()
     lacks = "this machine lacks a local file the run needs: no Hugging Face model directory at"
