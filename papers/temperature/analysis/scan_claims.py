@@ -6,9 +6,11 @@ lists them), read from the scans' verdicts and units (papers/temperature/analysi
   degrades the model: "inconclusive: the shift does not degrade this model" otherwise.
 - Fig. 3a: exact match at tau = 1 is non-monotone in the number of demonstrations: highest at an inner
   number, above both ends, each difference's 90% interval (the crossed bootstrap over test questions and
-  Monte Carlo runs, papers/temperature/analysis/resample.py) above 0.
+  Monte Carlo runs, papers/temperature/analysis/resample.py) above 0; not reproduced where an end is
+  resolved above every inner number; otherwise inconclusive.
 - Fig. 3b: the best tau rises with the noisy ratio: the best tau at the largest ratio is above the best at
-  the smallest, and at the largest ratio it beats the smallest ratio's best tau, resolved (as above).
+  the smallest, and at the largest ratio it beats the smallest ratio's best tau, resolved (as above); not
+  reproduced where, at the largest ratio, the smallest ratio's best tau is resolved above every higher tau.
 - Fig. 3b: the App. J heuristic tau is near the best: within a factor NEAR of the best scanned tau (pooled
   over the ratios); "inconclusive" when the heuristic is undefined (its diagonal moment <= 0).
 """
@@ -114,7 +116,14 @@ def fig3a_non_monotone(result) -> Outcome:
     listed = ", ".join(f"{v:.2f} ({x:g})" for x, v in em.items())
     said = f"exact match at tau = 1 by demonstrations: {listed}"
     if peak in (em.index.min(), em.index.max()):
-        return Outcome(NOT_REPRODUCED, said + f": highest at an end ({peak:g})")
+        # monotone only where that end is resolved above every inner number (a flat curve decides nothing)
+        inner = [em_difference(units, (1.0, float(x)), (1.0, peak)) for x in em.index[1:-1]]
+        said += f": highest at an end ({peak:g}), above the inner numbers by " + ", ".join(
+            f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in inner
+        )
+        if all(lo > 0 for _, lo, _ in inner):
+            return Outcome(NOT_REPRODUCED, said)
+        return Outcome(INCONCLUSIVE, said + ": not resolved")
     ends = [em_difference(units, (1.0, float(end)), (1.0, peak)) for end in (em.index.min(), em.index.max())]
     said += "; the peak above the ends: " + ", ".join(f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in ends)
     if all(lo > 0 for _, lo, _ in ends):
@@ -133,7 +142,17 @@ def fig3b_best_tau_rises(result) -> Outcome:
     first, last = best.index.min(), best.index.max()
     said = "best tau by noisy ratio: " + ", ".join(f"{t:g} ({x:g})" for x, t in best.items())
     if not best[last] > best[first]:
-        return Outcome(NOT_REPRODUCED, said + ": not higher at the largest ratio")
+        # not rising only where, at the largest ratio, the first ratio's best tau is resolved above every
+        # higher tau scanned (ties, as with a model that answers nothing right, decide nothing)
+        higher = sorted(t for t in set(units["tau"]) if t > best[first])
+        beats = [em_difference(units, (t, last), (best[first], last)) for t in higher]
+        said += (
+            f": not higher at the largest ratio; there tau = {best[first]:g} above the higher taus by "
+            + (", ".join(f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in beats) or "(none scanned)")
+        )
+        if beats and all(lo > 0 for _, lo, _ in beats):
+            return Outcome(NOT_REPRODUCED, said)
+        return Outcome(INCONCLUSIVE, said + ": not resolved")
     value, lo, hi = em_difference(units, (best[first], last), (best[last], last))
     said += (
         f"; at noisy ratio {last:g} tau = {best[last]:g} beats tau = {best[first]:g} by {value:.3g} (90% "
