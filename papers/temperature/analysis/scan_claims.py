@@ -104,6 +104,11 @@ def em_difference(units: pd.DataFrame, a: tuple[float, float], b: tuple[float, f
     return resample.crossed({"d": arrays[1] - arrays[0]}, 1000)["d"]
 
 
+def differences_text(differences: list[tuple]) -> str:
+    """em_difference's (value, lo, hi) triples as 'v [lo, hi], ...'."""
+    return ", ".join(f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in differences)
+
+
 def fig3a_non_monotone(result) -> Outcome:
     """Fig. 3a: exact match at tau = 1 peaks at an inner number of demonstrations, above both ends."""
     rows = figure_rows(result, "3", "demos")
@@ -118,14 +123,12 @@ def fig3a_non_monotone(result) -> Outcome:
     if peak in (em.index.min(), em.index.max()):
         # monotone only where that end is resolved above every inner number (a flat curve decides nothing)
         inner = [em_difference(units, (1.0, float(x)), (1.0, peak)) for x in em.index[1:-1]]
-        said += f": highest at an end ({peak:g}), above the inner numbers by " + ", ".join(
-            f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in inner
-        )
+        said += f": highest at an end ({peak:g}), above the inner numbers by {differences_text(inner)}"
         if all(lo > 0 for _, lo, _ in inner):
             return Outcome(NOT_REPRODUCED, said)
         return Outcome(INCONCLUSIVE, said + ": not resolved")
     ends = [em_difference(units, (1.0, float(end)), (1.0, peak)) for end in (em.index.min(), em.index.max())]
-    said += "; the peak above the ends: " + ", ".join(f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in ends)
+    said += f"; the peak above the ends: {differences_text(ends)}"
     if all(lo > 0 for _, lo, _ in ends):
         return Outcome(REPRODUCED, said)
     return Outcome(INCONCLUSIVE, said + ": not resolved")
@@ -148,7 +151,7 @@ def fig3b_best_tau_rises(result) -> Outcome:
         beats = [em_difference(units, (t, last), (best[first], last)) for t in higher]
         said += (
             f": not higher at the largest ratio; there tau = {best[first]:g} above the higher taus by "
-            + (", ".join(f"{v:.3g} [{lo:.3g}, {hi:.3g}]" for v, lo, hi in beats) or "(none scanned)")
+            + (differences_text(beats) or "(none scanned)")
         )
         if beats and all(lo > 0 for _, lo, _ in beats):
             return Outcome(NOT_REPRODUCED, said)
