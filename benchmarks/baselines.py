@@ -8,6 +8,9 @@ prompt in one batched
 - ``lasso`` (a per-prompt library fit run over all cores, papers.context_scaling.baseline_cache): a
 second evaluation
   of the same prompts is a cache hit; the line reports computing vs reading the cached predictions.
+- ``xgboost`` (Garg et al.'s settings) at fig4's quick grid (n = 1, 3, 5, 10, 15, 20 of N = 20, d = 5): every
+  prefix fitted against only the six an evaluation reads, on one core; the columns read must be equal
+  (else FAIL).
 """
 
 from __future__ import annotations
@@ -118,6 +121,44 @@ def lasso_cache(prompts_count: int, N: int, d: int) -> Result:
     return result.judged()
 
 
+def xgboost_grid(prompts_count: int) -> Result:
+    """Per-prefix XGBoost fits of every column against those of fig4's quick grid, one process each."""
+    task = TaskConfig(family="decision_tree", d=5, depth=4)
+    prompts = fresh_prompts(make_family(task), prompts_count, 21, seed=0)
+    grid = [1, 3, 5, 10, 15, 20]
+    with tempfile.TemporaryDirectory() as folder:
+        old = os.environ.get("SCALING_BASELINE_CACHE")
+        os.environ["SCALING_BASELINE_CACHE"] = folder  # a fresh cache: both sides compute
+        try:
+            xgboost = build_baselines(("xgboost(n_jobs=1)",), task)["xgboost(n_jobs=1)"]
+            xgboost(prompts.slice(0, 1))  # warm: the imports and the process pool
+            start = time.perf_counter()
+            read = xgboost(prompts, positions=grid)  # first: a file of every column would serve it
+            grid_columns = time.perf_counter() - start
+            start = time.perf_counter()
+            every = xgboost(prompts)
+            all_columns = time.perf_counter() - start
+        finally:
+            if old is None:
+                os.environ.pop("SCALING_BASELINE_CACHE")
+            else:
+                os.environ["SCALING_BASELINE_CACHE"] = old
+    same = bool(torch.equal(every[:, grid], read[:, grid])) and xgboost.misses == 3
+    result = Result(
+        "xgboost_grid",
+        "every prefix fitted (20 per prompt)",
+        "the evaluated prefixes only (6 per prompt)",
+        "prompts/s",
+        prompts_count / all_columns,
+        prompts_count / grid_columns,
+        None,
+        note=f"{prompts_count} prompts, d=5, N=20, Garg et al.'s XGBoost, one core; equal where read: {same}",
+    )
+    if not same:
+        result.status = "FAIL"
+    return result.judged()
+
+
 def run(size: str = "full") -> list[Result]:
     """The rows at ``size`` (full: judged against the target; quick; tiny: the code path only)."""
     prompts, N, d, repeats = {"full": (64, 40, 8, 3), "quick": (16, 40, 8, 1), "tiny": (2, 5, 2, 1)}[size]
@@ -127,4 +168,5 @@ def run(size: str = "full") -> list[Result]:
         closed_form("least_squares", prompts, N, d, repeats, target),
         closed_form("ridge", prompts, N, d, repeats, target),
         lasso_cache(*lasso, d),
+        xgboost_grid({"full": 32, "quick": 8, "tiny": 2}[size]),
     ]

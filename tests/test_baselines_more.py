@@ -342,6 +342,25 @@ def test_split_rows_per_noise_level():
     assert set(plain["predictor"]) == {"zero", "ridge_per_level"}  # no family, no split_by
 
 
+def test_a_per_prefix_fit_computes_only_the_columns_evaluated_and_scores_the_same(tmp_path):
+    # a decision tree is fitted per prefix; an evaluation grid of 3 of 8 columns costs 3 fits per prompt
+    task = TaskConfig(d=3)
+    prompts = small_prompts(task, count=6, points=9, seed=5)
+    config = EvalConfig(prompts=6, bootstrap=20, n=(2, 5, 8))
+    predictor = build_baselines(("decision_tree",), task)["decision_tree"]
+    some = predictor(prompts, positions=[2, 5, 8])
+    assert predictor.misses == 1 and torch.isnan(some[:, [1, 3, 4, 6, 7]]).all()
+    everything = build_baselines(("decision_tree",), task)["decision_tree"]
+    full = everything(prompts)
+    assert everything.misses == 1  # a file of some columns never serves a request for all of them
+    assert torch.equal(some[:, [2, 5, 8]], full[:, [2, 5, 8]]) and not torch.isnan(full).any()
+    again = build_baselines(("decision_tree",), task)["decision_tree"]
+    assert torch.equal(again(prompts, positions=[2, 8]), full) and again.hits == 1  # every column serves any
+    scored = evaluate({"decision_tree": predictor}, prompts, 1.0, config, 8, 0)
+    by_full = evaluate({"decision_tree": lambda part: full[: len(part)]}, prompts, 1.0, config, 8, 0)
+    assert scored.equals(by_full)
+
+
 @pytest.mark.slow
 def test_process_pool_gives_the_same_predictions_as_one_process():
     prompts = small_prompts(TaskConfig(d=3), count=4, points=7)

@@ -65,24 +65,33 @@ def write_atomically(path: Path, array: np.ndarray) -> None:
 class CachedPredictor:
     """A predictor whose (B, N+1) outputs are cached on disk by ``cache_key(spec, prompts)``.
 
+    With ``by_position``, ``compute(prompts, positions)`` fits only the columns asked for (NaN elsewhere)
+    and ``predictor(prompts, positions=[...])`` asks for them: a per-prefix fit costs one fit per column,
+    and an evaluation reads a few. A file of every column serves any request; a file of some columns has
+    them in its key, so it serves only the same request.
+
     ``hits`` and ``misses`` count lookups in this process (misses are computations).
     """
 
-    def __init__(self, compute: Callable[[Prompts], torch.Tensor], spec: dict[str, Any]):
-        self.compute, self.spec = compute, spec
+    def __init__(self, compute: Callable[..., torch.Tensor], spec: dict[str, Any], by_position: bool = False):
+        self.compute, self.spec, self.by_position = compute, spec, by_position
         self.hits = self.misses = 0
 
-    def path(self, prompts: Prompts) -> Path:
-        return cache_dir() / f"{self.spec['baseline']}-{cache_key(self.spec, prompts)}.npy"
+    def path(self, prompts: Prompts, positions: list[int] | None = None) -> Path:
+        spec = self.spec if positions is None else {**self.spec, "positions": sorted(set(positions))}
+        return cache_dir() / f"{self.spec['baseline']}-{cache_key(spec, prompts)}.npy"
 
-    def __call__(self, prompts: Prompts) -> torch.Tensor:
-        path = self.path(prompts)
-        if path.exists():
-            self.hits += 1
-            return torch.from_numpy(np.load(path)).to(device=prompts.ys.device, dtype=prompts.ys.dtype)
+    def __call__(self, prompts: Prompts, positions: list[int] | None = None) -> torch.Tensor:
+        if not self.by_position:
+            positions = None
+        paths = [self.path(prompts)] + ([self.path(prompts, positions)] if positions is not None else [])
+        for path in paths:
+            if path.exists():
+                self.hits += 1
+                return torch.from_numpy(np.load(path)).to(device=prompts.ys.device, dtype=prompts.ys.dtype)
         self.misses += 1
-        pred = self.compute(prompts)  # (B, N+1)
-        write_atomically(path, pred.detach().cpu().double().numpy())
+        pred = self.compute(prompts) if positions is None else self.compute(prompts, positions)  # (B, N+1)
+        write_atomically(paths[-1], pred.detach().cpu().double().numpy())
         return pred.to(device=prompts.ys.device, dtype=prompts.ys.dtype)
 
 

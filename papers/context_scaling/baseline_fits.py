@@ -68,14 +68,23 @@ def sklearn_model(kind: str, options: dict):
     raise ValueError(f"unknown estimator kind {kind!r}; known: lasso, xgboost, tree")
 
 
-def prefix_fits(xs: np.ndarray, ys: np.ndarray, kind: str, options: dict) -> np.ndarray:
-    """One prompt: xs (P, d), ys (P,) -> (P,) predictions, column n fitted on pairs < n."""
+def prefix_fits(
+    xs: np.ndarray, ys: np.ndarray, kind: str, options: dict, positions: list[int] | None = None
+) -> np.ndarray:
+    """One prompt: xs (P, d), ys (P,) -> (P,) predictions, column n fitted on pairs < n. With ``positions``
+    only those columns are fitted and the others are NaN: each column is a fit of its own, and an
+    evaluation reads a few of them (6 of 21 in fig4's quick profile)."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
 
-    pred = np.zeros(len(ys))
-    for n in range(1, len(ys)):
+    if positions is None:
+        pred, columns = np.zeros(len(ys)), range(1, len(ys))
+    else:
+        pred, columns = np.full(len(ys), np.nan), sorted({n for n in positions if 0 < n < len(ys)})
+        if 0 in positions:
+            pred[0] = 0.0
+    for n in columns:
         model = sklearn_model(kind, options)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

@@ -392,11 +392,11 @@ def library_fit(kind: str, name: str) -> Callable[[TaskConfig, dict], Predictor]
         settings = {k: v for k, v in options.items() if k not in ("n_jobs", "pool")}
         jobs = int(options.get("n_jobs", default_jobs()))
 
-        def compute(prompts: Prompts) -> torch.Tensor:
-            return map_prompts(prefix_fits, prompts, jobs, kind=kind, options=settings)
+        def compute(prompts: Prompts, positions: list[int] | None = None) -> torch.Tensor:
+            return map_prompts(prefix_fits, prompts, jobs, kind=kind, options=settings, positions=positions)
 
         spec = {"baseline": kind, "options": settings, "task": canonical(task)}
-        return CachedPredictor(compute, {**spec, "version": version} if version else spec)
+        return CachedPredictor(compute, {**spec, "version": version} if version else spec, by_position=True)
 
     factory.version = version
     return factory

@@ -18,12 +18,18 @@ from papers.context_scaling.configs import EvalConfig
 from papers.context_scaling.tasks import Prompts, TaskFamily, generator
 
 
-def squared_errors(predictor: Predictor, prompts: Prompts, batch_size: int) -> torch.Tensor:
-    """Squared error of ``predictor`` at every position: (B, N+1), computed in chunks of prompts."""
+def squared_errors(
+    predictor: Predictor, prompts: Prompts, batch_size: int, positions: list[int] | None = None
+) -> torch.Tensor:
+    """Squared error of ``predictor`` at every position: (B, N+1), computed in chunks of prompts. A predictor
+    that can compute only some columns (``by_position``, the per-prefix library fits) is given
+    ``positions`` and the other columns may be NaN."""
+    by_position = getattr(predictor, "by_position", False)
     chunks = []
     for start in range(0, len(prompts), batch_size):
         part = prompts.slice(start, start + batch_size)
-        chunks.append((predictor(part).double() - part.ys.double()).pow(2).cpu())
+        pred = predictor(part, positions=positions) if by_position else predictor(part)
+        chunks.append((pred.double() - part.ys.double()).pow(2).cpu())
     return torch.cat(chunks)
 
 
@@ -133,7 +139,7 @@ def evaluate(
         raise KeyError(f"split_by {missing[0]!r} is not a prompt meta; known: {', '.join(prompts.meta)}")
     rows = []
     for name, predictor in predictors.items():
-        squared = squared_errors(predictor, prompts, config.batch_size)[:, grid]  # (P, K)
+        squared = squared_errors(predictor, prompts, config.batch_size, grid)[:, grid]  # (P, K)
         if prompt_errors is not None:
             prompt_errors[name] = (squared / norm).mean(dim=1).numpy()
         for suffix, chosen, subset_norm in subsets(prompts, splits, norm, family):
