@@ -15,6 +15,7 @@ second evaluation
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -83,28 +84,37 @@ def closed_form(name: str, prompts_count: int, N: int, d: int, repeats: int, tar
     return result.judged()
 
 
-def lasso_cache(prompts_count: int, N: int, d: int) -> Result:
-    """First evaluation (computed over all cores) against the second (read from the on-disk cache)."""
-    task = TaskConfig(family="sparse_linear", d=d, noise_std=0.0, sparsity=2)
-    prompts = fresh_prompts(make_family(task), prompts_count, N + 1, seed=0)
+@contextlib.contextmanager
+def empty_baseline_cache():
+    """The baselines' disk cache (papers.context_scaling.baseline_cache) in a new, empty folder."""
+    old = os.environ.get("SCALING_BASELINE_CACHE")
     with tempfile.TemporaryDirectory() as folder:
-        old = os.environ.get("SCALING_BASELINE_CACHE")
         os.environ["SCALING_BASELINE_CACHE"] = folder
         try:
-            lasso = build_baselines(("lasso(alpha=0.01)",), task)["lasso(alpha=0.01)"]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                start = time.perf_counter()
-                first = lasso(prompts)
-                computed = time.perf_counter() - start
-                start = time.perf_counter()
-                second = lasso(prompts)
-                cached = time.perf_counter() - start
+            yield
         finally:
             if old is None:
                 os.environ.pop("SCALING_BASELINE_CACHE")
             else:
                 os.environ["SCALING_BASELINE_CACHE"] = old
+
+
+def timed(work):
+    """``work()``'s value and its wall time in seconds."""
+    start = time.perf_counter()
+    value = work()
+    return value, time.perf_counter() - start
+
+
+def lasso_cache(prompts_count: int, N: int, d: int) -> Result:
+    """First evaluation (computed over all cores) against the second (read from the on-disk cache)."""
+    task = TaskConfig(family="sparse_linear", d=d, noise_std=0.0, sparsity=2)
+    prompts = fresh_prompts(make_family(task), prompts_count, N + 1, seed=0)
+    with empty_baseline_cache(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lasso = build_baselines(("lasso(alpha=0.01)",), task)["lasso(alpha=0.01)"]
+        first, computed = timed(lambda: lasso(prompts))
+        second, cached = timed(lambda: lasso(prompts))
     same = bool(torch.equal(first, second))
     result = Result(
         "lasso_cache",
@@ -126,23 +136,11 @@ def xgboost_grid(prompts_count: int) -> Result:
     task = TaskConfig(family="decision_tree", d=5, depth=4)
     prompts = fresh_prompts(make_family(task), prompts_count, 21, seed=0)
     grid = [1, 3, 5, 10, 15, 20]
-    with tempfile.TemporaryDirectory() as folder:
-        old = os.environ.get("SCALING_BASELINE_CACHE")
-        os.environ["SCALING_BASELINE_CACHE"] = folder  # a fresh cache: both sides compute
-        try:
-            xgboost = build_baselines(("xgboost(n_jobs=1)",), task)["xgboost(n_jobs=1)"]
-            xgboost(prompts.slice(0, 1))  # warm: the imports and the process pool
-            start = time.perf_counter()
-            read = xgboost(prompts, positions=grid)  # first: a file of every column would serve it
-            grid_columns = time.perf_counter() - start
-            start = time.perf_counter()
-            every = xgboost(prompts)
-            all_columns = time.perf_counter() - start
-        finally:
-            if old is None:
-                os.environ.pop("SCALING_BASELINE_CACHE")
-            else:
-                os.environ["SCALING_BASELINE_CACHE"] = old
+    with empty_baseline_cache():  # both sides compute
+        xgboost = build_baselines(("xgboost(n_jobs=1)",), task)["xgboost(n_jobs=1)"]
+        xgboost(prompts.slice(0, 1))  # warm: the imports and the process pool
+        read, grid_columns = timed(lambda: xgboost(prompts, positions=grid))  # first: a file of every
+        every, all_columns = timed(lambda: xgboost(prompts))  # column would serve the grid's request
     same = bool(torch.equal(every[:, grid], read[:, grid])) and xgboost.misses == 3
     result = Result(
         "xgboost_grid",
