@@ -356,6 +356,10 @@ def test_a_per_prefix_fit_computes_only_the_columns_evaluated_and_scores_the_sam
     assert torch.equal(some[:, [2, 5, 8]], full[:, [2, 5, 8]]) and not torch.isnan(full).any()
     again = build_baselines(("decision_tree",), task)["decision_tree"]
     assert torch.equal(again(prompts, positions=[2, 8]), full) and again.hits == 1  # every column serves any
+    other = small_prompts(task, count=2, points=9, seed=6)
+    assert not torch.isnan(again(other, positions=list(range(9)))).any() and again.misses == 1
+    again(other)
+    assert again.hits == 2  # a request for every column wrote the file of every column
     scored = evaluate({"decision_tree": predictor}, prompts, 1.0, config, 8, 0)
     by_full = evaluate({"decision_tree": lambda part: full[: len(part)]}, prompts, 1.0, config, 8, 0)
     assert scored.equals(by_full)

@@ -82,8 +82,8 @@ class CachedPredictor:
         return cache_dir() / f"{self.spec['baseline']}-{cache_key(spec, prompts)}.npy"
 
     def __call__(self, prompts: Prompts, positions: list[int] | None = None) -> torch.Tensor:
-        if not self.by_position:
-            positions = None
+        if not self.by_position or set(range(1, prompts.ys.shape[1])) <= set(positions or ()):
+            positions = None  # every column: the file of every column, which serves any request
         paths = [self.path(prompts)] + ([self.path(prompts, positions)] if positions is not None else [])
         for path in paths:
             if path.exists():
