@@ -342,7 +342,7 @@ def test_split_rows_per_noise_level():
     assert set(plain["predictor"]) == {"zero", "ridge_per_level"}  # no family, no split_by
 
 
-def test_a_per_prefix_fit_computes_only_the_columns_evaluated_and_scores_the_same(tmp_path):
+def test_a_per_prefix_fit_computes_only_the_columns_evaluated_and_scores_the_same():
     # a decision tree is fitted per prefix; an evaluation grid of 3 of 8 columns costs 3 fits per prompt
     task = TaskConfig(d=3)
     prompts = small_prompts(task, count=6, points=9, seed=5)

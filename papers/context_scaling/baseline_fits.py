@@ -82,8 +82,7 @@ def prefix_fits(
         pred, columns = np.zeros(len(ys)), range(1, len(ys))
     else:
         pred, columns = np.full(len(ys), np.nan), sorted({n for n in positions if 0 < n < len(ys)})
-        if 0 in positions:
-            pred[0] = 0.0
+        pred[0] = 0.0  # no pairs, no fit: known without asking
     for n in columns:
         model = sklearn_model(kind, options)
         with warnings.catch_warnings():
